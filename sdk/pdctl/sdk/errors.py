@@ -1,0 +1,51 @@
+"""One exception hierarchy for everything the SDK raises on purpose.
+
+Every message says what was wrong and what to do about it; front ends print
+``str(error)`` and never a traceback.
+"""
+
+from __future__ import annotations
+
+
+class PdctlError(Exception):
+    """Base of every error pdctl raises deliberately."""
+
+    exit_code: int = 2
+
+
+class SpecError(PdctlError):
+    """The fleet spec cannot be read or is not valid.
+
+    ``problems`` holds one line per offending field so that front ends can list them
+    (or emit them as JSON) instead of re-parsing the message.
+    """
+
+    def __init__(self, source: str, problems: list[SpecProblem]) -> None:
+        self.source = source
+        self.problems = problems
+        lines = [f"invalid fleet spec {source}:"]
+        lines.extend(f"  {p}" for p in problems)
+        super().__init__("\n".join(lines))
+
+
+class SpecProblem:
+    """One thing wrong with one field of a spec."""
+
+    __slots__ = ("field", "fix", "message")
+
+    def __init__(self, field: str, message: str, fix: str = "") -> None:
+        self.field = field
+        self.message = message
+        self.fix = fix
+
+    def __str__(self) -> str:
+        where = self.field or "(top level)"
+        text = f"{where}: {self.message}"
+        return f"{text} — fix: {self.fix}" if self.fix else text
+
+    def as_dict(self) -> dict[str, str]:
+        return {"field": self.field, "message": self.message, "fix": self.fix}
+
+
+class LintFailed(PdctlError):
+    """Raised when an operation refuses to go on because the spec has lint errors."""

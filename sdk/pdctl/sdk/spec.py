@@ -1,0 +1,308 @@
+"""The fleet spec: one description of a P/D fleet, from which everything else is derived.
+
+The models here only describe and validate *shapes* (types, ranges, names). Whether a
+valid-looking spec is a good idea (port clashes, TP mismatches, loopback side channels…)
+is the linter's job (:mod:`pdctl.sdk.lint`), so that each problem gets a code, a cost
+and a fix instead of a bare validation error.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+
+Mode = Literal["push", "pull", "colocated"]
+Platform = Literal["gpu", "cpu"]
+Role = Literal["prefill", "decode"]
+FailurePolicy = Literal["fail", "recompute"]
+RouterPolicy = Literal["round_robin", "least_loaded", "power_of_two"]
+
+Port = Annotated[int, Field(ge=1, le=65535)]
+_NAME_RE = re.compile(r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?$")
+ENGINE_ID_FIELDS = ("name", "role", "group", "index", "host")
+
+
+class _Strict(BaseModel):
+    """Unknown keys are errors: a typo must never be silently ignored."""
+
+    model_config = ConfigDict(extra="forbid", validate_default=True)
+
+
+class ModelSpec(_Strict):
+    """What every instance serves."""
+
+    path: str = Field(description="Local directory (``~`` is expanded) or a model name.")
+    served_name: str | None = Field(
+        default=None, description="Name clients ask for; defaults to the path's last part."
+    )
+    dtype: str = Field(default="auto", description="vLLM ``--dtype``.")
+    kv_cache_dtype: str = Field(default="auto", description="vLLM ``--kv-cache-dtype``.")
+    max_model_len: int | None = Field(default=None, ge=16)
+    trust_remote_code: bool = False
+
+    @field_validator("path")
+    @classmethod
+    def _path_not_empty(cls, v: str) -> str:
+        if not v.strip():
+            raise ValueError("must name a local model directory or a model name")
+        return v
+
+    @property
+    def effective_served_name(self) -> str:
+        if self.served_name:
+            return self.served_name
+        return self.path.rstrip("/").rsplit("/", 1)[-1]
+
+
+class UcxSpec(_Strict):
+    """UCX transport settings, passed to every instance as environment variables."""
+
+    tls: str | None = Field(default=None, description="``UCX_TLS``; unset lets UCX choose.")
+    net_devices: str | None = Field(default=None, description="``UCX_NET_DEVICES``.")
+    env: dict[str, str] = Field(default_factory=dict, description="Other ``UCX_*`` variables.")
+
+    @field_validator("env")
+    @classmethod
+    def _ucx_prefix(cls, v: dict[str, str]) -> dict[str, str]:
+        bad = [k for k in v if not k.startswith("UCX_")]
+        if bad:
+            raise ValueError(f"keys must start with UCX_ (got {', '.join(sorted(bad))})")
+        return v
+
+
+class FleetSettings(_Strict):
+    """Fleet-wide transfer settings; the same on every instance by construction."""
+
+    name: str = Field(default="pdctl", description="Prefix for state and default engine ids.")
+    mode: Mode = "push"
+    platform: Platform = "gpu"
+    block_size: int | None = Field(
+        default=None, ge=1, description="KV block size in tokens; default 128 (GPU), 32 (CPU)."
+    )
+    kv_buffer_device: Literal["cuda", "cpu"] | None = Field(
+        default=None, description="Where NIXL registers KV; default cuda (GPU), cpu (CPU)."
+    )
+    kv_lease_duration_s: int = Field(
+        default=120,
+        ge=6,
+        description="Whole seconds P keeps finished blocks for D (same on both sides; "
+        "vLLM heartbeats every lease/6 s, so at least 6).",
+    )
+    push_registration_timeout_s: float = Field(
+        default=120.0, gt=0, description="D's watchdog for a push that never arrives."
+    )
+    failure_policy: FailurePolicy = Field(
+        default="fail", description="kv_load_failure_policy: 'fail' (HTTP 500) or 'recompute'."
+    )
+    nixl_backends: list[str] = Field(default_factory=lambda: ["UCX"], min_length=1)
+    nixl_num_threads: int = Field(default=4, ge=1)
+    ucx: UcxSpec = Field(default_factory=UcxSpec)
+    enable_prefix_caching: bool | None = Field(
+        default=None, description="None keeps vLLM's default; false for honest benchmarks."
+    )
+    python: str = Field(default="python", description="Interpreter for the CPU entry point.")
+    cpu_kvcache_gib: int | None = Field(
+        default=None, ge=1, description="VLLM_CPU_KVCACHE_SPACE (GiB) on the CPU platform."
+    )
+    vllm_args: list[str] = Field(default_factory=list, description="Extra args, every instance.")
+    env: dict[str, str] = Field(default_factory=dict, description="Extra env, every instance.")
+
+    @field_validator("nixl_backends")
+    @classmethod
+    def _backends_upper(cls, v: list[str]) -> list[str]:
+        return [b.strip().upper() for b in v]
+
+    @property
+    def effective_block_size(self) -> int:
+        if self.block_size is not None:
+            return self.block_size
+        return 32 if self.platform == "cpu" else 128
+
+    @property
+    def effective_kv_buffer_device(self) -> str:
+        if self.kv_buffer_device is not None:
+            return self.kv_buffer_device
+        return "cpu" if self.platform == "cpu" else "cuda"
+
+
+class InstanceGroup(_Strict):
+    """``count`` identical prefill or decode instances on one host."""
+
+    name: str | None = Field(
+        default=None, description="Group name; instances are '<name>-<index>'."
+    )
+    host: str = Field(
+        default="127.0.0.1", description="Address the HTTP server binds and is reached at."
+    )
+    count: int = Field(default=1, ge=1, le=1024)
+    tp: int = Field(default=1, ge=1, description="Tensor-parallel size.")
+    pp: int = Field(default=1, ge=1, description="Pipeline-parallel size.")
+    dp: int = Field(default=1, ge=1, description="Data-parallel size inside one instance.")
+    devices: list[int] | None = Field(
+        default=None, description="GPU indices for the whole group (tp*pp*dp per instance)."
+    )
+    cpu_cores: list[int] | None = Field(
+        default=None, description="CPU cores for the whole group (split evenly per instance)."
+    )
+    http_port: Port | None = Field(default=None, description="First instance's HTTP port.")
+    side_channel_port: Port | None = Field(
+        default=None, description="First instance's NIXL side-channel port (spaced by dp)."
+    )
+    side_channel_host: str | None = Field(
+        default=None, description="VLLM_NIXL_SIDE_CHANNEL_HOST; defaults to host."
+    )
+    engine_id: str = Field(
+        default="{name}",
+        description="Pattern with {name} {role} {group} {index} {host}.",
+    )
+    block_size: int | None = Field(default=None, ge=1, description="Overrides fleet.block_size.")
+    mode: Mode | None = Field(default=None, description="Overrides fleet.mode (lint flags mixing).")
+    max_num_seqs: int | None = Field(default=None, ge=1)
+    vllm_args: list[str] = Field(default_factory=list)
+    env: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("name")
+    @classmethod
+    def _name_shape(cls, v: str | None) -> str | None:
+        if v is not None and not _NAME_RE.match(v):
+            raise ValueError(
+                "use lowercase letters, digits and '-' (not at the ends), e.g. 'prefill-a'"
+            )
+        return v
+
+    @field_validator("devices", "cpu_cores")
+    @classmethod
+    def _non_negative_unique(cls, v: list[int] | None) -> list[int] | None:
+        if v is None:
+            return v
+        if any(d < 0 for d in v):
+            raise ValueError("indices must be >= 0")
+        if len(set(v)) != len(v):
+            raise ValueError("indices must not repeat")
+        return v
+
+    @field_validator("engine_id")
+    @classmethod
+    def _engine_id_pattern(cls, v: str) -> str:
+        for field in re.findall(r"{([^{}]*)}", v):
+            if field not in ENGINE_ID_FIELDS:
+                known = ", ".join("{" + f + "}" for f in ENGINE_ID_FIELDS)
+                raise ValueError(f"unknown placeholder {{{field}}}; use {known}")
+        return v
+
+    @property
+    def ranks(self) -> int:
+        """Worker ranks (devices) one instance of this group needs."""
+        return self.tp * self.pp * self.dp
+
+
+class ApiKeySpec(_Strict):
+    """Where the router reads the API key clients must present; never the key itself."""
+
+    env: str | None = Field(default=None, description="Environment variable holding the key.")
+    file: str | None = Field(default=None, description="File holding the key (first line).")
+
+    @model_validator(mode="after")
+    def _one_source(self) -> ApiKeySpec:
+        if self.env and self.file:
+            raise ValueError("give either env or file, not both")
+        return self
+
+
+class RouterSpec(_Strict):
+    host: str = "127.0.0.1"
+    port: Port = 8000
+    policy: RouterPolicy = "round_robin"
+    concurrent: bool = Field(
+        default=True, description="Dispatch both legs at once in push mode (the point of push)."
+    )
+    connect_timeout_s: float = Field(default=5.0, gt=0)
+    prefill_timeout_s: float = Field(default=120.0, gt=0)
+    request_timeout_s: float = Field(default=600.0, gt=0)
+    api_key: ApiKeySpec | None = None
+
+
+class _InitOnly(BaseSettings):
+    """Settings whose only source is the merged dict pdctl builds itself.
+
+    pdctl merges file, environment and ``--set`` layers in :mod:`pdctl.sdk.specload`
+    (so that list indices such as ``prefill.0.tp`` work in every layer); validation then
+    happens here in one go.
+    """
+
+    model_config = SettingsConfigDict(
+        env_prefix="PDCTL_", env_nested_delimiter="__", extra="forbid", validate_default=True
+    )
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        return (init_settings,)
+
+
+class FleetSpec(_InitOnly):
+    """A whole fleet: model, transfer settings, prefill and decode groups, router."""
+
+    model: ModelSpec
+    fleet: FleetSettings = Field(default_factory=FleetSettings)
+    prefill: list[InstanceGroup] = Field(default_factory=list)
+    decode: list[InstanceGroup] = Field(default_factory=list)
+    router: RouterSpec | None = None
+
+    @model_validator(mode="after")
+    def _groups(self) -> FleetSpec:
+        if not self.prefill and not self.decode:
+            raise ValueError(
+                "the fleet has no instances: add at least one [[prefill]] and one [[decode]] table"
+            )
+        seen: dict[str, str] = {}
+        for role, groups in (("prefill", self.prefill), ("decode", self.decode)):
+            for i, g in enumerate(groups):
+                gname = group_name(role, i, g, len(groups))
+                where = f"{role}[{i}].name"
+                if gname in seen:
+                    raise ValueError(
+                        f"{where}: group name {gname!r} is already used by {seen[gname]}; "
+                        "give each group a distinct name"
+                    )
+                seen[gname] = where
+        return self
+
+    def groups(self) -> list[tuple[Role, int, InstanceGroup]]:
+        """All groups in render order: prefill groups first, then decode groups."""
+        out: list[tuple[Role, int, InstanceGroup]] = []
+        out.extend(("prefill", i, g) for i, g in enumerate(self.prefill))
+        out.extend(("decode", i, g) for i, g in enumerate(self.decode))
+        return out
+
+
+def group_name(role: str, index: int, group: InstanceGroup, n_groups: int) -> str:
+    """A group's name: explicit, else the role (one group) or role + letter (several)."""
+    if group.name:
+        return group.name
+    if n_groups == 1:
+        return role
+    return f"{role}-{_letters(index)}"
+
+
+def _letters(i: int) -> str:
+    s = ""
+    i += 1
+    while i:
+        i, r = divmod(i - 1, 26)
+        s = chr(ord("a") + r) + s
+    return s
+
+
+def spec_json_schema() -> dict[str, Any]:
+    """JSON schema of the spec, for editors and docs."""
+    return FleetSpec.model_json_schema()

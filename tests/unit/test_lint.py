@@ -1,0 +1,244 @@
+"""Every lint rule: one spec that triggers it and one close variant that does not."""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pdctl.sdk.errors import LintFailed
+from pdctl.sdk.lint import RULES, lint, require_clean
+from pdctl.sdk.spec import FleetSpec
+from tests.conftest import spec_dict
+
+Case = Callable[[Path], dict[str, Any]]
+
+
+def _gpu(**kw: Any) -> dict[str, Any]:
+    return spec_dict(**kw)
+
+
+def _cpu(**kw: Any) -> dict[str, Any]:
+    d = spec_dict(
+        fleet={"platform": "cpu", "block_size": 32},
+        prefill=[{"host": "127.0.0.1", "cpu_cores": [0]}],
+        decode=[{"host": "127.0.0.1", "cpu_cores": [1]}],
+    )
+    for k, v in kw.items():
+        if isinstance(v, dict) and isinstance(d.get(k), dict):
+            d[k].update(v)
+        else:
+            d[k] = v
+    return d
+
+
+def _two_hosts(sc_host: str | None) -> dict[str, Any]:
+    p: dict[str, Any] = {"host": "10.0.0.1", "devices": [0]}
+    if sc_host:
+        p["side_channel_host"] = sc_host
+    return _gpu(prefill=[p], decode=[{"host": "10.0.0.2", "devices": [0]}])
+
+
+def _mla_model(model_dir: Callable[..., Path], mla: bool) -> str:
+    cfg: dict[str, Any] = {
+        "model_type": "deepseek_v3" if mla else "llama",
+        "num_attention_heads": 8,
+    }
+    if mla:
+        cfg["kv_lora_rank"] = 512
+    return str(model_dir(cfg))
+
+
+# code -> (triggering spec, clean spec); model_dir passed for rules that read config.json
+CASES: dict[str, tuple[Callable[[Any], dict[str, Any]], Callable[[Any], dict[str, Any]]]] = {
+    "PD001": (
+        lambda md: _gpu(prefill=[{"devices": [0], "http_port": 18000}]),
+        lambda md: _gpu(prefill=[{"devices": [0], "http_port": 18001}]),
+    ),
+    "PD003": (
+        lambda md: _two_hosts("127.0.0.1"),
+        lambda md: _two_hosts(None),
+    ),
+    "PD004": (
+        lambda md: _gpu(prefill=[{"host": "0.0.0.0", "devices": [0]}]),
+        lambda md: _gpu(
+            prefill=[{"host": "0.0.0.0", "side_channel_host": "127.0.0.1", "devices": [0]}]
+        ),
+    ),
+    "PD005": (
+        lambda md: _gpu(
+            model={"path": _mla_model(md, False)},
+            prefill=[{"tp": 2, "devices": [0, 1]}],
+            decode=[{"devices": [2]}],
+        ),
+        lambda md: _gpu(
+            model={"path": _mla_model(md, True)},
+            prefill=[{"tp": 2, "devices": [0, 1]}],
+            decode=[{"devices": [2]}],
+        ),
+    ),
+    "PD006": (
+        lambda md: _gpu(decode=[{"pp": 2, "devices": [1, 2]}]),
+        lambda md: _gpu(prefill=[{"pp": 2, "devices": [1, 2]}], decode=[{"devices": [3]}]),
+    ),
+    "PD007": (
+        lambda md: _gpu(decode=[{"devices": [1], "block_size": 64}]),
+        lambda md: _gpu(decode=[{"devices": [1], "block_size": 128}]),
+    ),
+    "PD008": (
+        lambda md: _cpu(fleet={"block_size": 16}),
+        lambda md: _cpu(fleet={"block_size": 64}),
+    ),
+    "PD009": (
+        lambda md: _gpu(fleet={"block_size": 16}),
+        lambda md: _gpu(fleet={"block_size": 128}),
+    ),
+    "PD010": (
+        lambda md: _gpu(prefill=[{"devices": [0], "engine_id": ""}]),
+        lambda md: _gpu(prefill=[{"devices": [0], "engine_id": "p-{index}"}]),
+    ),
+    "PD011": (
+        lambda md: _gpu(prefill=[{"count": 2, "devices": [0, 2], "engine_id": "p"}]),
+        lambda md: _gpu(prefill=[{"count": 2, "devices": [0, 2], "engine_id": "p{index}"}]),
+    ),
+    "PD012": (
+        lambda md: _gpu(
+            prefill=[{"count": 2, "tp": 2, "devices": [0, 2, 3]}], decode=[{"devices": [4, 5]}]
+        ),
+        lambda md: _gpu(
+            prefill=[{"count": 2, "tp": 2, "devices": [0, 2, 3, 6]}], decode=[{"devices": [4, 5]}]
+        ),
+    ),
+    "PD013": (
+        lambda md: _gpu(decode=[{"devices": [0]}]),
+        lambda md: _gpu(decode=[{"devices": [1]}]),
+    ),
+    "PD014": (
+        lambda md: _gpu(fleet={"kv_lease_duration_s": 30, "push_registration_timeout_s": 480}),
+        lambda md: _gpu(fleet={"kv_lease_duration_s": 480, "push_registration_timeout_s": 480}),
+    ),
+    "PD015": (
+        lambda md: _gpu(decode=[{"devices": [1], "mode": "pull"}]),
+        lambda md: _gpu(decode=[{"devices": [1], "mode": "push"}]),
+    ),
+    "PD016": (
+        lambda md: _gpu(decode=[{"devices": [1], "vllm_args": ["--block-size=16"]}]),
+        lambda md: _gpu(decode=[{"devices": [1], "vllm_args": ["--max-num-batched-tokens=2048"]}]),
+    ),
+    "PD017": (
+        lambda md: _cpu(fleet={"kv_buffer_device": "cuda"}),
+        lambda md: _cpu(fleet={"kv_buffer_device": "cpu"}),
+    ),
+    "PD018": (
+        lambda md: _gpu(decode=[]),
+        lambda md: _gpu(decode=[], fleet={"mode": "colocated"}),
+    ),
+    "PD019": (
+        lambda md: _gpu(model={"path": "/nonexistent/model/dir"}),
+        lambda md: _gpu(model={"path": str(md())}),
+    ),
+    "PD020": (
+        lambda md: _cpu(fleet={"ucx": {"tls": "shm"}}),
+        lambda md: _cpu(fleet={"ucx": {"tls": "shm,tcp"}}),
+    ),
+    "PD021": (
+        lambda md: _gpu(router={"api_key": {"env": "PDCTL_TEST_SURELY_UNSET_KEY"}}),
+        lambda md: _gpu(router={"api_key": {"env": "PDCTL_TEST_SET_KEY"}}),
+    ),
+    "PD022": (
+        lambda md: _gpu(router={"concurrent": False}),
+        lambda md: _gpu(router={"concurrent": False}, fleet={"mode": "pull"}),
+    ),
+}
+
+ENV = {"PDCTL_TEST_SET_KEY": "secret"}
+
+
+def codes(d: dict[str, Any]) -> set[str]:
+    return {f.code for f in lint(FleetSpec(**d), check_bound_ports=False, environ=ENV).findings}
+
+
+def test_every_rule_has_a_case():
+    assert {r.code for r in RULES} == set(CASES) | {"PD002"}
+
+
+@pytest.mark.parametrize("code", sorted(CASES))
+def test_rule_triggers(code, model_dir):
+    trigger, _ = CASES[code]
+    assert code in codes(trigger(model_dir))
+
+
+@pytest.mark.parametrize("code", sorted(CASES))
+def test_rule_stays_quiet(code, model_dir):
+    _, clean = CASES[code]
+    assert code not in codes(clean(model_dir))
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_pd002_port_already_bound():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        spec = FleetSpec(**_gpu(router={"port": port}))
+        found = [f for f in lint(spec).findings if f.code == "PD002"]
+        assert found
+        assert found[0].field == "router.port"
+        assert str(port) in found[0].message
+    port = _free_port()
+    spec = FleetSpec(**_gpu(router={"port": port}))
+    assert not [f for f in lint(spec).findings if f.code == "PD002" and str(port) in f.message]
+
+
+def test_pd002_skipped_when_asked():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        spec = FleetSpec(**_gpu(router={"port": s.getsockname()[1]}))
+        report = lint(spec, check_bound_ports=False)
+    assert "PD002" not in {f.code for f in report.findings}
+    assert any("PD002" in n for n in report.notes)
+
+
+def test_findings_name_field_cost_and_fix(model_dir):
+    for code, (trigger, _) in CASES.items():
+        for f in lint(
+            FleetSpec(**trigger(model_dir)), check_bound_ports=False, environ=ENV
+        ).findings:
+            if f.code == code:
+                assert all((f.field, f.message, f.cost, f.fix)), f
+
+
+def test_dp_side_channel_ranges_collide_with_explicit_ports():
+    d = _gpu(
+        prefill=[{"devices": [0, 1], "dp": 2, "side_channel_port": 6000}],
+        decode=[{"devices": [2], "side_channel_port": 6001}],
+    )
+    assert "PD001" in codes(d)
+
+
+def test_exit_codes():
+    clean = lint(FleetSpec(**_gpu()), check_bound_ports=False)
+    assert clean.exit_code() == 0
+    assert clean.exit_code(strict=True) == 0
+    warn = lint(FleetSpec(**_gpu(fleet={"block_size": 16})), check_bound_ports=False)
+    assert warn.exit_code() == 0
+    assert warn.exit_code(strict=True) == 1
+    err = lint(FleetSpec(**_gpu(decode=[{"devices": [0]}])), check_bound_ports=False)
+    assert err.exit_code() == 2
+
+
+def test_require_clean_refuses_errors():
+    report = lint(FleetSpec(**_gpu(decode=[{"devices": [0]}])), check_bound_ports=False)
+    with pytest.raises(LintFailed, match="PD013"):
+        require_clean(report)
+    ok = lint(FleetSpec(**_gpu()), check_bound_ports=False)
+    assert require_clean(ok) is ok.plan

@@ -1,0 +1,143 @@
+"""Rendering: the exact argv/env of each instance, ports and devices."""
+
+from __future__ import annotations
+
+import json
+import shlex
+
+import pytest
+
+from pdctl.sdk.render import compress_ranges, cpu_binding, render_fleet
+from pdctl.sdk.spec import FleetSpec
+from pdctl.sdk.specload import load_spec
+from tests.conftest import EXAMPLES, spec_dict
+
+
+def render(**kw):
+    return render_fleet(FleetSpec(**spec_dict(**kw)))
+
+
+def flag(argv, name):
+    i = argv.index(name)
+    return argv[i + 1]
+
+
+def test_push_roles_and_explicit_engine_ids():
+    plan = render()
+    p, d = plan.instances
+    assert (p.role, d.role) == ("prefill", "decode")
+    pk = json.loads(flag(p.argv, "--kv-transfer-config"))
+    dk = json.loads(flag(d.argv, "--kv-transfer-config"))
+    assert pk["kv_connector"] == dk["kv_connector"] == "NixlPushConnector"
+    assert (pk["kv_role"], dk["kv_role"]) == ("kv_producer", "kv_consumer")
+    assert pk["engine_id"] == p.engine_id == "prefill-0"
+    assert dk["engine_id"] == d.engine_id == "decode-0"
+    assert pk["kv_buffer_device"] == "cuda"
+    extra = pk["kv_connector_extra_config"]
+    assert extra["kv_lease_duration"] == dk["kv_connector_extra_config"]["kv_lease_duration"]
+    assert isinstance(extra["kv_lease_duration"], int)
+    assert p.argv[:3] == ("vllm", "serve", "org/some-model")
+    assert flag(p.argv, "--block-size") == "128"
+    assert p.env["VLLM_NIXL_SIDE_CHANNEL_HOST"] == "127.0.0.1"
+    assert p.env["VLLM_NIXL_SIDE_CHANNEL_PORT"] != d.env["VLLM_NIXL_SIDE_CHANNEL_PORT"]
+    assert p.env["CUDA_VISIBLE_DEVICES"] == "0"
+    assert d.env["CUDA_VISIBLE_DEVICES"] == "1"
+
+
+def test_pull_uses_nixl_connector():
+    plan = render(fleet={"mode": "pull"})
+    for inst in plan.instances:
+        k = json.loads(flag(inst.argv, "--kv-transfer-config"))
+        assert k["kv_connector"] == "NixlConnector"
+        assert "push_registration_timeout" not in k["kv_connector_extra_config"]
+        assert k["engine_id"] == inst.engine_id
+
+
+def test_colocated_has_no_connector():
+    plan = render(fleet={"mode": "colocated"})
+    for inst in plan.instances:
+        assert inst.role == "colocated"
+        assert "--kv-transfer-config" not in inst.argv
+        assert inst.engine_id is None
+        assert inst.side_channel_port is None
+        assert not any(k.startswith("VLLM_NIXL") for k in inst.env)
+
+
+def test_cpu_entrypoint_and_binding():
+    spec = load_spec(EXAMPLES / "cpu-1p1d.toml", environ={}).spec
+    plan = render_fleet(spec)
+    p, d = plan.instances
+    assert p.argv[:4] == ("python", "-m", "vllm.entrypoints.openai.api_server", "--model")
+    assert not p.argv[4].startswith("~")
+    assert json.loads(flag(p.argv, "--kv-transfer-config"))["kv_buffer_device"] == "cpu"
+    assert (p.env["VLLM_CPU_OMP_THREADS_BIND"], d.env["VLLM_CPU_OMP_THREADS_BIND"]) == ("0", "1")
+    assert p.env["VLLM_CPU_KVCACHE_SPACE"] == "1"
+    assert "--no-enable-prefix-caching" in p.argv
+    assert "CUDA_VISIBLE_DEVICES" not in p.env
+
+
+def test_dp_spaces_side_channel_ports_and_suffixes_engine_ids():
+    plan = render(
+        prefill=[{"count": 2, "dp": 2, "devices": [0, 1, 2, 3]}], decode=[{"devices": [4]}]
+    )
+    p0, p1, d = plan.instances
+    assert p0.side_channel_ports == (5600, 5601)
+    assert p1.side_channel_ports == (5602, 5603)
+    assert d.side_channel_ports == (5604,)
+    assert p0.engine_ids == ("prefill-0_dp0", "prefill-0_dp1")
+    assert flag(p0.argv, "--data-parallel-size") == "2"
+
+
+def test_auto_ports_avoid_explicit_ones_declared_later():
+    plan = render(
+        prefill=[{"devices": [0]}],
+        decode=[{"devices": [1], "http_port": 8100, "side_channel_port": 5600}],
+    )
+    p, _d = plan.instances
+    assert p.http_port != 8100
+    assert p.side_channel_port != 5600
+
+
+def test_auto_devices_follow_on_per_host():
+    plan = render(prefill=[{"count": 2, "tp": 2}], decode=[{"tp": 4}])
+    assert [i.devices for i in plan.instances] == [(0, 1), (2, 3), (4, 5, 6, 7)]
+
+
+def test_group_names_with_several_groups():
+    plan = render(prefill=[{"devices": [0]}, {"devices": [1]}], decode=[{"devices": [2]}])
+    assert [i.name for i in plan.instances] == ["prefill-a-0", "prefill-b-0", "decode-0"]
+
+
+def test_shell_line_round_trips():
+    inst = render().instances[0]
+    words = shlex.split(inst.shell())
+    assert words[0] == "env"
+    assert tuple(words[1 + len(inst.env) :]) == inst.argv
+
+
+def test_extra_args_and_env_layering():
+    plan = render(
+        fleet={"vllm_args": ["--enforce-eager"], "env": {"A": "1", "B": "1"}},
+        prefill=[
+            {"devices": [0], "vllm_args": ["--max-num-batched-tokens", "2048"], "env": {"B": "2"}}
+        ],
+    )
+    p = plan.instances[0]
+    assert p.argv[-3:] == ("--enforce-eager", "--max-num-batched-tokens", "2048")
+    assert (p.env["A"], p.env["B"]) == ("1", "2")
+
+
+@pytest.mark.parametrize(
+    ("cores", "ranks", "want"),
+    [
+        ((0,), 1, ("0", 1)),
+        ((0, 1, 2, 3), 1, ("0-3", 4)),
+        ((0, 1, 2, 3), 2, ("0-1|2-3", 2)),
+    ],
+)
+def test_cpu_binding(cores, ranks, want):
+    assert cpu_binding(cores, ranks) == want
+
+
+def test_compress_ranges():
+    assert compress_ranges([5, 0, 1, 2, 7, 8]) == "0-2,5,7-8"

@@ -1,0 +1,64 @@
+"""``pdctl lint``: find known P/D failure modes in a spec before anything starts."""
+
+from __future__ import annotations
+
+import argparse
+
+from pdctl.cli.common import (
+    add_spec_arguments,
+    console,
+    load,
+    print_findings,
+    print_json,
+    spec_error_json,
+    summary_line,
+)
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    add_spec_arguments(p)
+    p.add_argument("--json", action="store_true", help="machine-readable report")
+    p.add_argument("--strict", action="store_true", help="exit 1 when there are warnings")
+    p.add_argument(
+        "--no-port-check",
+        action="store_true",
+        help="skip PD002 (ports already bound here), e.g. while the fleet is running",
+    )
+    p.add_argument("--rules", action="store_true", help="list every rule and exit")
+
+
+def run(args: argparse.Namespace) -> int:
+    from pdctl.sdk.errors import SpecError
+    from pdctl.sdk.lint import RULES, lint
+
+    if args.rules:
+        if args.json:
+            print_json([{"code": r.code, "title": r.title} for r in RULES])
+        else:
+            out = console()
+            for r in RULES:
+                out.print(f"{r.code}  {r.title}")
+        return 0
+    try:
+        loaded = load(args)
+    except SpecError as e:
+        if args.json:
+            print_json(spec_error_json(e))
+        else:
+            console(stderr=True).print(f"[bold red]error[/]: {e}", markup=True)
+        return 2
+    report = lint(loaded.spec, check_bound_ports=not args.no_port_check)
+    code = report.exit_code(strict=args.strict)
+    if args.json:
+        d = report.as_dict()
+        d["source"] = loaded.source
+        d["exit_code"] = code
+        print_json(d)
+        return code
+    out = console()
+    print_findings(report.findings, out)
+    for note in report.notes:
+        out.print(f"[dim]note: {note}[/]")
+    style = "red" if report.errors else ("yellow" if report.warnings else "green")
+    out.print(f"[{style}]{summary_line(report, loaded.source)}[/]")
+    return code

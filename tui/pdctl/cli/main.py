@@ -1,0 +1,78 @@
+"""``pdctl`` entry point.
+
+The parser is built from a table of subcommands; each handler lives in its own module
+and is imported only when that subcommand runs, so ``pdctl --help`` stays fast and never
+imports textual, vllm, nixl or torch.
+
+Exit codes: 0 success; 1 warnings under ``--strict``; 2 invalid spec, lint errors or
+another pdctl error; 130 interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from pdctl.sdk.errors import PdctlError
+
+VERSION = "0.1.0.dev0"
+
+
+@dataclass(frozen=True)
+class Subcommand:
+    name: str
+    help: str
+    module: str
+    """Module under pdctl.cli with ``add_arguments(parser)`` and ``run(args) -> int``."""
+
+
+SUBCOMMANDS: tuple[Subcommand, ...] = (
+    Subcommand("render", "print the exact vLLM command of every instance", "cmd_render"),
+    Subcommand("lint", "check a fleet spec for known P/D failure modes before launch", "cmd_lint"),
+    Subcommand("schema", "print the fleet spec's JSON schema", "cmd_schema"),
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="pdctl",
+        description="Operate disaggregated prefill/decode vLLM fleets (NIXL push mode).",
+        epilog="Exit codes: 0 ok, 1 warnings (--strict), 2 errors, 130 interrupted.",
+    )
+    parser.add_argument("--version", action="version", version=f"pdctl {VERSION}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for sc in SUBCOMMANDS:
+        sp = sub.add_parser(sc.name, help=sc.help, description=sc.help)
+        sp.set_defaults(_module=sc.module)
+        _load(sc.module, "add_arguments")(sp)
+    return parser
+
+
+def _load(module: str, attr: str) -> Callable[..., object]:
+    mod = importlib.import_module(f"pdctl.cli.{module}")
+    fn: Callable[..., object] = getattr(mod, attr)
+    return fn
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "_module", None):
+        parser.print_help()
+        return 0
+    try:
+        result = _load(args._module, "run")(args)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    except PdctlError as e:
+        print(f"pdctl: {e}", file=sys.stderr)
+        return e.exit_code
+    return int(result) if isinstance(result, int) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""The pdctl terminal UI (Textual). Talks only to :mod:`pdctl.sdk`."""
