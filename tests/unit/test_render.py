@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import shlex
+import sys
 
 import pytest
 
@@ -67,7 +68,8 @@ def test_cpu_entrypoint_and_binding():
     spec = load_spec(EXAMPLES / "cpu-1p1d.toml", environ={}).spec
     plan = render_fleet(spec)
     p, d = plan.instances
-    assert p.argv[:4] == ("python", "-m", "vllm.entrypoints.openai.api_server", "--model")
+    assert p.argv[:4] == (sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model")
+    assert p.env["PDCTL_CPU_TUNING"] == "1"
     assert not p.argv[4].startswith("~")
     assert json.loads(flag(p.argv, "--kv-transfer-config"))["kv_buffer_device"] == "cpu"
     assert (p.env["VLLM_CPU_OMP_THREADS_BIND"], d.env["VLLM_CPU_OMP_THREADS_BIND"]) == ("0", "1")

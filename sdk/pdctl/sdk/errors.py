@@ -49,3 +49,15 @@ class SpecProblem:
 
 class LintFailed(PdctlError):
     """Raised when an operation refuses to go on because the spec has lint errors."""
+
+
+class LaunchError(PdctlError):
+    """A fleet could not be started, or an operation on a running fleet failed."""
+
+
+class FleetRunningError(LaunchError):
+    """A fleet with this name is already running under another supervisor."""
+
+
+class NotRunningError(PdctlError):
+    """No fleet with this name is running."""

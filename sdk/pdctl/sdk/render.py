@@ -1,6 +1,7 @@
 """Spec → launch plans: the exact argv and environment of every vLLM instance.
 
-Pure functions: no I/O except ``~`` expansion of the model path. Ports are assigned
+Pure functions: no I/O except ``~`` expansion of the model path (and, on the CPU
+platform, the default interpreter is the one running pdctl). Ports are assigned
 deterministically per host — explicit bases are honoured first (the linter reports
 clashes between them), then every group without one gets the first free range at or
 above its role's default base, so automatic ports never collide with anything.
@@ -11,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import sys
 from collections.abc import Iterable
 from typing import Any, Literal
 
@@ -23,6 +25,7 @@ PlanRole = Literal["prefill", "decode", "colocated"]
 DEFAULT_HTTP_BASE: dict[str, int] = {"prefill": 8100, "decode": 8200}
 DEFAULT_SIDE_CHANNEL_BASE = 5600
 CPU_ENTRYPOINT = "vllm.entrypoints.openai.api_server"
+CPU_TUNING_ENV = "PDCTL_CPU_TUNING"  # read by pdctl.connector.cpu_plugin inside vLLM
 _LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1", "0.0.0.0", "::", "ip6-localhost"})
 
 
@@ -284,7 +287,7 @@ def _instance(
     if fleet.platform == "gpu":
         args += ["vllm", "serve", model_path]
     else:
-        args += [fleet.python, "-m", CPU_ENTRYPOINT, "--model", model_path]
+        args += [fleet.python or sys.executable, "-m", CPU_ENTRYPOINT, "--model", model_path]
     args += ["--served-model-name", spec.model.effective_served_name]
     args += ["--host", g.host, "--port", str(http_port)]
     args += ["--tensor-parallel-size", str(g.tp)]
@@ -328,6 +331,8 @@ def _instance(
     if fleet.platform == "cpu":
         if fleet.cpu_kvcache_gib is not None:
             env["VLLM_CPU_KVCACHE_SPACE"] = str(fleet.cpu_kvcache_gib)
+        if fleet.cpu_tuning:
+            env[CPU_TUNING_ENV] = "1"
         if cores:
             bind, per_rank = cpu_binding(cores, g.ranks)
             env["VLLM_CPU_OMP_THREADS_BIND"] = bind

@@ -103,7 +103,15 @@ class FleetSettings(_Strict):
     enable_prefix_caching: bool | None = Field(
         default=None, description="None keeps vLLM's default; false for honest benchmarks."
     )
-    python: str = Field(default="python", description="Interpreter for the CPU entry point.")
+    python: str | None = Field(
+        default=None,
+        description="Interpreter for the CPU entry point; default: the one running pdctl.",
+    )
+    cpu_tuning: bool = Field(
+        default=True,
+        description="On CPU: no NIXL progress-thread spinning, no core re-pinning "
+        "(PDCTL_CPU_TUNING=1, applied by pdctl's vLLM plugin).",
+    )
     cpu_kvcache_gib: int | None = Field(
         default=None, ge=1, description="VLLM_CPU_KVCACHE_SPACE (GiB) on the CPU platform."
     )

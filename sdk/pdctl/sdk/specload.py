@@ -100,10 +100,13 @@ def env_layer(environ: Mapping[str, str], source: str) -> dict[str, Any]:
             source,
             [SpecProblem("environment", str(e), "PDCTL_ list/table values must be JSON")],
         ) from None
+    # PDCTL_X__Y names a spec field; PDCTL_X without "__" is a whole spec section or one of
+    # pdctl's own settings (PDCTL_STATE_DIR, PDCTL_VENV, ...), which the spec does not own.
     unknown = sorted(
         k
         for k in relevant
-        if k[len(ENV_PREFIX) :].split("__", 1)[0].lower() not in FleetSpec.model_fields
+        if "__" in k
+        and k[len(ENV_PREFIX) :].split("__", 1)[0].lower() not in FleetSpec.model_fields
     )
     if unknown:
         raise SpecError(

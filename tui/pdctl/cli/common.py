@@ -43,11 +43,11 @@ def spec_error_json(e: Exception) -> dict[str, Any]:
     return {"ok": False, "error": str(e)}
 
 
-def add_spec_arguments(p: argparse.ArgumentParser) -> None:
-    """-f/--set shared by every subcommand that reads a fleet spec."""
+def add_spec_arguments(p: argparse.ArgumentParser, short: bool = True) -> None:
+    """-f/--set shared by every subcommand that reads a fleet spec (``short=False``
+    leaves ``-f`` free, e.g. for ``logs -f``)."""
     p.add_argument(
-        "-f",
-        "--file",
+        *(("-f", "--file") if short else ("--file",)),
         metavar="SPEC",
         default=None,
         help="fleet spec (TOML); default ./pdctl.toml",
@@ -82,3 +82,59 @@ def summary_line(report: LintReport, source: str) -> str:
     if not e and not w:
         return f"{source}: no problems found"
     return f"{source}: {e} error(s), {w} warning(s)"
+
+
+def add_fleet_arguments(p: argparse.ArgumentParser, short: bool = True) -> None:
+    """For commands that act on a running fleet: which one."""
+    add_spec_arguments(p, short)
+    p.add_argument(
+        "--fleet",
+        metavar="NAME",
+        default=None,
+        help="fleet name (default: fleet.name of the spec, or the only running fleet)",
+    )
+
+
+def resolve_fleet_name(args: argparse.Namespace) -> str:
+    """--fleet, else the spec's fleet.name, else the only fleet with state on this machine."""
+    from pdctl.sdk.errors import NotRunningError, SpecError
+    from pdctl.sdk.fleet.state import state_root
+
+    if args.fleet:
+        return str(args.fleet)
+    try:
+        return load(args).spec.fleet.name
+    except SpecError:
+        if args.file is not None:
+            raise
+    root = state_root()
+    running = sorted(p.parent.name for p in root.glob("*/state.json"))
+    if len(running) == 1:
+        return running[0]
+    if not running:
+        raise NotRunningError(f"no fleet is running (no state under {root})")
+    raise NotRunningError(
+        f"several fleets are running ({', '.join(running)}); choose one with --fleet NAME"
+    )
+
+
+def fmt_duration(s: float | None) -> str:
+    if s is None:
+        return "-"
+    s = int(s)
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s"
+    return f"{s // 3600}h{(s % 3600) // 60:02d}m"
+
+
+STATE_STYLE = {
+    "ready": "green",
+    "starting": "yellow",
+    "unhealthy": "red",
+    "exited": "bold red",
+    "gone": "bold red",
+    "stopping": "magenta",
+    "stopped": "dim",
+}

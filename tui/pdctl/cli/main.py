@@ -33,6 +33,13 @@ SUBCOMMANDS: tuple[Subcommand, ...] = (
     Subcommand("render", "print the exact vLLM command of every instance", "cmd_render"),
     Subcommand("lint", "check a fleet spec for known P/D failure modes before launch", "cmd_lint"),
     Subcommand("schema", "print the fleet spec's JSON schema", "cmd_schema"),
+    Subcommand("up", "start the fleet and supervise it until Ctrl-C", "cmd_up"),
+    Subcommand("status", "show every instance of a running fleet", "cmd_status"),
+    Subcommand("logs", "print (or follow) an instance's log", "cmd_logs"),
+    Subcommand("restart", "restart one instance of a running fleet", "cmd_restart"),
+    Subcommand("down", "stop a running fleet", "cmd_down"),
+    Subcommand("demo", "start the local CPU P/D demo fleet and send it traffic", "cmd_demo"),
+    Subcommand("model", "build the tiny local demo model", "cmd_model"),
 )
 
 

@@ -1,0 +1,68 @@
+"""Lifecycle events and status snapshots of a fleet (plain immutable data)."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Literal
+
+EventKind = Literal[
+    "starting",
+    "ready",
+    "exited",
+    "restarting",
+    "restarted",
+    "stopping",
+    "stopped",
+    "fleet-ready",
+    "fleet-stopped",
+]
+
+
+@dataclass(frozen=True)
+class FleetEvent:
+    kind: EventKind
+    instance: str | None
+    at: float = field(default_factory=time.time)
+    code: int | None = None
+    message: str = ""
+    log_tail: tuple[str, ...] = ()
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "kind": self.kind,
+            "instance": self.instance,
+            "at": self.at,
+            "code": self.code,
+            "message": self.message,
+            "log_tail": list(self.log_tail),
+        }
+
+
+@dataclass(frozen=True)
+class InstanceStatus:
+    name: str
+    role: str
+    url: str
+    state: str
+    """starting | ready | unhealthy | exited | stopping | stopped | gone"""
+    pid: int | None
+    exit_code: int | None
+    uptime_s: float | None
+    restarts: int
+    log: str
+    log_tail: tuple[str, ...] = ()
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "name": self.name,
+            "role": self.role,
+            "url": self.url,
+            "state": self.state,
+            "pid": self.pid,
+            "exit_code": self.exit_code,
+            "uptime_s": self.uptime_s,
+            "restarts": self.restarts,
+            "log": self.log,
+            "log_tail": list(self.log_tail),
+        }

@@ -1,0 +1,612 @@
+"""Start, supervise and stop a local fleet of vLLM instances.
+
+:class:`AsyncFleet` is the supervisor: each instance runs under a *shepherd* process
+(:mod:`pdctl.sdk.shepherd`) in its own process group, tied to this process by a lifeline
+pipe, so nothing outlives the supervisor even when it is SIGKILLed. State, logs and exit
+codes live in the fleet's state directory, and a control socket there lets other shells
+restart instances or stop the fleet (:func:`fleet_status`, :func:`remote_down`, …).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, BinaryIO
+
+import httpx
+
+from pdctl.sdk.errors import FleetRunningError, LaunchError, NotRunningError
+from pdctl.sdk.fleet import control
+from pdctl.sdk.fleet.events import EventKind, FleetEvent, InstanceStatus
+from pdctl.sdk.fleet.probe import probe_ready
+from pdctl.sdk.fleet.procs import alive, group_alive, kill_group, start_ticks
+from pdctl.sdk.fleet.state import (
+    FleetRecord,
+    InstanceRecord,
+    fleet_dir,
+    read_exit,
+    read_state,
+    state_file,
+    tail,
+    write_state,
+)
+from pdctl.sdk.lint import lint, require_clean
+from pdctl.sdk.render import InstancePlan
+from pdctl.sdk.shepherd import group_members
+from pdctl.sdk.spec import FleetSpec
+from pdctl.sdk.specload import load_spec
+
+DEFAULT_READY_TIMEOUT = 180.0
+DEFAULT_GRACE = 10.0
+POLL_INTERVAL = 0.5
+TAIL_LINES = 15
+
+
+@dataclass
+class _Instance:
+    plan: InstancePlan
+    record: InstanceRecord
+    proc: asyncio.subprocess.Process | None = None
+    watcher: asyncio.Task[None] | None = None
+    stopping: bool = False
+    why: str = "starting"
+
+
+@dataclass
+class FleetStatus:
+    fleet: str
+    state_dir: str
+    supervisor_pid: int | None
+    supervisor_alive: bool
+    instances: list[InstanceStatus] = field(default_factory=list)
+
+    @property
+    def stale(self) -> bool:
+        return not self.supervisor_alive
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "fleet": self.fleet,
+            "state_dir": self.state_dir,
+            "supervisor_pid": self.supervisor_pid,
+            "supervisor_alive": self.supervisor_alive,
+            "instances": [i.as_dict() for i in self.instances],
+        }
+
+
+class AsyncFleet:
+    """A local fleet rendered from a spec, supervised by this process.
+
+    ``async with AsyncFleet(spec) as fleet:`` brings it up (waiting for readiness) and
+    always takes it down on the way out.
+    """
+
+    def __init__(
+        self,
+        spec: FleetSpec,
+        *,
+        source: str = "<spec>",
+        state_root: Path | None = None,
+        ready_timeout: float = DEFAULT_READY_TIMEOUT,
+        grace: float = DEFAULT_GRACE,
+        check_ports: bool = True,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        self.spec = spec
+        self.source = source
+        self.plan = require_clean(lint(spec, check_bound_ports=False))
+        self.dir = fleet_dir(spec.fleet.name, state_root)
+        self.ready_timeout = ready_timeout
+        self.grace = grace
+        self.check_ports = check_ports
+        self._transport = transport
+        self._client: httpx.AsyncClient | None = None
+        self._instances: dict[str, _Instance] = {}
+        self._subscribers: list[asyncio.Queue[FleetEvent]] = []
+        self._changed = asyncio.Event()
+        self._life_r: int | None = None
+        self._life_w: int | None = None
+        self._server: asyncio.AbstractServer | None = None
+        self._started_at = 0.0
+        self._up = False
+        self._down_lock = asyncio.Lock()
+        self.stopped = asyncio.Event()
+        """Set once :meth:`down` has finished (also when asked from another shell)."""
+
+    @classmethod
+    def from_file(
+        cls, path: str | Path | None = None, overrides: Sequence[str] = (), **kw: Any
+    ) -> AsyncFleet:
+        loaded = load_spec(path, overrides)
+        return cls(loaded.spec, source=loaded.source, **kw)
+
+    async def __aenter__(self) -> AsyncFleet:
+        await self.up()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.down()
+
+    # ------------------------------------------------------------------ events
+
+    def events(self) -> AsyncIterator[FleetEvent]:
+        """Every lifecycle event from now on (subscribe before calling :meth:`up`)."""
+        q: asyncio.Queue[FleetEvent] = asyncio.Queue()
+        self._subscribers.append(q)
+
+        async def gen() -> AsyncIterator[FleetEvent]:
+            try:
+                while True:
+                    ev = await q.get()
+                    yield ev
+                    if ev.kind == "fleet-stopped":
+                        return
+            finally:
+                with contextlib.suppress(ValueError):
+                    self._subscribers.remove(q)
+
+        return gen()
+
+    def _emit(
+        self,
+        kind: EventKind,
+        name: str | None,
+        *,
+        code: int | None = None,
+        message: str = "",
+        log_tail: Iterable[str] = (),
+    ) -> None:
+        ev = FleetEvent(kind, name, code=code, message=message, log_tail=tuple(log_tail))
+        for q in list(self._subscribers):
+            q.put_nowait(ev)
+        self._changed.set()
+
+    # ------------------------------------------------------------------ up
+
+    async def up(self, *, wait: bool = True) -> None:
+        """Start every instance; with ``wait``, return once all are ready.
+
+        On any failure (an instance exits, the timeout passes, cancellation/Ctrl-C) the
+        whole fleet is taken down before the error propagates.
+        """
+        if self._up:
+            raise LaunchError("this fleet object is already up")
+        self._claim_state_dir()
+        report = lint(self.spec, check_bound_ports=self.check_ports)
+        require_clean(report)
+        self._check_engine()
+        self._up = True
+        try:
+            (self.dir / "logs").mkdir(parents=True, exist_ok=True)
+            (self.dir / "run").mkdir(parents=True, exist_ok=True)
+            self._life_r, self._life_w = os.pipe()
+            self._client = httpx.AsyncClient(transport=self._transport)
+            self._started_at = time.time()
+            for plan in self.plan.instances:
+                self._instances[plan.name] = _Instance(plan, self._new_record(plan))
+            self._save()
+            self._server = await control.serve(self.dir / "control.sock", self._on_control)
+            for inst in self._instances.values():
+                await self._spawn(inst)
+            self._save()
+            if wait:
+                await self.wait_ready()
+        except BaseException:
+            await asyncio.shield(self.down())
+            raise
+
+    def _claim_state_dir(self) -> None:
+        rec = read_state(self.dir)
+        if rec is None:
+            return
+        if alive(rec.supervisor_pid, rec.supervisor_ticks):
+            raise FleetRunningError(
+                f"fleet {rec.fleet!r} is already running (supervisor pid {rec.supervisor_pid},"
+                f" spec {rec.source}); see `pdctl status`, or stop it with `pdctl down`"
+            )
+        cleanup_stale(rec, self.dir, self.grace)
+
+    def _check_engine(self) -> None:
+        argv0 = self.plan.instances[0].argv[0]
+        extra = "cpu" if self.spec.fleet.platform == "cpu" else "gpu"
+        hint = f"install it: pip install 'pdctl[{extra}]'"
+        if self.spec.fleet.platform == "gpu":
+            if shutil.which(argv0) is None:
+                raise LaunchError(f"vLLM is not installed here (no {argv0!r} on PATH); {hint}")
+            return
+        probe = "import importlib.util as u, sys; sys.exit(0 if u.find_spec('vllm') else 3)"
+        try:
+            rc = subprocess.run([argv0, "-c", probe], timeout=60, check=False).returncode
+        except (OSError, subprocess.TimeoutExpired) as e:
+            raise LaunchError(f"cannot run the interpreter {argv0!r}: {e}") from None
+        if rc != 0:
+            raise LaunchError(f"vLLM is not installed for {argv0}; {hint}")
+
+    def _new_record(self, plan: InstancePlan) -> InstanceRecord:
+        return InstanceRecord(
+            name=plan.name,
+            role=plan.role,
+            url=plan.url,
+            served_name=self.spec.model.effective_served_name,
+            http_port=plan.http_port,
+            side_channel_ports=list(plan.side_channel_ports),
+            engine_id=plan.engine_id,
+            log=str(self.dir / "logs" / f"{plan.name}.log"),
+            exit_file=str(self.dir / "run" / f"{plan.name}.exit"),
+        )
+
+    async def _spawn(self, inst: _Instance) -> None:
+        assert self._life_r is not None
+        rec = inst.record
+        env = {**os.environ, **inst.plan.env}
+        cmd = [
+            sys.executable,
+            "-m",
+            "pdctl.sdk.shepherd",
+            "--lifeline",
+            str(self._life_r),
+            "--exit-file",
+            rec.exit_file,
+            "--grace",
+            str(self.grace),
+            "--",
+            *inst.plan.argv,
+        ]
+        with _open_log(inst) as log:
+            inst.proc = await asyncio.create_subprocess_exec(
+                *cmd,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=env,
+                start_new_session=True,
+                pass_fds=(self._life_r,),
+            )
+        inst.stopping = False
+        inst.why = "starting"
+        rec.shepherd_pid = inst.proc.pid
+        rec.shepherd_ticks = start_ticks(inst.proc.pid)
+        rec.started_at = time.time()
+        rec.ready_at = None
+        rec.state = "starting"
+        rec.exit_code = None
+        inst.watcher = asyncio.create_task(self._watch(inst, inst.proc))
+        self._emit("starting", rec.name, message=f"pid {inst.proc.pid}")
+
+    async def _watch(self, inst: _Instance, proc: asyncio.subprocess.Process) -> None:
+        rc = await proc.wait()
+        if inst.proc is not proc:
+            return
+        ex = read_exit(inst.record.exit_file)
+        code = ex[0] if ex else (rc if rc >= 0 else 128 - rc)
+        inst.record.exit_code = code
+        if inst.stopping:
+            inst.record.state = "stopped"
+        else:
+            inst.record.state = "exited"
+            self._emit(
+                "exited",
+                inst.record.name,
+                code=code,
+                message=f"{inst.record.name} exited with code {code}",
+                log_tail=tail(inst.record.log, TAIL_LINES),
+            )
+        self._save()
+        self._changed.set()
+
+    # ------------------------------------------------------------------ readiness
+
+    async def wait_ready(
+        self, limit_s: float | None = None, names: Iterable[str] | None = None
+    ) -> None:
+        """Wait until the named (default: all) instances answer ``/health`` and list the
+        model. Raises :class:`LaunchError` with the log tail when one exits first, or
+        when ``limit_s`` seconds (default: the fleet's ready timeout) pass."""
+        assert self._client is not None, "call up() first"
+        targets = [self._instances[n] for n in (names or self._instances)]
+        limit = self.ready_timeout if limit_s is None else limit_s
+        deadline = time.monotonic() + limit
+        while True:
+            for inst in targets:
+                if inst.record.state in ("exited", "stopped"):
+                    raise LaunchError(
+                        f"{inst.record.name} exited with code {inst.record.exit_code} during "
+                        f"start-up; last log lines ({inst.record.log}):\n"
+                        + "\n".join("  " + ln for ln in tail(inst.record.log, TAIL_LINES))
+                    )
+            pending = [i for i in targets if i.record.state == "starting"]
+            if not pending:
+                if names is None:
+                    self._emit("fleet-ready", None, message=f"{len(targets)} instances ready")
+                return
+            if time.monotonic() > deadline:
+                details = "; ".join(f"{i.record.name}: {i.why}" for i in pending)
+                first = pending[0].record
+                raise LaunchError(
+                    f"not ready after {limit:g} s ({details}); raise the timeout with "
+                    f"--timeout if the machine is slow. Last log lines of {first.name}:\n"
+                    + "\n".join("  " + ln for ln in tail(first.log, TAIL_LINES))
+                )
+            results = await asyncio.gather(
+                *(probe_ready(self._client, i.plan.url, i.record.served_name) for i in pending)
+            )
+            for inst, (ok, why) in zip(pending, results, strict=True):
+                inst.why = why
+                if ok and inst.record.state == "starting":
+                    inst.record.state = "ready"
+                    inst.record.ready_at = time.time()
+                    took = inst.record.ready_at - (inst.record.started_at or inst.record.ready_at)
+                    self._emit("ready", inst.record.name, message=f"ready in {took:.1f} s")
+                    self._save()
+            self._changed.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._changed.wait(), POLL_INTERVAL)
+
+    # ------------------------------------------------------------------ restart / status
+
+    async def restart(self, name: str) -> None:
+        """Stop one instance (SIGTERM, SIGKILL after the grace period), start it again and
+        wait until it is ready."""
+        inst = self._instances.get(name)
+        if inst is None:
+            raise LaunchError(f"no instance named {name!r} (have: {', '.join(self._instances)})")
+        self._emit("restarting", name)
+        await self._stop_instance(inst)
+        inst.record.restarts += 1
+        await self._spawn(inst)
+        self._save()
+        await self.wait_ready(names=[name])
+        self._emit("restarted", name, message=f"restart #{inst.record.restarts}")
+
+    async def status(self) -> list[InstanceStatus]:
+        """A fresh snapshot, probing instances that should be serving."""
+        assert self._client is not None, "call up() first"
+        insts = list(self._instances.values())
+        probes = await asyncio.gather(
+            *(probe_ready(self._client, i.plan.url, i.record.served_name) for i in insts)
+        )
+        return [
+            _status_of(i.record, i.record.state, ok)
+            for i, (ok, _why) in zip(insts, probes, strict=True)
+        ]
+
+    def instance_names(self) -> list[str]:
+        return list(self._instances)
+
+    # ------------------------------------------------------------------ down
+
+    async def _stop_instance(self, inst: _Instance) -> None:
+        inst.stopping = True
+        proc = inst.proc
+        if proc is None:
+            return
+        if proc.returncode is None:
+            inst.record.state = "stopping"
+            with contextlib.suppress(ProcessLookupError):
+                proc.terminate()  # the shepherd stops its group: TERM, then KILL after grace
+            try:
+                await asyncio.wait_for(proc.wait(), self.grace + 5)
+            except TimeoutError:
+                kill_group(proc.pid, 0)
+                await proc.wait()
+        # anything left in the group (a shepherd killed from outside) goes too
+        if group_members(proc.pid):
+            kill_group(proc.pid, 0)
+        if inst.watcher is not None:
+            with contextlib.suppress(asyncio.CancelledError):
+                await inst.watcher
+        inst.record.state = "stopped"
+
+    async def down(self) -> None:
+        """Stop every instance and release the state directory. Idempotent."""
+        async with self._down_lock:
+            if self.stopped.is_set():
+                return
+            for inst in self._instances.values():
+                if inst.proc is not None and inst.proc.returncode is None:
+                    self._emit("stopping", inst.record.name)
+            await asyncio.gather(*(self._stop_instance(i) for i in self._instances.values()))
+            if self._server is not None:
+                self._server.close()
+                with contextlib.suppress(FileNotFoundError):
+                    (self.dir / "control.sock").unlink()
+            for fd in (self._life_w, self._life_r):
+                if fd is not None:
+                    with contextlib.suppress(OSError):
+                        os.close(fd)
+            self._life_r = self._life_w = None
+            if self._client is not None:
+                await self._client.aclose()
+            if self._up:
+                with contextlib.suppress(FileNotFoundError):
+                    state_file(self.dir).unlink()
+            for inst in self._instances.values():
+                self._emit("stopped", inst.record.name, code=inst.record.exit_code)
+            self._emit("fleet-stopped", None)
+            self.stopped.set()
+
+    # ------------------------------------------------------------------ state / control
+
+    def _save(self) -> None:
+        write_state(
+            self.dir,
+            FleetRecord(
+                fleet=self.spec.fleet.name,
+                source=self.source,
+                supervisor_pid=os.getpid(),
+                supervisor_ticks=start_ticks(os.getpid()),
+                control_socket=str(self.dir / "control.sock"),
+                started_at=self._started_at,
+                instances=[i.record for i in self._instances.values()],
+            ),
+        )
+
+    async def _on_control(self, req: dict[str, Any]) -> dict[str, Any]:
+        cmd = req.get("cmd")
+        if cmd == "ping":
+            return {"ok": True, "pid": os.getpid()}
+        if cmd == "restart":
+            await self.restart(str(req.get("name")))
+            return {"ok": True}
+        if cmd == "down":
+            await self.down()
+            return {"ok": True}
+        return {"ok": False, "error": f"unknown command {cmd!r}"}
+
+
+# ---------------------------------------------------------------------- other shells
+
+
+def _open_log(inst: _Instance) -> BinaryIO:
+    """Forget the previous exit, open the log for appending and write a start header."""
+    rec = inst.record
+    with contextlib.suppress(FileNotFoundError):
+        Path(rec.exit_file).unlink()
+    log = open(rec.log, "ab")  # noqa: SIM115 - the caller closes it
+    stamp = time.strftime("%Y-%m-%d %H:%M:%S")
+    log.write(f"=== pdctl: starting {rec.name} at {stamp}\n=== {inst.plan.shell()}\n".encode())
+    log.flush()
+    return log
+
+
+def _status_of(rec: InstanceRecord, state: str, probe_ok: bool | None) -> InstanceStatus:
+    now = time.time()
+    if state in ("ready", "starting") and probe_ok is not None:
+        if probe_ok:
+            state = "ready"
+        elif state == "ready":
+            state = "unhealthy"
+    exited = state in ("exited", "gone")
+    return InstanceStatus(
+        name=rec.name,
+        role=rec.role,
+        url=rec.url,
+        state=state,
+        pid=rec.shepherd_pid,
+        exit_code=rec.exit_code,
+        uptime_s=None if exited or rec.started_at is None else now - rec.started_at,
+        restarts=rec.restarts,
+        log=rec.log,
+        log_tail=tuple(tail(rec.log, TAIL_LINES)) if exited else (),
+    )
+
+
+def _require_state(fleet: str, root: Path | None) -> tuple[Path, FleetRecord]:
+    d = fleet_dir(fleet, root)
+    rec = read_state(d)
+    if rec is None:
+        raise NotRunningError(f"no fleet named {fleet!r} is running (nothing in {d})")
+    return d, rec
+
+
+async def fleet_status(
+    fleet: str,
+    *,
+    state_root: Path | None = None,
+    transport: httpx.AsyncBaseTransport | None = None,
+) -> FleetStatus:
+    """Status of a fleet supervised by another process, from its state directory.
+
+    An instance whose process exited shows ``exited`` with its code and log tail as soon
+    as its shepherd has written the exit file (milliseconds after the exit).
+    """
+    d, rec = _require_state(fleet, state_root)
+    sup_alive = alive(rec.supervisor_pid, rec.supervisor_ticks)
+    states: list[str] = []
+    for inst in rec.instances:
+        ex = read_exit(inst.exit_file)
+        if ex is not None and ex[1] >= (inst.started_at or 0):
+            inst.exit_code = ex[0]
+            states.append("stopped" if inst.state in ("stopping", "stopped") else "exited")
+        elif not group_alive(inst.shepherd_pid):
+            states.append("gone" if inst.state not in ("stopped",) else "stopped")
+        else:
+            states.append(inst.state)
+    async with httpx.AsyncClient(transport=transport) as client:
+        probes = await asyncio.gather(
+            *(
+                probe_ready(client, i.url, i.served_name)
+                if s in ("ready", "starting", "unhealthy")
+                else _none()
+                for i, s in zip(rec.instances, states, strict=True)
+            )
+        )
+    out = FleetStatus(rec.fleet, str(d), rec.supervisor_pid, sup_alive)
+    for inst, s, probe in zip(rec.instances, states, probes, strict=True):
+        out.instances.append(_status_of(inst, s, probe[0] if probe is not None else None))
+    return out
+
+
+async def _none() -> None:
+    return None
+
+
+def cleanup_stale(rec: FleetRecord, d: Path, grace: float = DEFAULT_GRACE) -> int:
+    """Stop whatever a crashed supervisor left behind; remove its state. Returns the number
+    of process groups stopped."""
+    stopped = 0
+    for inst in rec.instances:
+        pgid = inst.shepherd_pid
+        if pgid and group_members(pgid) and _ours(pgid, inst.shepherd_ticks):
+            kill_group(pgid, grace)
+            stopped += 1
+    with contextlib.suppress(FileNotFoundError):
+        state_file(d).unlink()
+    with contextlib.suppress(FileNotFoundError):
+        (d / "control.sock").unlink()
+    return stopped
+
+
+def _ours(pgid: int, ticks: int | None) -> bool:
+    """Is process group ``pgid`` still the one pdctl started (not a reused number)?"""
+    if alive(pgid, ticks):
+        return True
+    for pid in group_members(pgid):
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            continue
+        if b"vllm" in cmdline or b"pdctl" in cmdline:
+            return True
+    return False
+
+
+def remote_restart(
+    fleet: str,
+    name: str,
+    *,
+    state_root: Path | None = None,
+    timeout: float = DEFAULT_READY_TIMEOUT + 30,
+) -> None:
+    _d, rec = _require_state(fleet, state_root)
+    if not alive(rec.supervisor_pid, rec.supervisor_ticks):
+        raise NotRunningError(
+            f"fleet {fleet!r} has no live supervisor (it crashed); run `pdctl down` to clean "
+            "up, then `pdctl up`"
+        )
+    rec.instance(name)
+    control.request(rec.control_socket, {"cmd": "restart", "name": name}, timeout)
+
+
+def remote_down(fleet: str, *, state_root: Path | None = None, grace: float = DEFAULT_GRACE) -> str:
+    """Ask the supervisor to stop the fleet; clean up directly when it is gone."""
+    d, rec = _require_state(fleet, state_root)
+    if alive(rec.supervisor_pid, rec.supervisor_ticks):
+        try:
+            control.request(rec.control_socket, {"cmd": "down"}, grace + 30)
+        except control.ControlError:
+            # the supervisor is wedged: stop it, then clean up after it
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(rec.supervisor_pid, 15)
+        else:
+            return "stopped"
+    n = cleanup_stale(rec, d, grace)
+    return f"cleaned up after a crashed supervisor ({n} process group(s) stopped)"

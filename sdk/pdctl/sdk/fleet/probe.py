@@ -1,0 +1,28 @@
+"""Readiness probes: ``GET /health`` is 200 and ``/v1/models`` lists the served model."""
+
+from __future__ import annotations
+
+import httpx
+
+
+async def probe_ready(
+    client: httpx.AsyncClient, url: str, served_name: str, timeout_s: float = 2.0
+) -> tuple[bool, str]:
+    """(ready, why-not). Never raises for network problems."""
+    try:
+        r = await client.get(f"{url}/health", timeout=timeout_s)
+        if r.status_code != 200:
+            return False, f"/health answered {r.status_code}"
+        r = await client.get(f"{url}/v1/models", timeout=timeout_s)
+        if r.status_code != 200:
+            return False, f"/v1/models answered {r.status_code}"
+        ids = [m.get("id") for m in r.json().get("data", []) if isinstance(m, dict)]
+    except httpx.ConnectError:
+        return False, "not listening yet"
+    except httpx.TimeoutException:
+        return False, "probe timed out"
+    except (httpx.HTTPError, ValueError, AttributeError) as e:
+        return False, f"probe failed: {type(e).__name__}"
+    if served_name not in ids:
+        return False, f"model {served_name!r} not listed (have {ids})"
+    return True, "ready"

@@ -1,0 +1,63 @@
+"""Process helpers for the launcher (Linux /proc where available, POSIX signals)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import time
+
+from pdctl.sdk.shepherd import group_members
+
+
+def start_ticks(pid: int) -> int | None:
+    """The process's start time in clock ticks since boot (identifies it across pid reuse)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read().decode(errors="replace")
+    except OSError:
+        return None
+    fields = stat[stat.rfind(")") + 2 :].split()
+    try:
+        return int(fields[19])
+    except (IndexError, ValueError):
+        return None
+
+
+def alive(pid: int | None, ticks: int | None = None) -> bool:
+    """True if ``pid`` runs (and, when ``ticks`` is given, is the same process as then)."""
+    if not pid:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass
+    if _zombie(pid):
+        return False
+    return ticks is None or start_ticks(pid) in (None, ticks)
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read().decode(errors="replace")
+    except OSError:
+        return False
+    return stat[stat.rfind(")") + 2 :].startswith("Z")
+
+
+def group_alive(pgid: int | None) -> bool:
+    return bool(pgid) and bool(group_members(pgid))  # type: ignore[arg-type]
+
+
+def kill_group(pgid: int, grace: float) -> None:
+    """SIGTERM a whole process group, then SIGKILL whatever is left after ``grace``."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    while time.monotonic() < deadline and group_members(pgid):
+        time.sleep(0.1)
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, signal.SIGKILL)

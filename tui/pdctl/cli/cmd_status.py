@@ -1,0 +1,44 @@
+"""``pdctl status``: every instance of a running fleet, from any shell.
+
+Exit codes: 0 every instance ready; 1 some instance not ready (starting, unhealthy,
+exited); 2 no such fleet or another error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+
+from pdctl.cli.common import add_fleet_arguments, console, print_json, resolve_fleet_name
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    add_fleet_arguments(p)
+    p.add_argument("--json", action="store_true", help="machine-readable status")
+
+
+def run(args: argparse.Namespace) -> int:
+    from pdctl.cli.fleetview import status_table
+    from pdctl.sdk.fleet import fleet_status
+
+    name = resolve_fleet_name(args)
+    st = asyncio.run(fleet_status(name))
+    all_ready = all(i.state == "ready" for i in st.instances)
+    if args.json:
+        print_json(st.as_dict())
+        return 0 if all_ready else 1
+    out = console()
+    sup = (
+        f"supervisor pid {st.supervisor_pid}"
+        if st.supervisor_alive
+        else "[bold red]supervisor gone (crashed?)[/]: `pdctl down` cleans up"
+    )
+    out.print(status_table(st.instances, title=f"fleet {st.fleet} — {sup}"))
+    for i in st.instances:
+        if i.log_tail:
+            out.print(
+                f"[bold red]{i.name}[/] {i.state} (code {i.exit_code}); last lines of {i.log}:"
+            )
+            for ln in i.log_tail:
+                out.print("  " + ln, markup=False, highlight=False)
+    return 0 if all_ready else 1

@@ -1,0 +1,97 @@
+"""Rich rendering of a fleet's instances, shared by up, status and demo."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from pdctl.cli.common import STATE_STYLE, fmt_duration
+
+if TYPE_CHECKING:
+    from rich.table import Table
+
+    from pdctl.sdk.fleet import FleetEvent, InstanceStatus
+
+
+@dataclass
+class Row:
+    name: str
+    role: str
+    url: str
+    state: str = "pending"
+    pid: int | None = None
+    since: float | None = None
+    note: str = ""
+    code: int | None = None
+
+
+@dataclass
+class FleetView:
+    """Instance rows kept current from lifecycle events."""
+
+    rows: dict[str, Row] = field(default_factory=dict)
+
+    @classmethod
+    def from_plan(cls, instances: Iterable[tuple[str, str, str]]) -> FleetView:
+        return cls({n: Row(n, r, u) for n, r, u in instances})
+
+    def apply(self, ev: FleetEvent) -> None:
+        row = self.rows.get(ev.instance or "")
+        if row is None:
+            return
+        kind = ev.kind
+        if kind == "starting":
+            row.state, row.since, row.note = "starting", ev.at, ev.message
+            if ev.message.startswith("pid "):
+                row.pid = int(ev.message.split()[1])
+        elif kind in ("ready", "restarted"):
+            row.state, row.note = "ready", ev.message
+        elif kind == "exited":
+            row.state, row.code = "exited", ev.code
+            row.note = ev.log_tail[-1] if ev.log_tail else ev.message
+        elif kind in ("stopping", "restarting"):
+            row.state, row.note = "stopping", kind
+        elif kind == "stopped":
+            row.state = "stopped"
+
+    def table(self, title: str = "") -> Table:
+        from rich.table import Table
+
+        t = Table(title=title or None, title_justify="left", expand=False)
+        for col in ("instance", "role", "endpoint", "state", "pid", "up", "note"):
+            t.add_column(col, no_wrap=col != "note", overflow="ellipsis")
+        now = time.time()
+        for r in self.rows.values():
+            state = r.state if r.code is None else f"{r.state} ({r.code})"
+            t.add_row(
+                r.name,
+                r.role,
+                r.url,
+                f"[{STATE_STYLE.get(r.state, 'white')}]{state}[/]",
+                str(r.pid or "-"),
+                fmt_duration(now - r.since) if r.since and r.state != "stopped" else "-",
+                r.note[:80],
+            )
+        return t
+
+
+def status_table(items: Iterable[InstanceStatus], title: str = "") -> Table:
+    from rich.table import Table
+
+    t = Table(title=title or None, title_justify="left")
+    for col in ("instance", "role", "endpoint", "state", "pid", "up", "restarts"):
+        t.add_column(col, no_wrap=True)
+    for s in items:
+        state = s.state if s.exit_code is None else f"{s.state} ({s.exit_code})"
+        t.add_row(
+            s.name,
+            s.role,
+            s.url,
+            f"[{STATE_STYLE.get(s.state, 'white')}]{state}[/]",
+            str(s.pid or "-"),
+            fmt_duration(s.uptime_s),
+            str(s.restarts),
+        )
+    return t
