@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
+import socket
 from pathlib import Path
 from typing import Any
 
@@ -52,3 +53,26 @@ def model_dir(tmp_path: Path):
         return d
 
     return make
+
+
+def free_ports(n: int) -> list[int]:
+    socks = []
+    for _ in range(n):
+        s = socket.socket()
+        s.bind(("127.0.0.1", 0))
+        socks.append(s)
+    ports = [s.getsockname()[1] for s in socks]
+    for s in socks:
+        s.close()
+    return ports
+
+
+def port_free(port: int) -> bool:
+    """Can a server bind it again (as servers do, with SO_REUSEADDR)?"""
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True

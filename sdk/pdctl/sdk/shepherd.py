@@ -101,7 +101,10 @@ class Shepherd:
         deadline = time.monotonic() + self.grace
         while time.monotonic() < deadline and group_members(self.pgid, exclude=self.me):
             time.sleep(0.1)
-        signal_group(self.pgid, signal.SIGKILL, exclude=self.me)
+        if signal_group(self.pgid, signal.SIGKILL, exclude=self.me):
+            deadline = time.monotonic() + 5
+            while time.monotonic() < deadline and group_members(self.pgid, exclude=self.me):
+                time.sleep(0.05)
 
     def _watch_lifeline(self) -> None:
         assert self.lifeline is not None

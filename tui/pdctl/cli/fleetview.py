@@ -57,18 +57,17 @@ class FleetView:
             row.state = "stopped"
 
     def table(self, title: str = "") -> Table:
-        from rich.table import Table
 
-        t = Table(title=title or None, title_justify="left", expand=False)
+        t = _table(title)
         for col in ("instance", "role", "endpoint", "state", "pid", "up", "note"):
-            t.add_column(col, no_wrap=col != "note", overflow="ellipsis")
+            t.add_column(col, no_wrap=col != "note", overflow="fold")
         now = time.time()
         for r in self.rows.values():
             state = r.state if r.code is None else f"{r.state} ({r.code})"
             t.add_row(
                 r.name,
                 r.role,
-                r.url,
+                _endpoint(r.url),
                 f"[{STATE_STYLE.get(r.state, 'white')}]{state}[/]",
                 str(r.pid or "-"),
                 fmt_duration(now - r.since) if r.since and r.state != "stopped" else "-",
@@ -78,9 +77,8 @@ class FleetView:
 
 
 def status_table(items: Iterable[InstanceStatus], title: str = "") -> Table:
-    from rich.table import Table
 
-    t = Table(title=title or None, title_justify="left")
+    t = _table(title)
     for col in ("instance", "role", "endpoint", "state", "pid", "up", "restarts"):
         t.add_column(col, no_wrap=True)
     for s in items:
@@ -88,10 +86,21 @@ def status_table(items: Iterable[InstanceStatus], title: str = "") -> Table:
         t.add_row(
             s.name,
             s.role,
-            s.url,
+            _endpoint(s.url),
             f"[{STATE_STYLE.get(s.state, 'white')}]{state}[/]",
             str(s.pid or "-"),
             fmt_duration(s.uptime_s),
             str(s.restarts),
         )
     return t
+
+
+def _table(title: str) -> Table:
+    from rich import box
+    from rich.table import Table
+
+    return Table(title=title or None, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
+
+
+def _endpoint(url: str) -> str:
+    return url.removeprefix("http://")

@@ -58,6 +58,7 @@ async def supervise(
     view = view_for(fleet)
     interactive = out.is_terminal and not json_events
     messages: list[str] = []
+    errors: list[str] = []
 
     def render() -> RenderableType:
         parts: list[Any] = [view.table(title)]
@@ -105,7 +106,7 @@ async def supervise(
             err = up_task.exception()
             if not isinstance(err, PdctlError):
                 raise err  # type: ignore[misc]
-            note(f"[bold red]error[/]: {err}")
+            errors.append(str(err))
             rc = err.exit_code
         else:
             note(f"[green]fleet ready[/] {ready_hint}")
@@ -119,7 +120,7 @@ async def supervise(
             if body_task is not None:
                 if body_task in done and body_task.exception() is not None:
                     err = body_task.exception()
-                    note(f"[bold red]error[/]: {err}")
+                    errors.append(f"{type(err).__name__}: {err}")
                     rc = 2
                 body_task.cancel()
                 with contextlib.suppress(asyncio.CancelledError, Exception):
@@ -139,6 +140,13 @@ async def supervise(
         loop.remove_signal_handler(sig)
     if not json_events:
         out.print(f"fleet stopped; logs kept in {fleet.dir / 'logs'}")
+    if errors:
+        from rich.console import Console
+        from rich.markup import escape
+
+        err_out = Console(stderr=True, highlight=False)
+        for e in errors:
+            err_out.print(f"[bold red]error[/]: {escape(e)}")
     return rc
 
 

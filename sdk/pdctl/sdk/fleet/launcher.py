@@ -395,11 +395,11 @@ class AsyncFleet:
             try:
                 await asyncio.wait_for(proc.wait(), self.grace + 5)
             except TimeoutError:
-                kill_group(proc.pid, 0)
+                await asyncio.to_thread(kill_group, proc.pid, 0)
                 await proc.wait()
-        # anything left in the group (a shepherd killed from outside) goes too
+        # anything left in the group (e.g. engine processes of a crashed server) goes too
         if group_members(proc.pid):
-            kill_group(proc.pid, 0)
+            await asyncio.to_thread(kill_group, proc.pid, 2)
         if inst.watcher is not None:
             with contextlib.suppress(asyncio.CancelledError):
                 await inst.watcher

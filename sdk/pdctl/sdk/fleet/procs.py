@@ -52,12 +52,21 @@ def group_alive(pgid: int | None) -> bool:
     return bool(pgid) and bool(group_members(pgid))  # type: ignore[arg-type]
 
 
-def kill_group(pgid: int, grace: float) -> None:
-    """SIGTERM a whole process group, then SIGKILL whatever is left after ``grace``."""
+def kill_group(pgid: int, grace: float, reap_wait: float = 5.0) -> bool:
+    """SIGTERM a whole process group, SIGKILL whatever is left after ``grace``, then wait
+    up to ``reap_wait`` seconds for the killed processes to be gone. True when gone."""
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pgid, signal.SIGTERM)
     deadline = time.monotonic() + grace
     while time.monotonic() < deadline and group_members(pgid):
         time.sleep(0.1)
+    if not group_members(pgid):
+        return True
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pgid, signal.SIGKILL)
+    deadline = time.monotonic() + reap_wait
+    while time.monotonic() < deadline:
+        if not group_members(pgid):
+            return True
+        time.sleep(0.05)
+    return False

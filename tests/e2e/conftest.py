@@ -1,0 +1,76 @@
+"""Real vLLM-CPU fleets for the end-to-end tests (one per module: ~1 min, ~5 GiB)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from pdctl.sdk.paths import demo_spec_text
+from pdctl.sdk.spec import FleetSpec
+from pdctl.sdk.specload import load_spec
+from tests.conftest import free_ports
+
+pytestmark = pytest.mark.e2e
+
+
+@pytest.fixture(scope="session")
+def tiny_model() -> Path:
+    """The locally built tiny model (built once, reused from the user cache)."""
+    from pdctl.sdk.paths import tiny_model_dir
+
+    path = tiny_model_dir()
+    subprocess.run(
+        [sys.executable, "-m", "pdctl.connector.tinymodel", "--out", str(path)], check=True
+    )
+    return path
+
+
+@pytest.fixture(scope="module")
+def state_root(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    root = tmp_path_factory.mktemp("state")
+    old = os.environ.get("PDCTL_STATE_DIR")
+    os.environ["PDCTL_STATE_DIR"] = str(root)
+    yield root
+    if old is None:
+        os.environ.pop("PDCTL_STATE_DIR", None)
+    else:
+        os.environ["PDCTL_STATE_DIR"] = old
+
+
+def demo_spec(model: Path, name: str) -> tuple[FleetSpec, list[str]]:
+    """The embedded demo spec on free ports; also returns the overrides used."""
+    hp, hd, sp, sd = free_ports(4)
+    overrides = [
+        f"model.path={model}",
+        f"fleet.name={name}",
+        f"prefill.0.http_port={hp}",
+        f"prefill.0.side_channel_port={sp}",
+        f"decode.0.http_port={hd}",
+        f"decode.0.side_channel_port={sd}",
+        f"router.port={free_ports(1)[0]}",
+    ]
+    return load_spec("<demo>", overrides, text=demo_spec_text()).spec, overrides
+
+
+def processes_mentioning(needle: str) -> list[str]:
+    """Command lines of live processes that contain ``needle``."""
+    out = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        try:
+            raw = Path(f"/proc/{entry}/cmdline").read_bytes()
+            stat = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue
+        if stat[stat.rfind(")") + 2 :].startswith("Z"):
+            continue
+        cmd = raw.replace(b"\0", b" ").decode(errors="replace")
+        if needle in cmd:
+            out.append(f"{entry}: {cmd[:200]}")
+    return out
