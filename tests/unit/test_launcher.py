@@ -257,3 +257,20 @@ def test_cli_status_restart_logs_down_from_another_shell(fake_python, state_root
     assert d.returncode == 0
     assert "stopped" in d.stdout
     assert cli("status").returncode == 2
+
+
+async def test_missing_vllm_names_the_extra(tmp_path, state_root):
+    nopython = tmp_path / "python-without-vllm"
+    nopython.write_text('#!/bin/sh\nif [ "$1" = "-c" ]; then exit 3; fi\nexit 1\n')
+    nopython.chmod(0o755)
+    spec = make_spec(str(nopython))
+    with pytest.raises(LaunchError, match=r"vLLM is not installed .*pdctl\[cpu\]"):
+        await AsyncFleet(spec).up()
+    assert read_state(state_root / "t") is None
+
+
+async def test_missing_local_model_is_refused_before_launch(fake_python, state_root):
+    spec = make_spec(fake_python)
+    spec.model.path = "/nonexistent/tiny"
+    with pytest.raises(LintFailed, match="PD019"):
+        AsyncFleet(spec)

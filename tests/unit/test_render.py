@@ -143,3 +143,9 @@ def test_cpu_binding(cores, ranks, want):
 
 def test_compress_ranges():
     assert compress_ranges([5, 0, 1, 2, 7, 8]) == "0-2,5,7-8"
+
+
+def test_embedded_demo_spec_is_the_cpu_example():
+    from pdctl.sdk.paths import demo_spec_text
+
+    assert demo_spec_text() == (EXAMPLES / "cpu-1p1d.toml").read_text()
