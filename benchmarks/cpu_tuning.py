@@ -47,8 +47,11 @@ def cpu_seconds(pids: list[int]) -> float:
 async def measure(tuning: bool, args: argparse.Namespace) -> dict[str, Any]:
     spec = load_spec(
         "<demo>",
-        [f"model.path={tiny_model_dir()}", f"fleet.cpu_tuning={str(tuning).lower()}",
-         "fleet.name=bench-cpu-tuning"],
+        [
+            f"model.path={tiny_model_dir()}",
+            f"fleet.cpu_tuning={str(tuning).lower()}",
+            "fleet.name=bench-cpu-tuning",
+        ],
         text=demo_spec_text(),
     ).spec
     fleet = AsyncFleet(spec, ready_timeout=400, grace=5)
@@ -67,8 +70,13 @@ async def measure(tuning: bool, args: argparse.Namespace) -> dict[str, Any]:
         lat: list[float] = []
         async with httpx.AsyncClient() as c:
             for i in range(args.requests + 2):
-                body = {"model": "tiny", "prompt": f"request {i} " + "cache block " * 40,
-                        "max_tokens": 16, "temperature": 0, "ignore_eos": True}
+                body = {
+                    "model": "tiny",
+                    "prompt": f"request {i} " + "cache block " * 40,
+                    "max_tokens": 16,
+                    "temperature": 0,
+                    "ignore_eos": True,
+                }
                 r = await push_request(c, p.url, d.url, ident, body, timeout_s=120)
                 if i >= 2:  # warm-up excluded
                     lat.append(r.latency_s)
@@ -97,8 +105,7 @@ def main() -> int:
     ratios = {
         "ready_time_on_over_off": round(on["ready_s"] / off["ready_s"], 2),
         "idle_cpu_on_over_off": round(on["idle_cpu_pct"] / max(off["idle_cpu_pct"], 0.1), 3),
-        "median_latency_on_over_off": round(
-            on["median_latency_ms"] / off["median_latency_ms"], 2),
+        "median_latency_on_over_off": round(on["median_latency_ms"] / off["median_latency_ms"], 2),
     }
     print("ratios (on/off, lower is better):", ratios)
     Path(args.out).write_text(json.dumps({"off": off, "on": on, "ratios": ratios}, indent=2))
