@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict
 
 from pdctl.sdk.spec import FleetSpec, InstanceGroup, Mode, Role, group_name
 
-PlanRole = Literal["prefill", "decode", "colocated"]
+PlanRole = Literal["prefill", "decode", "colocated", "router"]
 
 DEFAULT_HTTP_BASE: dict[str, int] = {"prefill": 8100, "decode": 8200}
 DEFAULT_SIDE_CHANNEL_BASE = 5600
@@ -37,7 +37,7 @@ class InstancePlan(BaseModel):
     name: str
     role: PlanRole
     group: str
-    group_role: Role
+    group_role: Role | Literal["router"]
     group_index: int
     index: int
     host: str
@@ -388,3 +388,33 @@ def compress_ranges(values: Iterable[int]) -> str:
         out.append(str(vals[i]) if i == j else f"{vals[i]}-{vals[j]}")
         i = j + 1
     return ",".join(out)
+
+
+def router_plan(spec: FleetSpec, argv: tuple[str, ...]) -> InstancePlan | None:
+    """The router as one more supervised process (None when the spec has no router)."""
+    if spec.router is None:
+        return None
+    r = spec.router
+    return InstancePlan(
+        name="router",
+        role="router",
+        group="router",
+        group_role="router",
+        group_index=0,
+        index=0,
+        host=r.host,
+        http_port=r.port,
+        side_channel_host=None,
+        side_channel_port=None,
+        engine_id=None,
+        mode=spec.fleet.mode,
+        tp=1,
+        pp=1,
+        dp=1,
+        block_size=spec.fleet.effective_block_size,
+        devices=(),
+        cpu_cores=(),
+        kv_transfer_config=None,
+        argv=argv,
+        env={},
+    )

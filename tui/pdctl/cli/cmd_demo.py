@@ -1,6 +1,7 @@
 """``pdctl demo``: zero configuration. Builds (or reuses) the tiny model, starts one
-prefill and one decode vLLM-CPU server with the push connector, sends a steady trickle
-of disaggregated requests (both legs at once) and shows the fleet live. Ctrl-C, or the
+prefill and one decode vLLM-CPU server with the push connector and pdctl's router,
+sends a steady trickle of requests through the router (both legs at once) and shows the
+fleet live. Ctrl-C, or the
 end of ``--duration``/``--requests``, stops everything."""
 
 from __future__ import annotations
@@ -137,6 +138,8 @@ async def _traffic(fleet: AsyncFleet, stats: Traffic, args: argparse.Namespace) 
     tasks: set[asyncio.Task[None]] = set()
 
     async with httpx.AsyncClient() as client:
+        router = fleet.spec.router
+        router_url = f"http://{router.host}:{router.port}" if router is not None else None
 
         async def one() -> None:
             async with sem:
@@ -146,15 +149,23 @@ async def _traffic(fleet: AsyncFleet, stats: Traffic, args: argparse.Namespace) 
                     "max_tokens": args.max_tokens,
                     "temperature": 0,
                 }
+                t0 = time.perf_counter()
                 try:
-                    r = await push_request(client, p.url, d.url, ident, body, timeout_s=60)
+                    if router_url is not None:  # the product path: through pdctl's router
+                        r = await client.post(router_url + "/v1/completions", json=body, timeout=60)
+                        if r.status_code != 200:
+                            raise RuntimeError(f"router answered {r.status_code}: {r.text[:200]}")
+                        text = r.json()["choices"][0]["text"]
+                    else:
+                        res = await push_request(client, p.url, d.url, ident, body, timeout_s=60)
+                        text = res.text
                 except Exception as e:  # every failure is counted and shown
                     stats.failed += 1
                     stats.last_error = f"{type(e).__name__}: {e}"
                     return
                 stats.ok += 1
-                stats.latencies.append(r.latency_s)
-                stats.last_text = r.text
+                stats.latencies.append(time.perf_counter() - t0)
+                stats.last_text = text
 
         async def scrape() -> None:
             try:

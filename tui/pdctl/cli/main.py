@@ -38,6 +38,7 @@ SUBCOMMANDS: tuple[Subcommand, ...] = (
     Subcommand("logs", "print (or follow) an instance's log", "cmd_logs"),
     Subcommand("restart", "restart one instance of a running fleet", "cmd_restart"),
     Subcommand("down", "stop a running fleet", "cmd_down"),
+    Subcommand("router", "run the push-aware disaggregation router", "cmd_router"),
     Subcommand("demo", "start the local CPU P/D demo fleet and send it traffic", "cmd_demo"),
     Subcommand("model", "build the tiny local demo model", "cmd_model"),
 )

@@ -39,7 +39,7 @@ from pdctl.sdk.fleet.state import (
     write_state,
 )
 from pdctl.sdk.lint import lint, require_clean
-from pdctl.sdk.render import InstancePlan
+from pdctl.sdk.render import InstancePlan, router_plan
 from pdctl.sdk.shepherd import group_members
 from pdctl.sdk.spec import FleetSpec
 from pdctl.sdk.specload import load_spec
@@ -98,6 +98,7 @@ class AsyncFleet:
         ready_timeout: float = DEFAULT_READY_TIMEOUT,
         grace: float = DEFAULT_GRACE,
         check_ports: bool = True,
+        with_router: bool = True,
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
         self.spec = spec
@@ -107,6 +108,7 @@ class AsyncFleet:
         self.ready_timeout = ready_timeout
         self.grace = grace
         self.check_ports = check_ports
+        self.with_router = with_router
         self._transport = transport
         self._client: httpx.AsyncClient | None = None
         self._instances: dict[str, _Instance] = {}
@@ -190,7 +192,7 @@ class AsyncFleet:
             self._life_r, self._life_w = os.pipe()
             self._client = httpx.AsyncClient(transport=self._transport)
             self._started_at = time.time()
-            for plan in self.plan.instances:
+            for plan in self._plans():
                 self._instances[plan.name] = _Instance(plan, self._new_record(plan))
             self._save()
             self._server = await control.serve(self.dir / "control.sock", self._on_control)
@@ -213,6 +215,18 @@ class AsyncFleet:
                 f" spec {rec.source}); see `pdctl status`, or stop it with `pdctl down`"
             )
         cleanup_stale(rec, self.dir, self.grace)
+
+    def _plans(self) -> list[InstancePlan]:
+        """The vLLM instances, then the router (when the spec has one and it is wanted)."""
+        plans = list(self.plan.instances)
+        if self.with_router and self.spec.router is not None:
+            spec_file = self.dir / "run" / "spec.json"
+            spec_file.write_text(self.spec.model_dump_json())
+            argv = (sys.executable, "-m", "pdctl.sdk.router.server", "--spec-json", str(spec_file))
+            rp = router_plan(self.spec, argv)
+            if rp is not None:
+                plans.append(rp)
+        return plans
 
     def _check_engine(self) -> None:
         argv0 = self.plan.instances[0].argv[0]

@@ -112,6 +112,7 @@ class Response:
     _conn: _Conn
     _pool: Pool
     _done: bool = False
+    _released: bool = False
     _body: bytearray = field(default_factory=bytearray)
 
     def header(self, name: bytes) -> bytes | None:
@@ -144,8 +145,10 @@ class Response:
 
     def release(self) -> None:
         """Return the connection to the pool when the response was read to the end; close
-        it otherwise (which also tells the upstream to abort the request)."""
-        self._pool._release(self._conn, ok=self._done)
+        it otherwise (which also tells the upstream to abort the request). Idempotent."""
+        if not self._released:
+            self._released = True
+            self._pool._release(self._conn, ok=self._done)
 
 
 class Pool:

@@ -1,0 +1,345 @@
+"""The router's HTTP face: a bare ASGI app (no framework on the hot path).
+
+Endpoints: ``POST /v1/completions`` and ``/v1/chat/completions`` (JSON or SSE),
+``GET /v1/models``, ``/health``, ``/metrics`` and ``/v1/pdctl/requests``. Errors use
+OpenAI's shape. The request body is capped (413), an optional API key is checked in
+constant time and never logged, and a client that disconnects cancels both legs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hmac
+import json
+import os
+import time
+from collections.abc import Awaitable, Callable, MutableMapping
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs
+
+from pdctl.sdk.router.core import Reply, RouteError, Router, StreamReply, error_body
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+
+DEFAULT_MAX_BODY = 8 * 1024 * 1024
+_COMPLETION_PATHS = ("/v1/completions", "/v1/chat/completions")
+
+
+class ApiKeyError(ValueError):
+    """The configured API key source cannot be read."""
+
+
+def load_api_key(router: Router) -> bytes | None:
+    """The key clients must present, from the spec's env var or file (never the spec)."""
+    src = router.settings.api_key
+    if src is None:
+        return None
+    if src.env:
+        val = os.environ.get(src.env, "")
+        if not val:
+            raise ApiKeyError(f"router.api_key.env names {src.env}, which is not set")
+        return val.encode()
+    if src.file:
+        try:
+            lines = Path(os.path.expanduser(src.file)).read_text().splitlines()
+        except OSError as e:
+            raise ApiKeyError(f"cannot read router.api_key.file {src.file}: {e}") from None
+        if not lines or not lines[0].strip():
+            raise ApiKeyError(f"router.api_key.file {src.file} is empty")
+        return lines[0].strip().encode()
+    return None
+
+
+class _BodyTooLarge(Exception):
+    pass
+
+
+class _Disconnected(Exception):
+    pass
+
+
+class RouterApp:
+    """ASGI application over a :class:`Router`."""
+
+    def __init__(
+        self, router: Router, *, max_body: int = DEFAULT_MAX_BODY, api_key: bytes | None = None
+    ) -> None:
+        self.router = router
+        self.max_body = max_body
+        self.api_key = api_key
+        self._models = json.dumps(
+            {
+                "object": "list",
+                "data": [
+                    {
+                        "id": router.served_name,
+                        "object": "model",
+                        "created": int(time.time()),
+                        "owned_by": "pdctl",
+                    }
+                ],
+            }
+        ).encode()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        kind = scope["type"]
+        if kind == "lifespan":
+            await self._lifespan(receive, send)
+            return
+        if kind != "http":
+            return
+        method, path = scope["method"], scope["path"]
+        if path in _COMPLETION_PATHS:
+            if method != "POST":
+                await _send_error(send, 405, f"use POST for {path}", "invalid_request_error")
+                return
+            if not self._authorized(scope):
+                await _send_error(
+                    send,
+                    401,
+                    "missing or wrong API key (Authorization: Bearer ...)",
+                    "authentication_error",
+                )
+                return
+            await self._completion(scope, receive, send, path)
+            return
+        if method != "GET":
+            await _send_error(
+                send, 405, f"{method} is not allowed on {path}", "invalid_request_error"
+            )
+            return
+        if path == "/health":
+            ok, why = self.router.health()
+            await _send(send, 200 if ok else 503, json.dumps({"status": why}).encode())
+        elif path == "/metrics":
+            await _send(
+                send,
+                200,
+                self.router.registry.expose(),
+                [(b"content-type", b"text/plain; version=0.0.4")],
+            )
+        elif path == "/v1/models":
+            if not self._authorized(scope):
+                await _send_error(send, 401, "missing or wrong API key", "authentication_error")
+                return
+            await _send(send, 200, self._models)
+        elif path == "/v1/pdctl/requests":
+            await self._requests(scope, send)
+        else:
+            await _send_error(send, 404, f"no route {path}", "not_found_error")
+
+    # ------------------------------------------------------------------ endpoints
+
+    async def _lifespan(self, receive: Receive, send: Send) -> None:
+        while True:
+            msg = await receive()
+            if msg["type"] == "lifespan.startup":
+                await self.router.start()
+                await send({"type": "lifespan.startup.complete"})
+            elif msg["type"] == "lifespan.shutdown":
+                await self.router.stop()
+                await send({"type": "lifespan.shutdown.complete"})
+                return
+
+    def _authorized(self, scope: Scope) -> bool:
+        if self.api_key is None:
+            return True
+        for k, v in scope["headers"]:
+            if k == b"authorization":
+                scheme, _, token = v.partition(b" ")
+                return scheme.lower() == b"bearer" and hmac.compare_digest(
+                    token.strip(), self.api_key
+                )
+        return False
+
+    async def _requests(self, scope: Scope, send: Send) -> None:
+        q = parse_qs(scope.get("query_string", b"").decode())
+        try:
+            limit = max(1, min(int(q.get("limit", ["100"])[0]), 10_000))
+        except ValueError:
+            await _send_error(send, 400, "limit must be an integer", "invalid_request_error")
+            return
+        inst = q.get("instance", [None])[0]
+        outcome = q.get("outcome", [None])[0]
+
+        def match(t: Any) -> bool:
+            return (inst is None or inst in (t.prefill, t.decode)) and (
+                outcome is None or t.outcome == outcome
+            )
+
+        await _send(
+            send,
+            200,
+            json.dumps(
+                {
+                    "mode": self.router.mode,
+                    "requests": self.router.recent(limit, match),
+                }
+            ).encode(),
+        )
+
+    async def _completion(self, scope: Scope, receive: Receive, send: Send, path: str) -> None:
+        try:
+            raw = await self._read_body(receive)
+        except _BodyTooLarge:
+            await _send_error(
+                send,
+                413,
+                f"request body larger than {self.max_body} bytes",
+                "invalid_request_error",
+            )
+            return
+        except _Disconnected:
+            return
+        body, problem = self._validate(raw, path)
+        if body is None:
+            status = 404 if problem.startswith("model") else 400
+            await _send_error(
+                send,
+                status,
+                problem,
+                "not_found_error" if status == 404 else "invalid_request_error",
+            )
+            return
+        router = self.router
+        tl = router.new_timeline(path, bool(body.get("stream")))
+        handler = asyncio.current_task()
+        assert handler is not None
+        answered = _Flag()
+        watcher = asyncio.create_task(_cancel_on_disconnect(receive, handler, answered))
+        try:
+            try:
+                reply = await router.route(path, body, tl)
+            except RouteError as e:
+                router.finish(tl, "error", e.status, str(e))
+                answered.set()
+                await _send_error(send, e.status, str(e), e.kind)
+                return
+            except asyncio.CancelledError:
+                router.finish(tl, "cancelled", 499, "client disconnected")
+                raise
+            if isinstance(reply, Reply):
+                answered.set()
+                await _send(send, reply.status, reply.body, _hdrs(reply.headers))
+                return
+            await self._stream(send, reply, answered)
+        finally:
+            watcher.cancel()
+
+    async def _stream(self, send: Send, reply: StreamReply, answered: _Flag) -> None:
+        chunks = reply.chunks
+        try:
+            await send(
+                {
+                    "type": "http.response.start",
+                    "status": reply.status,
+                    "headers": _hdrs(reply.headers),
+                }
+            )
+            async for chunk in chunks:
+                await send({"type": "http.response.body", "body": chunk, "more_body": True})
+            answered.set()
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+        finally:
+            await chunks.aclose()  # type: ignore[attr-defined]
+
+    async def _read_body(self, receive: Receive) -> bytes:
+        parts: list[bytes] = []
+        size = 0
+        while True:
+            msg = await receive()
+            if msg["type"] == "http.disconnect":
+                raise _Disconnected
+            chunk = msg.get("body", b"")
+            size += len(chunk)
+            if size > self.max_body:
+                raise _BodyTooLarge
+            parts.append(chunk)
+            if not msg.get("more_body"):
+                return b"".join(parts)
+
+    def _validate(self, raw: bytes, path: str) -> tuple[dict[str, Any] | None, str]:
+        try:
+            body = json.loads(raw)
+        except ValueError as e:
+            return None, f"request body is not valid JSON: {e}"
+        if not isinstance(body, dict):
+            return None, "request body must be a JSON object"
+        model = body.get("model")
+        if model is None:
+            body["model"] = self.router.served_name
+        elif not isinstance(model, str):
+            return None, "'model' must be a string"
+        elif model != self.router.served_name:
+            return (
+                None,
+                f"model {model!r} does not exist; this fleet serves {self.router.served_name!r}",
+            )
+        if path.endswith("/chat/completions"):
+            if not isinstance(body.get("messages"), list) or not body["messages"]:
+                return None, "'messages' must be a non-empty list"
+        elif not isinstance(body.get("prompt"), str | list):
+            return None, "'prompt' is required (a string or a list)"
+        for key in ("max_tokens", "max_completion_tokens", "n"):
+            v = body.get(key)
+            if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 1):
+                return None, f"'{key}' must be a positive integer"
+        if "stream" in body and not isinstance(body["stream"], bool):
+            return None, "'stream' must be true or false"
+        if "kv_transfer_params" in body:
+            return None, "'kv_transfer_params' is set by the router; remove it"
+        return body, ""
+
+
+class _Flag:
+    __slots__ = ("is_set",)
+
+    def __init__(self) -> None:
+        self.is_set = False
+
+    def set(self) -> None:
+        self.is_set = True
+
+
+async def _cancel_on_disconnect(
+    receive: Receive, handler: asyncio.Task[Any], answered: _Flag
+) -> None:
+    """Cancel the request handler (and so both legs) when the client goes away before
+    its answer is complete. (Servers also report "disconnect" once the answer is sent.)"""
+    while True:
+        msg = await receive()
+        if msg["type"] == "http.disconnect":
+            if not answered.is_set:
+                handler.cancel()
+            return
+
+
+def _hdrs(headers: list[tuple[str, str]]) -> list[tuple[bytes, bytes]]:
+    return [(k.lower().encode(), v.encode()) for k, v in headers]
+
+
+async def _send(
+    send: Send,
+    status: int,
+    body: bytes,
+    headers: list[tuple[bytes, bytes]] | None = None,
+) -> None:
+    hs = headers or [(b"content-type", b"application/json")]
+    with contextlib.suppress(OSError):
+        await send(
+            {
+                "type": "http.response.start",
+                "status": status,
+                "headers": [*hs, (b"content-length", str(len(body)).encode())],
+            }
+        )
+        await send({"type": "http.response.body", "body": body, "more_body": False})
+
+
+async def _send_error(send: Send, status: int, message: str, kind: str) -> None:
+    await _send(send, status, error_body(status, message, kind))

@@ -1,0 +1,622 @@
+"""The router's engine: choose instances, build both legs, dispatch, observe.
+
+Modes:
+
+* ``push`` — prefill and decode legs are sent **at once**. Decode's
+  ``kv_transfer_params`` name the prefill's identity (engine id, side channel, TP, PP)
+  known from the spec from the very first request and kept current from every prefill
+  response; if a response reveals a different identity (a restarted prefill), the decode
+  leg is cancelled and re-sent.
+* ``push-sequential`` — prefill first, then decode (the A/B baseline).
+* ``pull`` — prefill first; decode gets prefill's ``kv_transfer_params`` as returned.
+* ``colocated`` — plain load balancing over every instance.
+
+Both legs carry the same ``X-Request-Id`` on the same path. A failed prefill cancels
+decode (502), a leg past its timeout gives 504, and a client that goes away cancels both
+legs (closing their connections makes vLLM abort them).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import random
+import re
+import time
+import uuid
+from collections import deque
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from pdctl.sdk.pd import PrefillIdentity, prefill_body, push_decode_body
+from pdctl.sdk.render import FleetPlan, InstancePlan
+from pdctl.sdk.router.promreg import Registry
+from pdctl.sdk.router.upstream import Pool, Pools, Response, UpstreamError
+from pdctl.sdk.spec import FleetSpec, RouterSpec
+
+RouterMode = Literal["push", "push-sequential", "pull", "colocated"]
+ROUTER_MODES: tuple[RouterMode, ...] = ("push", "push-sequential", "pull", "colocated")
+_JSON = [("Content-Type", "application/json")]
+_USAGE_RE = re.compile(rb'"completion_tokens"\s*:\s*(\d+)')
+_PROMPT_RE = re.compile(rb'"prompt_tokens"\s*:\s*(\d+)')
+
+
+class RouteError(Exception):
+    """Becomes an OpenAI-style error response."""
+
+    def __init__(self, status: int, message: str, kind: str = "upstream_error") -> None:
+        super().__init__(message)
+        self.status = status
+        self.kind = kind
+
+
+def error_body(status: int, message: str, kind: str) -> bytes:
+    return json.dumps(
+        {"error": {"message": message, "type": kind, "param": None, "code": status}}
+    ).encode()
+
+
+def mode_of(spec: FleetSpec) -> RouterMode:
+    mode = spec.fleet.mode
+    if mode == "push":
+        concurrent = spec.router.concurrent if spec.router is not None else True
+        return "push" if concurrent else "push-sequential"
+    return mode
+
+
+# ---------------------------------------------------------------------- instances
+
+
+class Breaker:
+    """Per-instance circuit breaker: opens after ``threshold`` consecutive failures,
+    lets one trial through after ``cooldown_s``, closes after ``close_after`` successes."""
+
+    def __init__(self, threshold: int = 5, cooldown_s: float = 10.0, close_after: int = 2):
+        self.threshold, self.cooldown_s, self.close_after = threshold, cooldown_s, close_after
+        self.failures = 0
+        self.successes = 0
+        self.opened_at: float | None = None
+
+    @property
+    def state(self) -> str:
+        if self.opened_at is None:
+            return "closed"
+        return "half-open" if time.monotonic() - self.opened_at >= self.cooldown_s else "open"
+
+    def allows(self) -> bool:
+        return self.state != "open"
+
+    def success(self) -> None:
+        self.failures = 0
+        if self.opened_at is not None:
+            self.successes += 1
+            if self.successes >= self.close_after:
+                self.opened_at = None
+                self.successes = 0
+
+    def failure(self) -> None:
+        self.failures += 1
+        self.successes = 0
+        if self.opened_at is not None or self.failures >= self.threshold:
+            self.opened_at = time.monotonic()
+
+
+@dataclass
+class Upstream:
+    name: str
+    role: str
+    url: str
+    pool: Pool
+    identity: PrefillIdentity | None = None
+    outstanding: int = 0
+    healthy: bool = True
+    breaker: Breaker = field(default_factory=Breaker)
+
+    def eligible(self) -> bool:
+        return self.healthy and self.breaker.allows()
+
+
+async def _cancel(task: asyncio.Task[tuple[Upstream, Response]]) -> None:
+    """Cancel a decode leg; if it had already got its response, drop it (closing the
+    connection, so the upstream aborts the request)."""
+    task.cancel()
+    (res,) = await asyncio.gather(task, return_exceptions=True)
+    if isinstance(res, tuple):
+        u, r = res
+        u.outstanding -= 1
+        r.release()
+
+
+# ---------------------------------------------------------------------- timelines
+
+
+@dataclass
+class Timeline:
+    """One request's path through the fleet; times are seconds since ``received``."""
+
+    id: str
+    mode: str
+    path: str
+    stream: bool
+    received: float
+    t0: float
+    prefill: str | None = None
+    decode: str | None = None
+    prefill_sent: float | None = None
+    prefill_done: float | None = None
+    decode_sent: float | None = None
+    decode_first_byte: float | None = None
+    done: float | None = None
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    outcome: str = "running"
+    status: int | None = None
+    error: str | None = None
+    retries: int = 0
+    redispatched: bool = False
+
+    def mark(self) -> float:
+        return time.perf_counter() - self.t0
+
+    def as_dict(self) -> dict[str, Any]:
+        ms = {
+            k: None if v is None else round(v * 1000, 3)
+            for k, v in (
+                ("prefill_sent_ms", self.prefill_sent),
+                ("prefill_done_ms", self.prefill_done),
+                ("decode_sent_ms", self.decode_sent),
+                ("decode_first_byte_ms", self.decode_first_byte),
+                ("done_ms", self.done),
+            )
+        }
+        return {
+            "id": self.id,
+            "mode": self.mode,
+            "path": self.path,
+            "stream": self.stream,
+            "received": self.received,
+            "prefill": self.prefill,
+            "decode": self.decode,
+            **ms,
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": self.completion_tokens,
+            "outcome": self.outcome,
+            "status": self.status,
+            "error": self.error,
+            "retries": self.retries,
+            "redispatched": self.redispatched,
+        }
+
+
+# ---------------------------------------------------------------------- replies
+
+
+@dataclass
+class Reply:
+    status: int
+    body: bytes
+    headers: list[tuple[str, str]] = field(default_factory=lambda: list(_JSON))
+
+
+@dataclass
+class StreamReply:
+    status: int
+    chunks: AsyncIterator[bytes]
+    headers: list[tuple[str, str]]
+
+
+# ---------------------------------------------------------------------- the router
+
+
+class Router:
+    """Routes OpenAI-style requests over a fleet plan. Single event loop; no locks."""
+
+    def __init__(
+        self,
+        spec: FleetSpec,
+        plan: FleetPlan,
+        *,
+        mode: RouterMode | None = None,
+        history: int = 1000,
+        health_interval_s: float = 2.0,
+    ) -> None:
+        self.spec = spec
+        self.settings: RouterSpec = spec.router or RouterSpec()
+        self.mode: RouterMode = mode or mode_of(spec)
+        self.served_name = spec.model.effective_served_name
+        self.pools = Pools()
+        self.health_interval_s = health_interval_s
+        self.upstreams: list[Upstream] = []
+        for inst in plan.instances:
+            self.upstreams.append(self._upstream(inst))
+        self.prefills = [u for u in self.upstreams if u.role == "prefill"]
+        self.decodes = [u for u in self.upstreams if u.role == "decode"]
+        if self.mode == "colocated":
+            self.prefills, self.decodes = [], list(self.upstreams)
+        elif not self.prefills or not self.decodes:
+            raise ValueError(f"{self.mode} mode needs at least one prefill and one decode")
+        self._rr = itertools.count()
+        self.history: deque[Timeline] = deque(maxlen=history)
+        self._health_task: asyncio.Task[None] | None = None
+        self._init_metrics()
+
+    def _upstream(self, inst: InstancePlan) -> Upstream:
+        ident = PrefillIdentity.from_plan(inst) if inst.role == "prefill" else None
+        return Upstream(inst.name, inst.role, inst.url, self.pools.get(inst.url), ident)
+
+    # ------------------------------------------------------------------ metrics
+
+    def _init_metrics(self) -> None:
+        r = self.registry = Registry()
+        self.m_requests = r.counter(
+            "pdctl_router_requests_total", "Requests by mode and outcome.", ("mode", "outcome")
+        )
+        self.m_retries = r.counter(
+            "pdctl_router_retries_total", "Legs re-sent after a connection failure.", ("role",)
+        )
+        self.m_identity = r.counter(
+            "pdctl_router_prefill_identity_changes_total",
+            "Prefill responses whose identity differed from the one decode was given.",
+            ("instance",),
+        )
+        self.m_ttft = r.histogram(
+            "pdctl_router_ttft_seconds",
+            "Router-side time to first byte of the answer.",
+            ("mode",),
+        )
+        self.m_e2e = r.histogram(
+            "pdctl_router_e2e_seconds", "Router-side request duration.", ("mode",)
+        )
+        self.m_prefill_leg = r.histogram(
+            "pdctl_router_prefill_leg_seconds", "Prefill leg duration.", ("instance",)
+        )
+        self.m_after_prefill = r.histogram(
+            "pdctl_router_decode_first_byte_after_prefill_seconds",
+            "Decode first byte minus prefill done (transfer + decode admission).",
+            ("mode",),
+        )
+        self.m_overlap = r.histogram(
+            "pdctl_router_leg_overlap_seconds",
+            "Time both legs were in flight together (0 when sequential).",
+            ("mode",),
+        )
+        r.gauge(
+            "pdctl_router_outstanding",
+            "Requests in flight per instance.",
+            ("instance", "role"),
+            lambda: {(u.name, u.role): float(u.outstanding) for u in self.upstreams},
+        )
+        r.gauge(
+            "pdctl_router_instance_up",
+            "1 when the instance passes health checks.",
+            ("instance", "role"),
+            lambda: {(u.name, u.role): float(u.healthy) for u in self.upstreams},
+        )
+        r.gauge(
+            "pdctl_router_breaker_open",
+            "1 while the instance's circuit breaker is open.",
+            ("instance",),
+            lambda: {(u.name,): float(u.breaker.state == "open") for u in self.upstreams},
+        )
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def start(self) -> None:
+        if self._health_task is None:
+            self._health_task = asyncio.create_task(self._health_loop())
+
+    async def stop(self) -> None:
+        if self._health_task is not None:
+            self._health_task.cancel()
+            self._health_task = None
+        self.pools.close()
+
+    async def _health_loop(self) -> None:
+        while True:
+            await asyncio.gather(*(self._check(u) for u in self.upstreams))
+            await asyncio.sleep(self.health_interval_s)
+
+    async def _check(self, u: Upstream) -> None:
+        try:
+            async with asyncio.timeout(2.0):
+                status, _ = await u.pool.request_json_bytes("GET", "/health")
+            u.healthy = status == 200
+        except (UpstreamError, TimeoutError, OSError):
+            u.healthy = False
+
+    def health(self) -> tuple[bool, str]:
+        roles = [("decode", self.decodes)] + ([("prefill", self.prefills)] if self.prefills else [])
+        for role, ups in roles:
+            if not any(u.eligible() for u in ups):
+                return False, f"no healthy {role} instance"
+        return True, "ok"
+
+    # ------------------------------------------------------------------ selection
+
+    def select(self, pool: list[Upstream], exclude: tuple[Upstream, ...] = ()) -> Upstream:
+        cands = [u for u in pool if u.eligible() and u not in exclude]
+        if not cands:
+            role = pool[0].role if pool else "instance"
+            raise RouteError(503, f"no healthy {role} instance available", "service_unavailable")
+        if len(cands) == 1:
+            return cands[0]
+        policy = self.settings.policy
+        if policy == "round_robin":
+            return cands[next(self._rr) % len(cands)]
+        if policy == "power_of_two":
+            a, b = random.sample(cands, 2)
+            return a if a.outstanding <= b.outstanding else b
+        low = min(u.outstanding for u in cands)
+        best = [u for u in cands if u.outstanding == low]
+        return best[next(self._rr) % len(best)]
+
+    # ------------------------------------------------------------------ legs
+
+    async def _send(
+        self,
+        pool: list[Upstream],
+        first: Upstream,
+        path: str,
+        body: bytes,
+        rid: str,
+        tl: Timeline,
+        role: str,
+    ) -> tuple[Upstream, Response]:
+        """Send a leg and wait for its response head. The instance counts the leg as
+        outstanding until the caller drops it. A connection failure (nothing sent) is
+        retried on another instance of the same role, at most twice."""
+        u = first
+        tried: tuple[Upstream, ...] = ()
+        headers = [("Content-Type", "application/json"), ("X-Request-Id", rid)]
+        while True:
+            u.outstanding += 1
+            try:
+                r = await u.pool.request(
+                    "POST",
+                    path,
+                    body,
+                    headers,
+                    connect_timeout_s=self.settings.connect_timeout_s,
+                )
+            except BaseException as e:
+                u.outstanding -= 1
+                if not isinstance(e, UpstreamError):
+                    raise
+                u.breaker.failure()
+                tried += (u,)
+                if not e.connect or len(tried) > 2:
+                    raise
+                try:
+                    u = self.select(pool, exclude=tried)
+                except RouteError:
+                    raise e from None
+                tl.retries += 1
+                self.m_retries.inc(role)
+                if role == "prefill":
+                    tl.prefill = u.name
+                else:
+                    tl.decode = u.name
+                continue
+            u.breaker.success()
+            return u, r
+
+    async def _prefill(
+        self, p: Upstream, path: str, body: dict[str, Any], rid: str, tl: Timeline
+    ) -> tuple[Upstream, dict[str, Any]]:
+        """Run the prefill leg to completion; returns the instance used and its JSON."""
+        data = json.dumps(prefill_body(body)).encode()
+        tl.prefill_sent = tl.mark()
+        try:
+            async with asyncio.timeout(self.settings.prefill_timeout_s):
+                used, r = await self._send(self.prefills, p, path, data, rid, tl, "prefill")
+                try:
+                    raw = await r.read()
+                finally:
+                    used.outstanding -= 1
+        except TimeoutError:
+            raise RouteError(
+                504,
+                f"prefill {tl.prefill} did not answer within {self.settings.prefill_timeout_s:g} s",
+                "timeout",
+            ) from None
+        except UpstreamError as e:
+            raise RouteError(502, f"prefill {tl.prefill} failed: {e}") from None
+        tl.prefill_done = tl.mark()
+        self.m_prefill_leg.observe(tl.prefill_done - tl.prefill_sent, used.name)
+        if r.status != 200:
+            if r.status >= 500:
+                used.breaker.failure()
+            raise RouteError(
+                502,
+                f"prefill {used.name} answered {r.status}: {raw[:500].decode(errors='replace')}",
+            )
+        try:
+            resp = json.loads(raw)
+        except ValueError:
+            raise RouteError(502, f"prefill {used.name} sent a non-JSON answer") from None
+        m = _PROMPT_RE.search(raw)
+        if m:
+            tl.prompt_tokens = int(m.group(1))
+        return used, resp if isinstance(resp, dict) else {}
+
+    def _learn_identity(self, p: Upstream, resp: dict[str, Any]) -> bool:
+        """Update p's identity from its response; True when it changed."""
+        ktp = resp.get("kv_transfer_params")
+        if not isinstance(ktp, dict) or p.identity is None:
+            return False
+        try:
+            new = PrefillIdentity(
+                engine_id=str(ktp.get("remote_engine_id") or p.identity.engine_id),
+                host=str(ktp.get("remote_host") or p.identity.host),
+                port=int(ktp.get("remote_port") or p.identity.port),
+                tp_size=int(ktp.get("tp_size") or p.identity.tp_size),
+                pp_size=int(ktp.get("pp_size") or p.identity.pp_size),
+            )
+        except (TypeError, ValueError):
+            return False
+        if new != p.identity:
+            p.identity = new
+            self.m_identity.inc(p.name)
+            return True
+        return False
+
+    async def _decode(
+        self, d: Upstream, path: str, body: dict[str, Any], rid: str, tl: Timeline
+    ) -> tuple[Upstream, Response]:
+        """Send the decode leg; returns once its response head is in (still outstanding:
+        the answer is relayed by :meth:`_finish_decode`)."""
+        data = json.dumps(body).encode()
+        tl.decode_sent = tl.mark()
+        try:
+            async with asyncio.timeout(self.settings.request_timeout_s):
+                used, r = await self._send(self.decodes, d, path, data, rid, tl, "decode")
+        except TimeoutError:
+            raise RouteError(
+                504,
+                f"decode {tl.decode} did not start answering within "
+                f"{self.settings.request_timeout_s:g} s",
+                "timeout",
+            ) from None
+        except UpstreamError as e:
+            raise RouteError(502, f"decode {tl.decode} failed: {e}") from None
+        tl.decode_first_byte = tl.mark()
+        return used, r
+
+    async def _push(
+        self,
+        p: Upstream,
+        d: Upstream,
+        path: str,
+        body: dict[str, Any],
+        rid: str,
+        tl: Timeline,
+    ) -> tuple[Upstream, Response]:
+        """Both legs at once; re-send decode if prefill's identity turns out different."""
+        assert p.identity is not None
+        d_task = asyncio.create_task(
+            self._decode(d, path, push_decode_body(body, p.identity, rid), rid, tl)
+        )
+        try:
+            used_p, presp = await self._prefill(p, path, body, rid, tl)
+            if self._learn_identity(used_p, presp) or used_p is not p:
+                # decode was told the wrong prefill: cancel it and send it again
+                await _cancel(d_task)
+                tl.redispatched = True
+                assert used_p.identity is not None
+                d_task = asyncio.create_task(
+                    self._decode(d, path, push_decode_body(body, used_p.identity, rid), rid, tl)
+                )
+            return await d_task
+        except BaseException:
+            await _cancel(d_task)
+            raise
+
+    # ------------------------------------------------------------------ entry point
+
+    def new_timeline(self, path: str, stream: bool) -> Timeline:
+        return Timeline(
+            id=f"pdctl-{uuid.uuid4().hex}",
+            mode=self.mode,
+            path=path,
+            stream=stream,
+            received=time.time(),
+            t0=time.perf_counter(),
+        )
+
+    async def route(self, path: str, body: dict[str, Any], tl: Timeline) -> Reply | StreamReply:
+        """Dispatch one request. Raises :class:`RouteError` for OpenAI-style errors (the
+        caller records it with :meth:`finish`)."""
+        rid = tl.id
+        d = self.select(self.decodes)
+        tl.decode = d.name
+        if self.mode == "colocated":
+            d, r = await self._decode(d, path, body, rid, tl)
+        else:
+            p = self.select(self.prefills)
+            tl.prefill = p.name
+            if self.mode == "push":
+                d, r = await self._push(p, d, path, body, rid, tl)
+            else:
+                p, presp = await self._prefill(p, path, body, rid, tl)
+                if self.mode == "pull":
+                    d_body = dict(body)
+                    d_body["kv_transfer_params"] = presp.get("kv_transfer_params")
+                else:
+                    self._learn_identity(p, presp)
+                    assert p.identity is not None
+                    ktp = presp.get("kv_transfer_params") or {}
+                    d_body = push_decode_body(
+                        body, p.identity, str(ktp.get("remote_request_id") or rid)
+                    )
+                d, r = await self._decode(d, path, d_body, rid, tl)
+        tl.decode = d.name
+        if tl.prefill_done is not None and tl.decode_first_byte is not None:
+            self.m_after_prefill.observe(
+                max(0.0, tl.decode_first_byte - tl.prefill_done), self.mode
+            )
+        if tl.prefill_done is not None and tl.decode_sent is not None:
+            self.m_overlap.observe(max(0.0, tl.prefill_done - tl.decode_sent), self.mode)
+        ctype = (r.header(b"content-type") or b"application/json").decode()
+        if body.get("stream") and r.status == 200:
+            return StreamReply(
+                200, self._relay(d, r, tl), [("Content-Type", ctype), ("Cache-Control", "no-cache")]
+            )
+        try:
+            raw = await r.read()
+        except UpstreamError as e:
+            raise RouteError(502, f"decode {d.name} failed mid-answer: {e}") from None
+        finally:
+            d.outstanding -= 1
+            r.release()
+        m = _USAGE_RE.search(raw)
+        if m:
+            tl.completion_tokens = int(m.group(1))
+        self.finish(tl, "ok" if r.status == 200 else "error", r.status)
+        return Reply(r.status, raw, [("Content-Type", ctype)])
+
+    async def _relay(self, d: Upstream, r: Response, tl: Timeline) -> AsyncIterator[bytes]:
+        """Stream the decode answer through, counting events; settles the timeline. A
+        decode failure mid-stream ends the stream with an OpenAI-style error event."""
+        events = 0
+        try:
+            async for chunk in r.iter_chunks():
+                events += chunk.count(b"data: ") - chunk.count(b"data: [DONE]")
+                yield chunk
+            tl.completion_tokens = events
+            self.finish(tl, "ok", 200)
+        except UpstreamError as e:
+            msg = f"decode {d.name} failed mid-answer: {e}"
+            self.finish(tl, "error", 502, msg)
+            yield b"data: " + error_body(502, msg, "upstream_error") + b"\n\n"
+            yield b"data: [DONE]\n\n"
+        finally:
+            d.outstanding -= 1
+            r.release()
+            if tl.done is None:  # the client went away
+                tl.completion_tokens = events
+                self.finish(tl, "cancelled", 499, "client disconnected")
+
+    # ------------------------------------------------------------------ bookkeeping
+
+    def finish(self, tl: Timeline, outcome: str, status: int, error: str | None = None) -> None:
+        if tl.done is not None:
+            return
+        tl.done = tl.mark()
+        tl.outcome = outcome
+        tl.status = status
+        if error:
+            tl.error = error
+        self.m_requests.inc(self.mode, outcome)
+        if outcome == "ok":
+            self.m_e2e.observe(tl.done, self.mode)
+            if tl.decode_first_byte is not None:
+                self.m_ttft.observe(tl.decode_first_byte, self.mode)
+        self.history.append(tl)
+
+    def recent(
+        self, limit: int = 100, match: Callable[[Timeline], bool] | None = None
+    ) -> list[dict[str, Any]]:
+        items = [t for t in reversed(self.history) if match is None or match(t)]
+        return [t.as_dict() for t in items[:limit]]

