@@ -23,10 +23,13 @@ from tests.e2e.conftest import demo_spec
 pytestmark = pytest.mark.e2e
 
 NAME = "e2e-router"
-WORDS = ("cache block prefill decode router token engine fleet push write quiet green "
-         "small fast early late").split()
-PROMPTS = [" ".join(WORDS[(i * 7 + j) % len(WORDS)] for j in range(8 + i)) + f" #{i}"
-           for i in range(16)]
+WORDS = (
+    "cache block prefill decode router token engine fleet push write quiet green "
+    "small fast early late"
+).split()
+PROMPTS = [
+    " ".join(WORDS[(i * 7 + j) % len(WORDS)] for j in range(8 + i)) + f" #{i}" for i in range(16)
+]
 KV = ("vllm:prompt_tokens_by_source_total", {"source": "external_kv_transfer"})
 
 
@@ -63,8 +66,14 @@ def counters(f: Fleet) -> tuple[float, float]:
 
 
 def body(prompt: str, **kw: object) -> dict[str, object]:
-    return {"model": "tiny", "prompt": prompt, "max_tokens": 12, "temperature": 0,
-            "ignore_eos": True, **kw}
+    return {
+        "model": "tiny",
+        "prompt": prompt,
+        "max_tokens": 12,
+        "temperature": 0,
+        "ignore_eos": True,
+        **kw,
+    }
 
 
 def check_exact(f: Fleet, url: str) -> None:
@@ -96,8 +105,17 @@ def sequential_router(fleet: Fleet, state_root: Path) -> Iterator[str]:
     spec.router.port = free_ports(1)[0]
     path = state_root / "sequential-spec.json"
     path.write_text(spec.model_dump_json())
-    proc = subprocess.Popen([sys.executable, "-m", "pdctl.sdk.router.server", "--spec-json",
-                             str(path), "--mode", "push-sequential"])
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "pdctl.sdk.router.server",
+            "--spec-json",
+            str(path),
+            "--mode",
+            "push-sequential",
+        ]
+    )
     url = f"http://127.0.0.1:{spec.router.port}"
     try:
         for _ in range(200):
@@ -125,8 +143,7 @@ def test_streaming_gives_the_same_text(fleet: Fleet):
     with httpx.Client(timeout=120) as c:
         whole = c.post(url + "/v1/completions", json=body(PROMPTS[3])).json()
         text = ""
-        with c.stream("POST", url + "/v1/completions",
-                      json=body(PROMPTS[3], stream=True)) as r:
+        with c.stream("POST", url + "/v1/completions", json=body(PROMPTS[3], stream=True)) as r:
             assert r.status_code == 200
             for line in r.iter_lines():
                 if line.startswith("data: ") and line != "data: [DONE]":
@@ -142,8 +159,9 @@ def test_decode_killed_mid_stream(fleet: Fleet, state_root: Path):
     api = int(Path(f"/proc/{shepherd}/task/{shepherd}/children").read_text().split()[0])
     events: list[str] = []
     with httpx.Client(timeout=120) as c:
-        with c.stream("POST", url + "/v1/completions",
-                      json=body(PROMPTS[0], stream=True, max_tokens=900)) as r:
+        with c.stream(
+            "POST", url + "/v1/completions", json=body(PROMPTS[0], stream=True, max_tokens=900)
+        ) as r:
             assert r.status_code == 200
             for line in r.iter_lines():
                 if not line.startswith("data: "):

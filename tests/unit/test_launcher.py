@@ -274,3 +274,14 @@ async def test_missing_local_model_is_refused_before_launch(fake_python, state_r
     spec.model.path = "/nonexistent/tiny"
     with pytest.raises(LintFailed, match="PD019"):
         AsyncFleet(spec)
+
+
+async def test_restart_gives_a_fresh_engine_id(fake_python, state_root):
+    async with AsyncFleet(make_spec(fake_python), grace=2) as fleet:
+        await fleet.restart("decode-0")
+        rec = read_state(state_root / "t")
+        assert rec is not None
+        assert rec.instance("decode-0").engine_id == "decode-0-r1"
+        assert rec.instance("prefill-0").engine_id == "prefill-0"
+        log = Path(rec.instance("decode-0").log).read_text()
+        assert '"engine_id":"decode-0-r1"' in log

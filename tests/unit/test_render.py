@@ -149,3 +149,16 @@ def test_embedded_demo_spec_is_the_cpu_example():
     from pdctl.sdk.paths import demo_spec_text
 
     assert demo_spec_text() == (EXAMPLES / "cpu-1p1d.toml").read_text()
+
+
+def test_with_engine_id_rewrites_argv_and_config():
+    from pdctl.sdk.render import with_engine_id
+
+    p = render().instances[0]
+    q = with_engine_id(p, "prefill-0-r1")
+    assert q.engine_id == "prefill-0-r1"
+    assert json.loads(flag(q.argv, "--kv-transfer-config"))["engine_id"] == "prefill-0-r1"
+    assert (
+        q.argv[: q.argv.index("--kv-transfer-config")]
+        == p.argv[: p.argv.index("--kv-transfer-config")]
+    )

@@ -21,6 +21,14 @@ from pdctl.sdk.spec import FleetSpec
 from tests.conftest import free_ports
 
 
+@pytest.fixture(scope="module")
+def event_loop_policy() -> asyncio.AbstractEventLoopPolicy:
+    """Run on uvloop, the loop the router uses in production."""
+    import uvloop
+
+    return uvloop.EventLoopPolicy()
+
+
 class Rig:
     def __init__(self, app: RouterApp, url: str, mocks: dict[str, MockServer]) -> None:
         self.app, self.url, self.mocks = app, url, mocks

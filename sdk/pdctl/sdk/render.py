@@ -418,3 +418,21 @@ def router_plan(spec: FleetSpec, argv: tuple[str, ...]) -> InstancePlan | None:
         argv=argv,
         env={},
     )
+
+
+def with_engine_id(plan: InstancePlan, engine_id: str) -> InstancePlan:
+    """The same instance announcing another engine id (argv included).
+
+    Used when an instance restarts: peers cache NIXL agents by engine id, and a restarted
+    engine reusing its old id would be reached through the dead agent (transfers fail
+    with NIXL_ERR_REMOTE_DISCONNECT and the request hangs until the client times out).
+    """
+    if plan.kv_transfer_config is None:
+        return plan
+    ktc = {**plan.kv_transfer_config, "engine_id": engine_id}
+    argv = list(plan.argv)
+    i = argv.index("--kv-transfer-config")
+    argv[i + 1] = json.dumps(ktc, separators=(",", ":"))
+    return plan.model_copy(
+        update={"engine_id": engine_id, "kv_transfer_config": ktc, "argv": tuple(argv)}
+    )

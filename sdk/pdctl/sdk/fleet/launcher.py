@@ -39,7 +39,7 @@ from pdctl.sdk.fleet.state import (
     write_state,
 )
 from pdctl.sdk.lint import lint, require_clean
-from pdctl.sdk.render import InstancePlan, router_plan
+from pdctl.sdk.render import InstancePlan, router_plan, with_engine_id
 from pdctl.sdk.shepherd import group_members
 from pdctl.sdk.spec import FleetSpec
 from pdctl.sdk.specload import load_spec
@@ -112,6 +112,7 @@ class AsyncFleet:
         self._transport = transport
         self._client: httpx.AsyncClient | None = None
         self._instances: dict[str, _Instance] = {}
+        self._base_engine_ids: dict[str, str | None] = {}
         self._subscribers: list[asyncio.Queue[FleetEvent]] = []
         self._changed = asyncio.Event()
         self._life_r: int | None = None
@@ -375,6 +376,11 @@ class AsyncFleet:
         self._emit("restarting", name)
         await self._stop_instance(inst)
         inst.record.restarts += 1
+        base = self._base_engine_ids.setdefault(name, inst.plan.engine_id)
+        if base is not None:
+            # a fresh engine id, so that peers never reuse the dead engine's NIXL agent
+            inst.plan = with_engine_id(inst.plan, f"{base}-r{inst.record.restarts}")
+            inst.record.engine_id = inst.plan.engine_id
         await self._spawn(inst)
         self._save()
         await self.wait_ready(names=[name])

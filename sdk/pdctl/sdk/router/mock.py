@@ -15,7 +15,7 @@ import asyncio
 import json
 import sys
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import httptools
 
@@ -58,8 +58,8 @@ class _Req(asyncio.Protocol):
         self.task: asyncio.Task[None] | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        # uvloop's transports implement the interface without subclassing it
+        self.transport = cast(asyncio.Transport, transport)
         self.server.conns.add(self)
 
     def data_received(self, data: bytes) -> None:
