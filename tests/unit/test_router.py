@@ -26,7 +26,8 @@ def event_loop_policy() -> asyncio.AbstractEventLoopPolicy:
     """Run on uvloop, the loop the router uses in production."""
     import uvloop
 
-    return uvloop.EventLoopPolicy()
+    policy: asyncio.AbstractEventLoopPolicy = uvloop.EventLoopPolicy()
+    return policy
 
 
 class Rig:
