@@ -23,7 +23,24 @@ from tests.e2e.conftest import demo_spec
 pytestmark = pytest.mark.e2e
 
 NAME = "e2e-router"
-WORDS = ["cache", "block", "prefill", "decode", "router", "token", "engine", "fleet", "push", "write", "quiet", "green", "small", "fast", "early", "late"]
+WORDS = [
+    "cache",
+    "block",
+    "prefill",
+    "decode",
+    "router",
+    "token",
+    "engine",
+    "fleet",
+    "push",
+    "write",
+    "quiet",
+    "green",
+    "small",
+    "fast",
+    "early",
+    "late",
+]
 PROMPTS = [
     " ".join(WORDS[(i * 7 + j) % len(WORDS)] for j in range(8 + i)) + f" #{i}" for i in range(16)
 ]
