@@ -27,13 +27,18 @@ def make_app(prefill: str, decode: str) -> FastAPI:
         body: dict[str, Any] = await request.json()
         rid = uuid.uuid4().hex
         headers = {"X-Request-Id": rid}
-        pbody = dict(body, max_tokens=1, stream=False,
-                     kv_transfer_params={"do_remote_decode": True, "do_remote_prefill": False})
+        pbody = dict(
+            body,
+            max_tokens=1,
+            stream=False,
+            kv_transfer_params={"do_remote_decode": True, "do_remote_prefill": False},
+        )
         p = await client.post(prefill + "/v1/completions", json=pbody, headers=headers)
         dbody = dict(body, kv_transfer_params=p.json().get("kv_transfer_params"))
         if body.get("stream"):
-            req = client.build_request("POST", decode + "/v1/completions", json=dbody,
-                                       headers=headers)
+            req = client.build_request(
+                "POST", decode + "/v1/completions", json=dbody, headers=headers
+            )
             r = await client.send(req, stream=True)
 
             async def relay():  # type: ignore[no-untyped-def]
@@ -58,5 +63,4 @@ if __name__ == "__main__":
     ap.add_argument("--decode", required=True)
     ap.add_argument("--port", type=int, required=True)
     a = ap.parse_args()
-    uvicorn.run(make_app(a.prefill, a.decode), host="127.0.0.1", port=a.port,
-                log_level="warning")
+    uvicorn.run(make_app(a.prefill, a.decode), host="127.0.0.1", port=a.port, log_level="warning")

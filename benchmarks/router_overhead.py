@@ -38,7 +38,11 @@ from pdctl.sdk.spec import FleetSpec
 
 HERE = Path(__file__).resolve().parent
 TICKS = os.sysconf("SC_CLK_TCK")
-BODY = {"model": "tiny", "prompt": "hello there, how are the prefill and decode doing", "max_tokens": 8}
+BODY = {
+    "model": "tiny",
+    "prompt": "hello there, how are the prefill and decode doing",
+    "max_tokens": 8,
+}
 
 
 def free_port() -> int:
@@ -98,13 +102,17 @@ def pct(xs: list[float], q: float) -> float:
     return s[min(len(s) - 1, int(q * len(s)))]
 
 
-async def wait_up(url: str, timeout: float = 30) -> None:
+async def wait_up(url: str, limit_s: float = 30) -> None:
     pool = Pool(url)
-    deadline = time.monotonic() + timeout
+    deadline = time.monotonic() + limit_s
     while time.monotonic() < deadline:
         try:
-            r = await pool.request("POST", "/v1/completions", json.dumps(BODY).encode(),
-                                   [("Content-Type", "application/json")])
+            r = await pool.request(
+                "POST",
+                "/v1/completions",
+                json.dumps(BODY).encode(),
+                [("Content-Type", "application/json")],
+            )
             await r.read()
             if r.status == 200:
                 pool.close()
@@ -128,20 +136,75 @@ def start_contenders(p: str, d: str, vllm_router: str | None, tmp: Path) -> list
     )
     spec_file = tmp / "spec.json"
     spec_file.write_text(spec.model_dump_json())
-    out.append(Contender("pdctl", f"http://127.0.0.1:{port}", subprocess.Popen(
-        [*pin, sys.executable, "-m", "pdctl.sdk.router.server", "--spec-json", str(spec_file)],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)))
+    out.append(
+        Contender(
+            "pdctl",
+            f"http://127.0.0.1:{port}",
+            subprocess.Popen(
+                [
+                    *pin,
+                    sys.executable,
+                    "-m",
+                    "pdctl.sdk.router.server",
+                    "--spec-json",
+                    str(spec_file),
+                ],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            ),
+        )
+    )
     if vllm_router:
         port = free_port()
-        out.append(Contender("vllm-router", f"http://127.0.0.1:{port}", subprocess.Popen(
-            [*pin, vllm_router, "--vllm-pd-disaggregation", "--prefill", p, "--decode", d,
-             "--host", "127.0.0.1", "--port", str(port), "--log-level", "warning",
-             "--prometheus-port", str(free_port())],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)))
+        out.append(
+            Contender(
+                "vllm-router",
+                f"http://127.0.0.1:{port}",
+                subprocess.Popen(
+                    [
+                        *pin,
+                        vllm_router,
+                        "--vllm-pd-disaggregation",
+                        "--prefill",
+                        p,
+                        "--decode",
+                        d,
+                        "--host",
+                        "127.0.0.1",
+                        "--port",
+                        str(port),
+                        "--log-level",
+                        "warning",
+                        "--prometheus-port",
+                        str(free_port()),
+                    ],
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL,
+                ),
+            )
+        )
     port = free_port()
-    out.append(Contender("naive", f"http://127.0.0.1:{port}", subprocess.Popen(
-        [*pin, sys.executable, str(HERE / "naive_proxy.py"), "--prefill", p, "--decode", d,
-         "--port", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)))
+    out.append(
+        Contender(
+            "naive",
+            f"http://127.0.0.1:{port}",
+            subprocess.Popen(
+                [
+                    *pin,
+                    sys.executable,
+                    str(HERE / "naive_proxy.py"),
+                    "--prefill",
+                    p,
+                    "--decode",
+                    d,
+                    "--port",
+                    str(port),
+                ],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            ),
+        )
+    )
     return out
 
 
@@ -151,8 +214,11 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     dm = await MockServer(MockConfig(role="decode")).start()
     vr = args.vllm_router or shutil.which("vllm-router")
     if not vr:
-        print("note: vllm-router not found (pip install vllm-router, or --vllm-router PATH);"
-              " comparing pdctl with the naive proxy only", flush=True)
+        print(
+            "note: vllm-router not found (pip install vllm-router, or --vllm-router PATH);"
+            " comparing pdctl with the naive proxy only",
+            flush=True,
+        )
     tmp = Path(tempfile.mkdtemp(prefix="pdctl-bench-"))
     contenders = start_contenders(pm.url, dm.url, vr, tmp)
     try:
@@ -165,28 +231,35 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 reps: dict[str, list[dict[str, float]]] = {"direct": []}
                 for _ in range(args.repeats):
                     lat, wall = await load(dm.url, n, conc, stream)
-                    reps["direct"].append({"mean_us": statistics.mean(lat) * 1e6,
-                                           "rps": n / wall})
+                    reps["direct"].append({"mean_us": statistics.mean(lat) * 1e6, "rps": n / wall})
                     for c in contenders:
                         c0 = cpu_s(c.proc.pid)
                         lat, wall = await load(c.url, n, conc, stream)
                         cpu = cpu_s(c.proc.pid) - c0
-                        reps.setdefault(c.name, []).append({
-                            "mean_us": statistics.mean(lat) * 1e6,
-                            "p50_us": pct(lat, 0.5) * 1e6,
-                            "p99_us": pct(lat, 0.99) * 1e6,
-                            "rps": n / wall,
-                            "cpu_ms_per_req": cpu * 1000 / n,
-                        })
+                        reps.setdefault(c.name, []).append(
+                            {
+                                "mean_us": statistics.mean(lat) * 1e6,
+                                "p50_us": pct(lat, 0.5) * 1e6,
+                                "p99_us": pct(lat, 0.99) * 1e6,
+                                "rps": n / wall,
+                                "cpu_ms_per_req": cpu * 1000 / n,
+                            }
+                        )
                 direct = statistics.median(r["mean_us"] for r in reps["direct"])
                 for c in contenders:
                     rs = reps[c.name]
                     row = {
-                        "router": c.name, "stream": stream, "concurrency": conc, "requests": n,
-                        "overhead_us": round(statistics.median(r["mean_us"] for r in rs) - direct,
-                                             1),
-                        **{k: round(statistics.median(r[k] for r in rs), 3)
-                           for k in ("mean_us", "p50_us", "p99_us", "rps", "cpu_ms_per_req")},
+                        "router": c.name,
+                        "stream": stream,
+                        "concurrency": conc,
+                        "requests": n,
+                        "overhead_us": round(
+                            statistics.median(r["mean_us"] for r in rs) - direct, 1
+                        ),
+                        **{
+                            k: round(statistics.median(r[k] for r in rs), 3)
+                            for k in ("mean_us", "p50_us", "p99_us", "rps", "cpu_ms_per_req")
+                        },
                         "direct_mean_us": round(direct, 1),
                     }
                     results.append(row)
@@ -210,19 +283,26 @@ def summarize(rec: dict[str, Any]) -> dict[str, Any]:
     ratios: dict[str, Any] = {}
     for stream in (False, True):
         for conc in (1, 32):
-            pd, vr, nv = get("pdctl", stream, conc), get("vllm-router", stream, conc), \
-                get("naive", stream, conc)
+            pd, vr, nv = (
+                get("pdctl", stream, conc),
+                get("vllm-router", stream, conc),
+                get("naive", stream, conc),
+            )
             key = f"{'stream' if stream else 'json'}_c{conc}"
             if pd and vr:
                 ratios[f"{key}_overhead_pdctl_over_vllm_router"] = round(
-                    pd["overhead_us"] / max(vr["overhead_us"], 1.0), 2)
+                    pd["overhead_us"] / max(vr["overhead_us"], 1.0), 2
+                )
                 ratios[f"{key}_cpu_pdctl_over_vllm_router"] = round(
-                    pd["cpu_ms_per_req"] / max(vr["cpu_ms_per_req"], 1e-6), 2)
+                    pd["cpu_ms_per_req"] / max(vr["cpu_ms_per_req"], 1e-6), 2
+                )
             if pd and nv:
                 ratios[f"{key}_overhead_naive_over_pdctl"] = round(
-                    nv["overhead_us"] / max(pd["overhead_us"], 1.0), 2)
+                    nv["overhead_us"] / max(pd["overhead_us"], 1.0), 2
+                )
                 ratios[f"{key}_cpu_naive_over_pdctl"] = round(
-                    nv["cpu_ms_per_req"] / max(pd["cpu_ms_per_req"], 1e-6), 2)
+                    nv["cpu_ms_per_req"] / max(pd["cpu_ms_per_req"], 1e-6), 2
+                )
     return ratios
 
 
