@@ -21,8 +21,6 @@ import argparse
 import asyncio
 import json
 import os
-import shutil
-import socket
 import statistics
 import subprocess
 import sys
@@ -31,6 +29,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from _bench import find_vllm_router, free_port, vllm_router_argv
 
 from pdctl.sdk.router.mock import MockConfig, MockServer
 from pdctl.sdk.router.upstream import Pool
@@ -43,12 +43,6 @@ BODY = {
     "prompt": "hello there, how are the prefill and decode doing",
     "max_tokens": 8,
 }
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def cpu_s(pid: int) -> float:
@@ -161,23 +155,7 @@ def start_contenders(p: str, d: str, vllm_router: str | None, tmp: Path) -> list
                 "vllm-router",
                 f"http://127.0.0.1:{port}",
                 subprocess.Popen(
-                    [
-                        *pin,
-                        vllm_router,
-                        "--vllm-pd-disaggregation",
-                        "--prefill",
-                        p,
-                        "--decode",
-                        d,
-                        "--host",
-                        "127.0.0.1",
-                        "--port",
-                        str(port),
-                        "--log-level",
-                        "warning",
-                        "--prometheus-port",
-                        str(free_port()),
-                    ],
+                    [*pin, *vllm_router_argv(vllm_router, p, d, port)],
                     stdout=subprocess.DEVNULL,
                     stderr=subprocess.DEVNULL,
                 ),
@@ -212,13 +190,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     os.sched_setaffinity(0, {1})
     pm = await MockServer(MockConfig(role="prefill", engine_id="prefill-0")).start()
     dm = await MockServer(MockConfig(role="decode")).start()
-    vr = args.vllm_router or shutil.which("vllm-router")
-    if not vr:
-        print(
-            "note: vllm-router not found (pip install vllm-router, or --vllm-router PATH);"
-            " comparing pdctl with the naive proxy only",
-            flush=True,
-        )
+    vr = find_vllm_router(args.vllm_router)
     tmp = Path(tempfile.mkdtemp(prefix="pdctl-bench-"))
     contenders = start_contenders(pm.url, dm.url, vr, tmp)
     try:

@@ -16,8 +16,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
-import socket
 import statistics
 import subprocess
 import sys
@@ -27,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from _bench import find_vllm_router, free_port, vllm_router_argv
 
 from pdctl.sdk.fleet import Fleet
 from pdctl.sdk.paths import demo_spec_text, tiny_model_dir
@@ -46,12 +45,6 @@ WORDS = [
     "router",
     "waits",
 ]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def wait_health(url: str, timeout: float = 60) -> None:
@@ -131,34 +124,17 @@ def main() -> int:
             )
         )
         routers["pdctl push-sequential"] = f"http://127.0.0.1:{seq.router.port}"
-        vr = args.vllm_router or shutil.which("vllm-router")
+        vr = find_vllm_router(args.vllm_router)
         if vr:
             port = free_port()
             procs.append(
                 subprocess.Popen(
-                    [
-                        vr,
-                        "--vllm-pd-disaggregation",
-                        "--prefill",
-                        p.url,
-                        "--decode",
-                        d.url,
-                        "--host",
-                        "127.0.0.1",
-                        "--port",
-                        str(port),
-                        "--log-level",
-                        "warning",
-                        "--prometheus-port",
-                        str(free_port()),
-                    ],
+                    vllm_router_argv(vr, p.url, d.url, port),
                     stdout=subprocess.DEVNULL,
                     stderr=subprocess.DEVNULL,
                 )
             )
             routers["vllm-router push"] = f"http://127.0.0.1:{port}"
-        else:
-            print("note: vllm-router not found; skipping it", flush=True)
         try:
             for url in routers.values():
                 wait_health(url)

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from pdctl.sdk.fleet import Fleet
 from pdctl.sdk.paths import demo_spec_text
 from pdctl.sdk.spec import FleetSpec
 from pdctl.sdk.specload import load_spec
@@ -40,6 +41,16 @@ def state_root(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
         os.environ.pop("PDCTL_STATE_DIR", None)
     else:
         os.environ["PDCTL_STATE_DIR"] = old
+
+
+def running_fleet(spec: FleetSpec) -> Iterator[Fleet]:
+    """Bring a fleet up for a module fixture; always take it down."""
+    f = Fleet(spec, grace=5, ready_timeout=300)
+    try:
+        f.up()
+        yield f
+    finally:
+        f.close()
 
 
 def demo_spec(model: Path, name: str) -> tuple[FleetSpec, list[str]]:

@@ -21,7 +21,7 @@ from pdctl.sdk.metrics import Sample, parse, total
 from pdctl.sdk.pd import PrefillIdentity, push_request
 from pdctl.sdk.shepherd import group_members
 from tests.conftest import port_free
-from tests.e2e.conftest import demo_spec, processes_mentioning
+from tests.e2e.conftest import demo_spec, processes_mentioning, running_fleet
 
 pytestmark = pytest.mark.e2e
 
@@ -37,13 +37,7 @@ PROMPTS = [
 
 @pytest.fixture(scope="module")
 def fleet(tiny_model: Path, state_root: Path) -> Iterator[Fleet]:
-    spec, _ = demo_spec(tiny_model, NAME)
-    f = Fleet(spec, grace=5, ready_timeout=300)
-    try:
-        f.up()
-        yield f
-    finally:
-        f.close()
+    yield from running_fleet(demo_spec(tiny_model, NAME)[0])
 
 
 def cli(*args: str) -> subprocess.CompletedProcess[str]:

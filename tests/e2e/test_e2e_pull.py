@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from pdctl.sdk.fleet import Fleet
-from tests.e2e.conftest import demo_spec
+from tests.e2e.conftest import demo_spec, running_fleet
 from tests.e2e.test_e2e_router import check_exact, router_url
 
 pytestmark = pytest.mark.e2e
@@ -18,12 +18,7 @@ pytestmark = pytest.mark.e2e
 def pull_fleet(tiny_model: Path, state_root: Path) -> Iterator[Fleet]:
     spec, _ = demo_spec(tiny_model, "e2e-pull")
     spec.fleet.mode = "pull"
-    f = Fleet(spec, grace=5, ready_timeout=300)
-    try:
-        f.up()
-        yield f
-    finally:
-        f.close()
+    yield from running_fleet(spec)
 
 
 def test_pull_outputs_are_exact(pull_fleet: Fleet):

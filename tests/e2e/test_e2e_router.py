@@ -18,7 +18,7 @@ import pytest
 from pdctl.sdk.fleet import Fleet, read_state
 from pdctl.sdk.metrics import parse, total
 from tests.conftest import free_ports
-from tests.e2e.conftest import demo_spec
+from tests.e2e.conftest import demo_spec, running_fleet
 
 pytestmark = pytest.mark.e2e
 
@@ -49,13 +49,7 @@ KV = ("vllm:prompt_tokens_by_source_total", {"source": "external_kv_transfer"})
 
 @pytest.fixture(scope="module")
 def fleet(tiny_model: Path, state_root: Path) -> Iterator[Fleet]:
-    spec, _ = demo_spec(tiny_model, NAME)
-    f = Fleet(spec, grace=5, ready_timeout=300)
-    try:
-        f.up()
-        yield f
-    finally:
-        f.close()
+    yield from running_fleet(demo_spec(tiny_model, NAME)[0])
 
 
 def router_url(f: Fleet) -> str:

@@ -55,6 +55,18 @@ def make_spec(fake_python: str, name: str = "t", **fleet_env: str) -> FleetSpec:
     )
 
 
+def write_spec_file(path: Path, spec: FleetSpec, fake_python: str) -> None:
+    """The TOML a user would write for ``spec`` (what the CLI tests pass with -f)."""
+    path.write_text(
+        f'[model]\npath="org/fake"\nserved_name="fake"\n'
+        f'[fleet]\nname="t"\nplatform="cpu"\npython="{fake_python}"\n'
+        f"[[prefill]]\nhttp_port={spec.prefill[0].http_port}\n"
+        f"side_channel_port={spec.prefill[0].side_channel_port}\n"
+        f"[[decode]]\nhttp_port={spec.decode[0].http_port}\n"
+        f"side_channel_port={spec.decode[0].side_channel_port}\n"
+    )
+
+
 def pgids(state_root: Path, name: str = "t") -> list[int]:
     rec = read_state(state_root / name)
     assert rec is not None
@@ -167,14 +179,7 @@ def test_sigkill_of_pdctl_leaves_no_process_and_stale_state_is_cleaned(
 ):
     spec_file = tmp_path / "spec.toml"
     spec = make_spec(fake_python)
-    spec_file.write_text(
-        f'[model]\npath="org/fake"\nserved_name="fake"\n'
-        f'[fleet]\nname="t"\nplatform="cpu"\npython="{fake_python}"\n'
-        f"[[prefill]]\nhttp_port={spec.prefill[0].http_port}\n"
-        f"side_channel_port={spec.prefill[0].side_channel_port}\n"
-        f"[[decode]]\nhttp_port={spec.decode[0].http_port}\n"
-        f"side_channel_port={spec.decode[0].side_channel_port}\n"
-    )
+    write_spec_file(spec_file, spec, fake_python)
     proc = _cli(
         "up",
         "-f",
@@ -207,14 +212,7 @@ def test_sigkill_of_pdctl_leaves_no_process_and_stale_state_is_cleaned(
 def test_cli_status_restart_logs_down_from_another_shell(fake_python, state_root, tmp_path):
     spec = make_spec(fake_python)
     spec_file = tmp_path / "spec.toml"
-    spec_file.write_text(
-        f'[model]\npath="org/fake"\nserved_name="fake"\n'
-        f'[fleet]\nname="t"\nplatform="cpu"\npython="{fake_python}"\n'
-        f"[[prefill]]\nhttp_port={spec.prefill[0].http_port}\n"
-        f"side_channel_port={spec.prefill[0].side_channel_port}\n"
-        f"[[decode]]\nhttp_port={spec.decode[0].http_port}\n"
-        f"side_channel_port={spec.decode[0].side_channel_port}\n"
-    )
+    write_spec_file(spec_file, spec, fake_python)
     r = subprocess.run(
         [sys.executable, "-m", "pdctl.cli.main", "up", "-d", "-f", str(spec_file), "--grace", "2"],
         capture_output=True,

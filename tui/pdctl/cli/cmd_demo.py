@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from pdctl.cli.common import console
+from pdctl.cli.common import add_override_argument, console
 
 if TYPE_CHECKING:
     from rich.console import RenderableType
@@ -54,13 +54,8 @@ _WORDS = [
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--set",
-        metavar="KEY=VALUE",
-        action="append",
-        default=[],
-        dest="overrides",
-        help="override a field of the embedded demo spec (see examples/cpu-1p1d.toml)",
+    add_override_argument(
+        p, "override a field of the embedded demo spec (see examples/cpu-1p1d.toml)"
     )
     p.add_argument("--rate", type=float, default=1.0, help="requests per second (default 1)")
     p.add_argument(

@@ -52,14 +52,16 @@ def add_spec_arguments(p: argparse.ArgumentParser, short: bool = True) -> None:
         default=None,
         help="fleet spec (TOML); default ./pdctl.toml",
     )
+    add_override_argument(p)
+
+
+def add_override_argument(
+    p: argparse.ArgumentParser,
+    help_: str = "override a spec field, e.g. --set fleet.mode=pull --set prefill.0.tp=2 "
+    "(repeatable; beats PDCTL_* environment variables, which beat the file)",
+) -> None:
     p.add_argument(
-        "--set",
-        metavar="KEY=VALUE",
-        action="append",
-        default=[],
-        dest="overrides",
-        help="override a spec field, e.g. --set fleet.mode=pull --set prefill.0.tp=2 "
-        "(repeatable; beats PDCTL_* environment variables, which beat the file)",
+        "--set", metavar="KEY=VALUE", action="append", default=[], dest="overrides", help=help_
     )
 
 

@@ -1,0 +1,45 @@
+"""Helpers shared by the benchmark scripts (run them from anywhere: python benchmarks/X.py)."""
+
+from __future__ import annotations
+
+import shutil
+import socket
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def find_vllm_router(given: str | None) -> str | None:
+    """The vllm-router binary: the one given, else on PATH; None (with a note) if absent."""
+    found = given or shutil.which("vllm-router")
+    if not found:
+        print(
+            "note: vllm-router not found (pip install vllm-router, or --vllm-router PATH);"
+            " it is left out of this run",
+            flush=True,
+        )
+    return found
+
+
+def vllm_router_argv(binary: str, prefill: str, decode: str, port: int) -> list[str]:
+    """vllm-router in PD mode in front of one prefill and one decode (it learns the
+    prefill's identity from its first request, then dispatches push requests concurrently)."""
+    return [
+        binary,
+        "--vllm-pd-disaggregation",
+        "--prefill",
+        prefill,
+        "--decode",
+        decode,
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--log-level",
+        "warning",
+        "--prometheus-port",
+        str(free_port()),
+    ]
