@@ -14,6 +14,7 @@ import argparse
 import asyncio
 import json
 import sys
+import time
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -147,7 +148,9 @@ class MockServer:
         try:
             req = json.loads(body) if body else {}
             rid = headers.get(b"x-request-id", b"").decode()
-            st.requests.append({"path": path.decode(), "request_id": rid, "body": req})
+            st.requests.append(
+                {"path": path.decode(), "request_id": rid, "body": req, "at": time.monotonic()}
+            )
             if self.config.delay_s:
                 await asyncio.sleep(self.config.delay_s)
             if self.config.status != 200:
