@@ -82,11 +82,19 @@ def signal_group(pgid: int, sig: int, exclude: int | None) -> int:
 
 
 class Shepherd:
-    def __init__(self, cmd: list[str], exit_file: Path, grace: float, lifeline: int | None):
+    def __init__(
+        self,
+        cmd: list[str],
+        exit_file: Path,
+        grace: float,
+        lifeline: int | None,
+        cpus: set[int] | None = None,
+    ):
         self.cmd = cmd
         self.exit_file = exit_file
         self.grace = grace
         self.lifeline = lifeline
+        self.cpus = cpus
         self.me = os.getpid()
         self.pgid = os.getpgid(0)
         self.stopping = threading.Event()
@@ -122,6 +130,9 @@ class Shepherd:
         signal.signal(signal.SIGTERM, on_signal)
         signal.signal(signal.SIGINT, on_signal)
         signal.signal(signal.SIGHUP, on_signal)
+        if self.cpus:
+            # every process of the instance (API server, engine core, workers) inherits it
+            os.sched_setaffinity(0, self.cpus)
         try:
             self.child = subprocess.Popen(
                 self.cmd, preexec_fn=lambda: _set_pdeathsig(signal.SIGKILL)
@@ -157,12 +168,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--lifeline", type=int, default=None)
     ap.add_argument("--exit-file", type=Path, required=True)
     ap.add_argument("--grace", type=float, default=10.0)
+    ap.add_argument("--cpus", default="", help="comma-separated cores to confine the instance to")
     ap.add_argument("cmd", nargs=argparse.REMAINDER)
     args = ap.parse_args(argv)
     cmd = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
     if not cmd:
         ap.error("no command given after --")
-    return Shepherd(cmd, args.exit_file, args.grace, args.lifeline).run()
+    cpus = {int(c) for c in args.cpus.split(",") if c.strip()} or None
+    return Shepherd(cmd, args.exit_file, args.grace, args.lifeline, cpus).run()
 
 
 if __name__ == "__main__":

@@ -272,6 +272,8 @@ class AsyncFleet:
             rec.exit_file,
             "--grace",
             str(self.grace),
+            "--cpus",
+            ",".join(str(c) for c in inst.plan.cpu_cores),
             "--",
             *inst.plan.argv,
         ]

@@ -552,12 +552,6 @@ class Router:
                     )
                 d, r = await self._decode(d, path, d_body, rid, tl)
         tl.decode = d.name
-        if tl.prefill_done is not None and tl.decode_first_byte is not None:
-            self.m_after_prefill.observe(
-                max(0.0, tl.decode_first_byte - tl.prefill_done), self.mode
-            )
-        if tl.prefill_done is not None and tl.decode_sent is not None:
-            self.m_overlap.observe(max(0.0, tl.prefill_done - tl.decode_sent), self.mode)
         ctype = (r.header(b"content-type") or b"application/json").decode()
         if body.get("stream") and r.status == 200:
             return StreamReply(
@@ -582,6 +576,8 @@ class Router:
         events = 0
         try:
             async for chunk in r.iter_chunks():
+                if not events:  # a stream's first token, not its response head
+                    tl.decode_first_byte = tl.mark()
                 events += chunk.count(b"data: ") - chunk.count(b"data: [DONE]")
                 yield chunk
             tl.completion_tokens = events
@@ -613,6 +609,12 @@ class Router:
             self.m_e2e.observe(tl.done, self.mode)
             if tl.decode_first_byte is not None:
                 self.m_ttft.observe(tl.decode_first_byte, self.mode)
+                if tl.prefill_done is not None:
+                    self.m_after_prefill.observe(
+                        max(0.0, tl.decode_first_byte - tl.prefill_done), self.mode
+                    )
+            if tl.prefill_done is not None and tl.decode_sent is not None:
+                self.m_overlap.observe(max(0.0, tl.prefill_done - tl.decode_sent), self.mode)
         self.history.append(tl)
 
     def recent(
