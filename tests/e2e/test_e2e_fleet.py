@@ -51,13 +51,15 @@ def cli(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_both_instances_become_ready(fleet: Fleet):
+    # the spec has a [router]: pdctl up supervises it like the engines
     assert [(s.name, s.state) for s in fleet.status()] == [
         ("prefill-0", "ready"),
         ("decode-0", "ready"),
+        ("router", "ready"),
     ]
     r = cli("status", "--json")
     assert r.returncode == 0, r.stderr
-    assert [i["state"] for i in json.loads(r.stdout)["instances"]] == ["ready", "ready"]
+    assert [i["state"] for i in json.loads(r.stdout)["instances"]] == ["ready"] * 3
 
 
 def test_a_completion_on_each_instance(fleet: Fleet):
