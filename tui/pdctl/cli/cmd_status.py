@@ -13,11 +13,21 @@ from pdctl.cli.common import add_fleet_arguments, console, print_json, resolve_f
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    from pdctl.cli.cmd_metrics import add_monitor_arguments
+
     add_fleet_arguments(p)
     p.add_argument("--json", action="store_true", help="machine-readable status")
+    p.add_argument(
+        "--once",
+        action="store_true",
+        help="one metrics snapshot (every instance's figures and alerts) instead",
+    )
+    add_monitor_arguments(p)
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.once:
+        return _once(args)
     from pdctl.cli.fleetview import status_table
     from pdctl.sdk.fleet import fleet_status
 
@@ -42,3 +52,26 @@ def run(args: argparse.Namespace) -> int:
             for ln in i.log_tail:
                 out.print("  " + ln, markup=False, highlight=False)
     return 0 if all_ready else 1
+
+
+def _once(args: argparse.Namespace) -> int:
+    """One metrics snapshot. Two scrapes a second apart, so rates have a window.
+    Exit 0 without alerts, 1 with."""
+    import asyncio
+
+    from pdctl.cli.cmd_metrics import make_monitor
+    from pdctl.cli.metricsview import snapshot_view
+    from pdctl.sdk.metrics.monitor import Snapshot
+
+    mon = make_monitor(args)
+
+    async def two() -> Snapshot:
+        snaps = [s async for s in mon.snapshots(2)]
+        return snaps[-1]
+
+    snap = asyncio.run(two())
+    if args.json:
+        print_json(snap.as_dict())
+    else:
+        console().print(snapshot_view(snap))
+    return 1 if snap.alerts else 0

@@ -35,6 +35,7 @@ SUBCOMMANDS: tuple[Subcommand, ...] = (
     Subcommand("schema", "print the fleet spec's JSON schema", "cmd_schema"),
     Subcommand("up", "start the fleet and supervise it until Ctrl-C", "cmd_up"),
     Subcommand("status", "show every instance of a running fleet", "cmd_status"),
+    Subcommand("metrics", "stream the fleet's derived metrics and alerts", "cmd_metrics"),
     Subcommand("logs", "print (or follow) an instance's log", "cmd_logs"),
     Subcommand("restart", "restart one instance of a running fleet", "cmd_restart"),
     Subcommand("down", "stop a running fleet", "cmd_down"),

@@ -1,5 +1,15 @@
-"""Reading Prometheus metrics from vLLM instances and the router."""
+"""Reading Prometheus metrics from vLLM instances and the router; the fleet monitor."""
 
-from pdctl.sdk.metrics.promtext import MetricsParseError, Sample, parse, total
+from pdctl.sdk.metrics.derive import Histogram, Scrape, counter_delta
+from pdctl.sdk.metrics.promtext import MetricsParseError, Sample, parse, parse_text, total
 
-__all__ = ["MetricsParseError", "Sample", "parse", "total"]
+__all__ = [
+    "Histogram",
+    "MetricsParseError",
+    "Sample",
+    "Scrape",
+    "counter_delta",
+    "parse",
+    "parse_text",
+    "total",
+]

@@ -1,0 +1,116 @@
+"""Pure derivations over scraped samples: counters, gauges, histograms, windows.
+
+A :class:`Scrape` indexes one payload by metric name; a window is two scrapes of the
+same target (old, new). Counter deltas treat a decrease as a restart (the new value is
+the increase since then), as Prometheus' ``rate`` does.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from pdctl.sdk.metrics.promtext import Sample
+
+Labels = tuple[tuple[str, str], ...]
+
+
+class Scrape:
+    """One payload: samples grouped by name, taken at ``at`` (monotonic seconds)."""
+
+    __slots__ = ("at", "by_name")
+
+    def __init__(self, samples: Iterable[Sample], at: float) -> None:
+        self.at = at
+        self.by_name: dict[str, list[Sample]] = {}
+        for s in samples:
+            self.by_name.setdefault(s.name, []).append(s)
+
+    def has(self, name: str) -> bool:
+        return name in self.by_name
+
+    def total(self, name: str, match: Mapping[str, str] | None = None) -> float | None:
+        """Sum of the matching series (summing pools ranks/engines); None if absent."""
+        found = self.by_name.get(name)
+        if not found:
+            return None
+        acc = 0.0
+        hit = False
+        for s in found:
+            if match and any(s.label(k) != v for k, v in match.items()):
+                continue
+            acc += s.value
+            hit = True
+        return acc if hit else None
+
+    def by_label(self, name: str, key: str) -> dict[str, float]:
+        out: dict[str, float] = {}
+        for s in self.by_name.get(name, ()):
+            k = s.label(key)
+            out[k] = out.get(k, 0.0) + s.value
+        return out
+
+    def histogram(self, base: str) -> Histogram | None:
+        """The histogram ``base`` summed over every series (engines, ranks)."""
+        buckets = self.by_name.get(base + "_bucket")
+        if not buckets:
+            return None
+        cum: dict[float, float] = {}
+        for s in buckets:
+            le = float(s.label("le", "+Inf"))
+            cum[le] = cum.get(le, 0.0) + s.value
+        return Histogram(
+            tuple(sorted(cum.items())),
+            self.total(base + "_sum") or 0.0,
+            self.total(base + "_count") or 0.0,
+        )
+
+
+@dataclass(frozen=True)
+class Histogram:
+    buckets: tuple[tuple[float, float], ...]
+    """(upper bound, cumulative count), ascending, ending with +Inf."""
+    sum: float
+    count: float
+
+    def minus(self, old: Histogram | None) -> Histogram:
+        """The observations since ``old`` (``self`` when old is None or a reset happened)."""
+        if old is None or self.count < old.count or len(old.buckets) != len(self.buckets):
+            return self
+        return Histogram(
+            tuple((le, c - oc) for (le, c), (_, oc) in zip(self.buckets, old.buckets, strict=True)),
+            self.sum - old.sum,
+            self.count - old.count,
+        )
+
+    def quantile(self, q: float) -> float | None:
+        """Prometheus' histogram_quantile: linear within the bucket holding the rank;
+        the +Inf bucket answers with the highest finite bound. None without data."""
+        if self.count <= 0:
+            return None
+        rank = q * self.count
+        prev_le, prev_c = 0.0, 0.0
+        for le, c in self.buckets:
+            if c >= rank:
+                if math.isinf(le):
+                    return prev_le
+                if c == prev_c:
+                    return le
+                lower = prev_le if prev_le < le else 0.0
+                return lower + (le - lower) * (rank - prev_c) / (c - prev_c)
+            prev_le, prev_c = le, c
+        return prev_le
+
+    @property
+    def mean(self) -> float | None:
+        return self.sum / self.count if self.count > 0 else None
+
+
+def counter_delta(new: float | None, old: float | None) -> float | None:
+    """Increase of a counter between two scrapes; a decrease means it restarted."""
+    if new is None:
+        return None
+    if old is None:
+        return None
+    return new if new < old else new - old

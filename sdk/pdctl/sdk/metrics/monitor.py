@@ -1,0 +1,540 @@
+"""The fleet metrics stream: one collector for the TUI, scripts and alerts.
+
+:class:`FleetMonitor` scrapes every instance's ``/metrics``, the router's ``/metrics`` and
+its recent-requests API concurrently, each with its own timeout, and turns each round
+into an immutable :class:`Snapshot` of derived figures over a sliding window. A target
+that does not answer is DOWN at once and STALE once it has been down for
+``stale_after_s``; the others are unaffected. Malformed lines are skipped and counted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections import deque
+from collections.abc import AsyncIterator, Iterable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import httpx
+
+from pdctl.sdk.metrics.derive import Histogram, Scrape, counter_delta
+from pdctl.sdk.metrics.promtext import parse_text
+from pdctl.sdk.render import FleetPlan
+from pdctl.sdk.spec import FleetSpec
+
+V = "vllm:"
+QUANTILES = (0.5, 0.9, 0.99)
+
+
+@dataclass(frozen=True)
+class Target:
+    name: str
+    role: str  # prefill | decode | colocated | router
+    url: str
+    tp: int = 1
+
+
+@dataclass(frozen=True)
+class Latency:
+    p50: float | None = None
+    p90: float | None = None
+    p99: float | None = None
+    mean: float | None = None
+    count: float = 0.0
+
+    @classmethod
+    def of(cls, h: Histogram | None) -> Latency:
+        if h is None:
+            return cls()
+        return cls(h.quantile(0.5), h.quantile(0.9), h.quantile(0.99), h.mean, h.count)
+
+
+@dataclass(frozen=True)
+class Transfers:
+    """NIXL figures recorded by the WRITE initiator (prefill in push, decode in pull)."""
+
+    bytes_total: float | None = None
+    bytes_window: float | None = None
+    throughput_bps: float | None = None
+    transfers_window: float = 0.0
+    bytes_per_request: float | None = None
+    per_request_note: str = ""
+    xfer_time: Latency = Latency()
+    post_time: Latency = Latency()
+    descriptors_per_transfer: float | None = None
+    failed_transfers: float | None = None
+    failed_notifications: float | None = None
+    expired_leases: float | None = None
+    failed_window: float = 0.0
+    expired_window: float = 0.0
+
+
+@dataclass(frozen=True)
+class InstanceMetrics:
+    name: str
+    role: str
+    url: str
+    health: str  # UP | DOWN | STALE
+    error: str | None = None
+    down_since: float | None = None
+    request_rate: float | None = None
+    ttft: Latency = Latency()
+    itl: Latency = Latency()
+    tpot: Latency = Latency()
+    e2e: Latency = Latency()
+    running: float | None = None
+    waiting: float | None = None
+    kv_usage: float | None = None
+    transfers: Transfers = Transfers()
+    kv_fetch_by_stage: dict[str, float] = field(default_factory=dict)
+    prompt_tokens_by_source: dict[str, float] = field(default_factory=dict)
+    prompt_tokens_by_source_window: dict[str, float] = field(default_factory=dict)
+    rendezvous: dict[str, float] = field(default_factory=dict)
+    malformed_lines: int = 0
+
+
+@dataclass(frozen=True)
+class PairMetrics:
+    prefill: str
+    decode: str
+    requests: int
+    ok: int
+    errors: int
+    ttft_p50_ms: float | None
+    overlap_p50_ms: float | None
+
+
+@dataclass(frozen=True)
+class Alert:
+    code: str
+    severity: str  # critical | warning
+    subject: str
+    message: str
+    since: float
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    at: float
+    """Unix time of this round."""
+    window_s: float
+    instances: tuple[InstanceMetrics, ...]
+    roles: dict[str, dict[str, Any]]
+    pairs: tuple[PairMetrics, ...]
+    router: dict[str, Any] | None
+    alerts: tuple[Alert, ...]
+    summary: dict[str, Any]
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def instance(self, name: str) -> InstanceMetrics:
+        for i in self.instances:
+            if i.name == name:
+                return i
+        raise KeyError(name)
+
+
+def targets_for(spec: FleetSpec, plan: FleetPlan) -> list[Target]:
+    out = [Target(i.name, i.role, i.url, i.tp) for i in plan.instances]
+    if spec.router is not None:
+        host = "127.0.0.1" if spec.router.host in ("0.0.0.0", "::") else spec.router.host
+        out.append(Target("router", "router", f"http://{host}:{spec.router.port}"))
+    return out
+
+
+class FleetMonitor:
+    def __init__(
+        self,
+        targets: Iterable[Target],
+        *,
+        mode: str = "push",
+        interval_s: float = 1.0,
+        timeout_s: float = 2.0,
+        window_s: float = 60.0,
+        stale_after_s: float = 30.0,
+        expected_throughput_bps: float | None = None,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        self.targets = list(targets)
+        self.mode = mode
+        self.interval_s = interval_s
+        self.timeout_s = timeout_s
+        self.window_s = window_s
+        self.stale_after_s = stale_after_s
+        self.expected_throughput_bps = expected_throughput_bps
+        self._transport = transport
+        self._history: dict[str, deque[Scrape]] = {t.name: deque() for t in self.targets}
+        self._down_since: dict[str, float] = {}
+        self._errors: dict[str, str] = {}
+        self._malformed: dict[str, int] = {}
+        self._recent: list[dict[str, Any]] = []
+        self._router_mode: str | None = None
+        self._alert_since: dict[tuple[str, str], float] = {}
+
+    @classmethod
+    def for_fleet(cls, spec: FleetSpec, plan: FleetPlan, **kw: Any) -> FleetMonitor:
+        return cls(targets_for(spec, plan), mode=spec.fleet.mode, **kw)
+
+    # ------------------------------------------------------------------ scraping
+
+    async def _scrape(self, client: httpx.AsyncClient, t: Target) -> None:
+        now = time.monotonic()
+        try:
+            r = await client.get(t.url + "/metrics", timeout=self.timeout_s)
+            if r.status_code != 200:
+                raise httpx.HTTPError(f"/metrics answered {r.status_code}")
+            samples, bad = parse_text(r.text)
+            if t.role == "router":
+                rr = await client.get(
+                    t.url + "/v1/pdctl/requests?limit=1000", timeout=self.timeout_s
+                )
+                data = rr.json()
+                self._recent = list(data.get("requests", []))
+                self._router_mode = data.get("mode")
+        except (httpx.HTTPError, ValueError, OSError) as e:
+            self._down_since.setdefault(t.name, now)
+            self._errors[t.name] = str(e) or type(e).__name__
+            return
+        self._down_since.pop(t.name, None)
+        self._errors.pop(t.name, None)
+        self._malformed[t.name] = self._malformed.get(t.name, 0) + len(bad)
+        hist = self._history[t.name]
+        hist.append(Scrape(samples, now))
+        while len(hist) > 2 and now - hist[1].at >= self.window_s:
+            hist.popleft()
+
+    async def poll(self, client: httpx.AsyncClient | None = None) -> Snapshot:
+        """Scrape everything once and return the new snapshot."""
+        if client is None:
+            async with httpx.AsyncClient(transport=self._transport) as c:
+                return await self.poll(c)
+        await asyncio.gather(*(self._scrape(client, t) for t in self.targets))
+        return self.snapshot()
+
+    async def snapshots(self, count: int | None = None) -> AsyncIterator[Snapshot]:
+        """A snapshot every ``interval_s`` (``count`` of them, or forever)."""
+        n = 0
+        async with httpx.AsyncClient(transport=self._transport) as client:
+            while count is None or n < count:
+                t0 = time.monotonic()
+                yield await self.poll(client)
+                n += 1
+                if count is None or n < count:
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await asyncio.sleep(max(0.0, self.interval_s - (time.monotonic() - t0)))
+
+    # ------------------------------------------------------------------ deriving
+
+    def _instance(self, t: Target, now: float) -> InstanceMetrics:
+        hist = self._history[t.name]
+        down = self._down_since.get(t.name)
+        if down is not None:
+            health = "STALE" if now - down >= self.stale_after_s else "DOWN"
+        elif not hist:
+            health = "DOWN"
+        else:
+            health = "UP"
+        base: dict[str, Any] = {
+            "name": t.name,
+            "role": t.role,
+            "url": t.url,
+            "health": health,
+            "error": self._errors.get(t.name),
+            "down_since": None if down is None else time.time() - (now - down),
+            "malformed_lines": self._malformed.get(t.name, 0),
+        }
+        if not hist or t.role == "router":
+            return InstanceMetrics(**base)
+        new, old = hist[-1], (hist[0] if len(hist) > 1 else None)
+        dt = new.at - old.at if old is not None else 0.0
+
+        def window(name: str) -> Histogram | None:
+            h = new.histogram(V + name)
+            return h.minus(old.histogram(V + name)) if (h is not None and old is not None) else h
+
+        done = counter_delta(
+            new.total(V + "request_success_total"),
+            old.total(V + "request_success_total") if old else None,
+        )
+        src_new = new.by_label(V + "prompt_tokens_by_source_total", "source")
+        src_old = old.by_label(V + "prompt_tokens_by_source_total", "source") if old else {}
+        return InstanceMetrics(
+            **base,
+            request_rate=(done / dt) if (done is not None and dt > 0) else None,
+            ttft=Latency.of(window("time_to_first_token_seconds")),
+            itl=Latency.of(window("inter_token_latency_seconds")),
+            tpot=Latency.of(window("request_time_per_output_token_seconds")),
+            e2e=Latency.of(window("e2e_request_latency_seconds")),
+            running=new.total(V + "num_requests_running"),
+            waiting=new.total(V + "num_requests_waiting"),
+            kv_usage=new.total(V + "kv_cache_usage_perc"),
+            transfers=self._transfers(t, new, old, dt, window),
+            kv_fetch_by_stage=new.by_label(V + "num_requests_kv_fetch_by_stage", "stage"),
+            prompt_tokens_by_source=src_new,
+            prompt_tokens_by_source_window={
+                k: counter_delta(v, src_old.get(k)) or 0.0 for k, v in src_new.items()
+            }
+            if old
+            else {},
+            rendezvous={
+                s.name + ("" if not s.labels else str(dict(s.labels))): s.value
+                for name, ss in new.by_name.items()
+                if name.startswith("pdctl:")
+                for s in ss
+            },
+        )
+
+    def _transfers(
+        self, t: Target, new: Scrape, old: Scrape | None, dt: float, window: Any
+    ) -> Transfers:
+        total_bytes = new.total(V + "nixl_bytes_transferred_sum")
+        if total_bytes is None:
+            return Transfers()
+        bytes_h: Histogram | None = window("nixl_bytes_transferred")
+        desc_h: Histogram | None = window("nixl_num_descriptors")
+        bw = bytes_h.sum if (bytes_h is not None and old is not None) else None
+        handles = bytes_h.count if bytes_h is not None else 0.0
+
+        def dcount(name: str) -> float:
+            return counter_delta(new.total(V + name), old.total(V + name) if old else None) or 0.0
+
+        # One NIXL sample per WRITE handle (request x initiator rank x target rank), pooled
+        # across ranks: with equal TP on both sides there is one handle per rank.
+        per_req: float | None = None
+        note = "pooled over ranks; not normalised (no transfers in the window)"
+        if bw is not None and handles > 0:
+            per_req = bw / handles * t.tp
+            note = f"bytes per handle x {t.tp} initiator rank(s), assuming equal P/D TP"
+        return Transfers(
+            bytes_total=total_bytes,
+            bytes_window=bw,
+            throughput_bps=(bw / dt) if (bw is not None and dt > 0) else None,
+            transfers_window=handles,
+            bytes_per_request=per_req,
+            per_request_note=note,
+            xfer_time=Latency.of(window("nixl_xfer_time_seconds")),
+            post_time=Latency.of(window("nixl_post_time_seconds")),
+            descriptors_per_transfer=desc_h.mean if desc_h is not None else None,
+            failed_transfers=new.total(V + "nixl_num_failed_transfers_total"),
+            failed_notifications=new.total(V + "nixl_num_failed_notifications_total"),
+            expired_leases=new.total(V + "nixl_num_kv_expired_reqs_total"),
+            failed_window=dcount("nixl_num_failed_transfers_total")
+            + dcount("nixl_num_failed_notifications_total"),
+            expired_window=dcount("nixl_num_kv_expired_reqs_total"),
+        )
+
+    def _pairs(self) -> tuple[PairMetrics, ...]:
+        cutoff = time.time() - self.window_s
+        groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
+        for r in self._recent:
+            if r.get("prefill") and r.get("decode") and (r.get("received") or 0) >= cutoff:
+                groups.setdefault((r["prefill"], r["decode"]), []).append(r)
+        out = []
+        for (p, d), rs in sorted(groups.items()):
+            ttft = sorted(
+                r["decode_first_byte_ms"]
+                for r in rs
+                if r.get("outcome") == "ok" and r.get("decode_first_byte_ms") is not None
+            )
+            ovl = sorted(
+                max(0.0, r["prefill_done_ms"] - r["decode_sent_ms"])
+                for r in rs
+                if r.get("prefill_done_ms") is not None and r.get("decode_sent_ms") is not None
+            )
+            out.append(
+                PairMetrics(
+                    p,
+                    d,
+                    len(rs),
+                    sum(r.get("outcome") == "ok" for r in rs),
+                    sum(r.get("outcome") == "error" for r in rs),
+                    ttft[len(ttft) // 2] if ttft else None,
+                    ovl[len(ovl) // 2] if ovl else None,
+                )
+            )
+        return tuple(out)
+
+    def snapshot(self) -> Snapshot:
+        now = time.monotonic()
+        insts = tuple(self._instance(t, now) for t in self.targets)
+        roles: dict[str, dict[str, Any]] = {}
+        for i in insts:
+            r = roles.setdefault(
+                i.role,
+                {
+                    "instances": 0,
+                    "up": 0,
+                    "request_rate": 0.0,
+                    "running": 0.0,
+                    "waiting": 0.0,
+                    "kv_bytes_window": 0.0,
+                },
+            )
+            r["instances"] += 1
+            r["up"] += i.health == "UP"
+            r["request_rate"] += i.request_rate or 0.0
+            r["running"] += i.running or 0.0
+            r["waiting"] += i.waiting or 0.0
+            r["kv_bytes_window"] += i.transfers.bytes_window or 0.0
+        moved = sum(i.transfers.bytes_total or 0.0 for i in insts)
+        thr = sum(i.transfers.throughput_bps or 0.0 for i in insts)
+        front = [i for i in insts if i.role in ("decode", "colocated")]
+        ttft99 = max((i.ttft.p99 for i in front if i.ttft.p99 is not None), default=None)
+        summary = {
+            "request_rate": sum(i.request_rate or 0.0 for i in front),
+            "ttft_p99_s": ttft99,
+            "kv_bytes_moved": moved,
+            "transfer_bps": thr,
+            "instances_up": sum(i.health == "UP" for i in insts),
+            "instances": len(insts),
+        }
+        router = None
+        if any(t.role == "router" for t in self.targets):
+            router = {"mode": self._router_mode, "recent_requests": len(self._recent)}
+        alerts = self._alerts(insts)
+        return Snapshot(
+            time.time(), self.window_s, insts, roles, self._pairs(), router, alerts, summary
+        )
+
+    # ------------------------------------------------------------------ alerts
+
+    def _alerts(self, insts: tuple[InstanceMetrics, ...]) -> tuple[Alert, ...]:
+        raised = evaluate_alerts(
+            insts,
+            mode=self.mode,
+            router_mode=self._router_mode,
+            recent=self._recent,
+            expected_throughput_bps=self.expected_throughput_bps,
+        )
+        now = time.time()
+        live = {(a[0], a[2]) for a in raised}
+        for key in list(self._alert_since):
+            if key not in live:
+                del self._alert_since[key]
+        return tuple(
+            Alert(code, sev, subj, msg, self._alert_since.setdefault((code, subj), now))
+            for code, sev, subj, msg in raised
+        )
+
+
+ALERTS = {
+    "PA001": "decode recomputes prompts instead of receiving KV",
+    "PA002": "KV leases expire before decode collects the blocks",
+    "PA003": "NIXL transfers or notifications fail",
+    "PA004": "transfer throughput far below the preflight expectation",
+    "PA005": "push mode behind a sequential router",
+    "PA006": "instance down",
+    "PA007": "decode KV cache nearly full",
+}
+
+
+def evaluate_alerts(
+    insts: Iterable[InstanceMetrics],
+    *,
+    mode: str,
+    router_mode: str | None,
+    recent: list[dict[str, Any]] | None = None,
+    expected_throughput_bps: float | None = None,
+    kv_full: float = 0.9,
+) -> list[tuple[str, str, str, str]]:
+    """(code, severity, subject, message) for every condition that holds now. Pure."""
+    out: list[tuple[str, str, str, str]] = []
+    insts = list(insts)
+    for i in insts:
+        if i.role != "router" and i.health in ("DOWN", "STALE"):
+            out.append(
+                (
+                    "PA006",
+                    "critical",
+                    i.name,
+                    f"{i.name} does not answer /metrics ({i.health}): {i.error}",
+                )
+            )
+        if i.health != "UP":
+            continue
+        w = i.prompt_tokens_by_source_window
+        if (
+            i.role == "decode"
+            and mode in ("push", "pull")
+            and w.get("local_compute", 0) > 0
+            and w.get("external_kv_transfer", 0) == 0
+        ):
+            out.append(
+                (
+                    "PA001",
+                    "critical",
+                    i.name,
+                    f"{i.name} computed {w['local_compute']:.0f} prompt tokens itself and "
+                    "received none over KV transfer in the window: prefill work is wasted "
+                    "(connector missing, kv_transfer_params not forwarded?)",
+                )
+            )
+        tr = i.transfers
+        if tr.expired_window > 0:
+            out.append(
+                (
+                    "PA002",
+                    "warning",
+                    i.name,
+                    f"{tr.expired_window:.0f} KV lease(s) expired on {i.name}: decode "
+                    "collected too late; raise kv_lease_duration_s or add decode capacity",
+                )
+            )
+        if tr.failed_window > 0:
+            out.append(
+                (
+                    "PA003",
+                    "critical",
+                    i.name,
+                    f"{tr.failed_window:.0f} failed NIXL transfer(s)/notification(s) on {i.name}",
+                )
+            )
+        if (
+            expected_throughput_bps
+            and tr.throughput_bps is not None
+            and tr.transfers_window
+            and tr.throughput_bps < 0.25 * expected_throughput_bps
+        ):
+            out.append(
+                (
+                    "PA004",
+                    "warning",
+                    i.name,
+                    f"{i.name} moves KV at {tr.throughput_bps / 1e9:.3f} GB/s, under a "
+                    f"quarter of the expected {expected_throughput_bps / 1e9:.2f} GB/s: "
+                    "NIXL may have fallen back to a slow transport",
+                )
+            )
+        if i.role == "decode" and i.kv_usage is not None and i.kv_usage >= kv_full:
+            out.append(
+                (
+                    "PA007",
+                    "warning",
+                    i.name,
+                    f"{i.name} KV cache {i.kv_usage:.0%} full: new requests will queue "
+                    "and leased prefill blocks may expire",
+                )
+            )
+    if mode == "push":
+        seq = router_mode == "push-sequential"
+        if not seq and recent:
+            both = [
+                r
+                for r in recent
+                if r.get("prefill_done_ms") is not None and r.get("decode_sent_ms") is not None
+            ]
+            seq = len(both) >= 5 and all(r["decode_sent_ms"] >= r["prefill_done_ms"] for r in both)
+        if seq:
+            out.append(
+                (
+                    "PA005",
+                    "warning",
+                    "router",
+                    "push mode with decode sent only after prefill finished: push is "
+                    "slower than pull this way; dispatch both legs at once",
+                )
+            )
+    return out

@@ -1,0 +1,85 @@
+"""Rich rendering of a metrics snapshot (one-shot table and live view)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from pdctl.cli.common import STATE_STYLE
+
+if TYPE_CHECKING:
+    from rich.console import RenderableType
+
+    from pdctl.sdk.metrics.monitor import Snapshot
+
+_HEALTH = {"UP": STATE_STYLE["ready"], "DOWN": STATE_STYLE["exited"], "STALE": "magenta"}
+
+
+def _ms(v: float | None) -> str:
+    return "-" if v is None else f"{v * 1000:.0f}"
+
+
+def _num(v: float | None, fmt: str = "{:.1f}") -> str:
+    return "-" if v is None else fmt.format(v)
+
+
+def _bytes(v: float | None) -> str:
+    if v is None:
+        return "-"
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(v) < 1024 or unit == "TiB":
+            return f"{v:.0f} {unit}" if unit == "B" else f"{v:.1f} {unit}"
+        v /= 1024
+    return "-"
+
+
+def snapshot_view(snap: Snapshot) -> RenderableType:
+    from rich import box
+    from rich.console import Group
+    from rich.table import Table
+    from rich.text import Text
+
+    t = Table(
+        box=box.SIMPLE_HEAD,
+        pad_edge=False,
+        title=f"fleet metrics (window {snap.window_s:.0f}s)",
+        title_justify="left",
+    )
+    for col in (
+        "instance",
+        "role",
+        "health",
+        "req/s",
+        "TTFT p50/p99 ms",
+        "ITL p50 ms",
+        "run/wait",
+        "KV use",
+        "KV moved",
+        "xfer p50/p99 ms",
+    ):
+        t.add_column(col, no_wrap=True)
+    for i in snap.instances:
+        tr = i.transfers
+        t.add_row(
+            i.name,
+            i.role,
+            f"[{_HEALTH.get(i.health, 'white')}]{i.health}[/]",
+            _num(i.request_rate, "{:.2f}"),
+            f"{_ms(i.ttft.p50)}/{_ms(i.ttft.p99)}",
+            _ms(i.itl.p50),
+            f"{_num(i.running, '{:.0f}')}/{_num(i.waiting, '{:.0f}')}",
+            "-" if i.kv_usage is None else f"{i.kv_usage:.0%}",
+            _bytes(tr.bytes_total),
+            f"{_ms(tr.xfer_time.p50)}/{_ms(tr.xfer_time.p99)}",
+        )
+    s = snap.summary
+    lines = [
+        Text.from_markup(
+            f"requests/s {s['request_rate']:.2f} · TTFT p99 {_ms(s['ttft_p99_s'])} ms · "
+            f"KV moved {_bytes(s['kv_bytes_moved'])} · transfer "
+            f"{s['transfer_bps'] / 1e9:.3f} GB/s · up {s['instances_up']}/{s['instances']}"
+        )
+    ]
+    for a in snap.alerts:
+        style = "bold red" if a.severity == "critical" else "yellow"
+        lines.append(Text.from_markup(f"[{style}]{a.code} {a.subject}[/]: ") + Text(a.message))
+    return Group(t, *lines)
