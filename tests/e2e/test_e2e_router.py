@@ -3,6 +3,7 @@ push-sequential modes, real KV through NIXL, streaming, a decode killed mid-stre
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
@@ -17,6 +18,7 @@ import pytest
 
 from pdctl.sdk.fleet import Fleet, read_state
 from pdctl.sdk.metrics import parse, total
+from pdctl.sdk.metrics.monitor import FleetMonitor
 from tests.conftest import free_ports
 from tests.e2e.conftest import demo_spec, running_fleet
 
@@ -159,6 +161,27 @@ def test_streaming_gives_the_same_text(fleet: Fleet):
     assert text == whole["choices"][0]["text"]
 
 
+def monitor_for(f: Fleet) -> FleetMonitor:
+    return FleetMonitor.for_fleet(f.fleet.spec, f.fleet.plan, window_s=600)
+
+
+def test_monitor_sees_ttft_and_kv_moved(fleet: Fleet):
+    """After the traffic above, the metrics stream shows it: TTFT on decode, KV bytes
+    pushed by prefill, the router's pairs, no alert."""
+    snap = asyncio.run(monitor_for(fleet).poll())
+    p, d = snap.instance("prefill-0"), snap.instance("decode-0")
+    assert (p.health, d.health, snap.instance("router").health) == ("UP", "UP", "UP")
+    assert d.ttft.count > 0
+    assert d.ttft.p50 is not None
+    assert d.ttft.p50 > 0
+    assert (p.transfers.bytes_total or 0) > 0
+    assert d.prompt_tokens_by_source["external_kv_transfer"] > 0
+    assert snap.router is not None
+    assert snap.router["mode"] == "push"
+    assert any(pr.prefill == "prefill-0" and pr.decode == "decode-0" for pr in snap.pairs)
+    assert snap.alerts == ()
+
+
 def test_decode_killed_mid_stream(fleet: Fleet, state_root: Path):
     url = router_url(fleet)
     rec = read_state(state_root / NAME)
@@ -188,6 +211,9 @@ def test_decode_killed_mid_stream(fleet: Fleet, state_root: Path):
                 break
             time.sleep(0.1)
         assert h.json()["status"] == "no healthy decode instance"
+        snap = asyncio.run(monitor_for(fleet).poll())
+        assert snap.instance("decode-0").health == "DOWN"
+        assert ("PA006", "decode-0") in {(a.code, a.subject) for a in snap.alerts}
         assert "pdctl_router_requests_total" in c.get(url + "/metrics").text
         fleet.restart("decode-0")
         for _ in range(100):

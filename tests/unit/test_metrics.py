@@ -181,11 +181,15 @@ async def test_down_then_stale_without_blocking_others(monkeypatch):
 
 async def test_malformed_payload_is_counted_not_fatal():
     fake = Fake()
-    fake.payloads["d"] = DECODE + "garbage line without value\n"
+    fake.payloads["d"] = DECODE + (
+        'vllm:num_requests_running{engine="1" 5\n'  # unclosed labels
+        'vllm:kv_cache_usage_perc{engine="1",model_name="tiny"} full\n'  # not a number
+        "some_other_family garbage\n"  # not read by the monitor at all
+    )
     snap = await monitor(fake).poll()
     d = snap.instance("decode-0")
     assert d.health == "UP"
-    assert d.malformed_lines == 1
+    assert d.malformed_lines == 2
     assert d.ttft.count == 24
 
 

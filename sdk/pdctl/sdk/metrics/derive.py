@@ -19,13 +19,18 @@ Labels = tuple[tuple[str, str], ...]
 class Scrape:
     """One payload: samples grouped by name, taken at ``at`` (monotonic seconds)."""
 
-    __slots__ = ("at", "by_name")
+    __slots__ = ("_hists", "at", "by_name")
 
     def __init__(self, samples: Iterable[Sample], at: float) -> None:
         self.at = at
         self.by_name: dict[str, list[Sample]] = {}
+        self._hists: dict[str, Histogram | None] = {}
         for s in samples:
-            self.by_name.setdefault(s.name, []).append(s)
+            lst = self.by_name.get(s.name)
+            if lst is None:
+                self.by_name[s.name] = [s]
+            else:
+                lst.append(s)
 
     def has(self, name: str) -> bool:
         return name in self.by_name
@@ -52,7 +57,12 @@ class Scrape:
         return out
 
     def histogram(self, base: str) -> Histogram | None:
-        """The histogram ``base`` summed over every series (engines, ranks)."""
+        """The histogram ``base`` summed over every series (engines, ranks); memoised."""
+        if base not in self._hists:
+            self._hists[base] = self._histogram(base)
+        return self._hists[base]
+
+    def _histogram(self, base: str) -> Histogram | None:
         buckets = self.by_name.get(base + "_bucket")
         if not buckets:
             return None

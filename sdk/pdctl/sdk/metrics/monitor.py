@@ -20,11 +20,27 @@ from typing import Any
 import httpx
 
 from pdctl.sdk.metrics.derive import Histogram, Scrape, counter_delta
-from pdctl.sdk.metrics.promtext import parse_text
+from pdctl.sdk.metrics.promtext import Sample, parse_text
 from pdctl.sdk.render import FleetPlan
 from pdctl.sdk.spec import FleetSpec
 
 V = "vllm:"
+WANTED = (
+    V + "time_to_first_token_seconds",
+    V + "inter_token_latency_seconds",
+    V + "request_time_per_output_token_seconds",
+    V + "e2e_request_latency_seconds",
+    V + "nixl_",
+    V + "num_requests_running",
+    V + "num_requests_waiting",
+    V + "num_requests_kv_fetch_by_stage",
+    V + "kv_cache_usage_perc",
+    V + "prompt_tokens_by_source_total",
+    V + "request_success_total",
+    "pdctl",
+)
+"""The series the monitor reads (router: pdctl_router_*, connector: pdctl:*); the
+parser skips every other line of a ~60 KB payload without looking inside it."""
 QUANTILES = (0.5, 0.9, 0.99)
 
 
@@ -186,7 +202,7 @@ class FleetMonitor:
             r = await client.get(t.url + "/metrics", timeout=self.timeout_s)
             if r.status_code != 200:
                 raise httpx.HTTPError(f"/metrics answered {r.status_code}")
-            samples, bad = parse_text(r.text)
+            samples, bad = parse_text(r.text, WANTED)
             if t.role == "router":
                 rr = await client.get(
                     t.url + "/v1/pdctl/requests?limit=1000", timeout=self.timeout_s
@@ -200,11 +216,21 @@ class FleetMonitor:
             return
         self._down_since.pop(t.name, None)
         self._errors.pop(t.name, None)
-        self._malformed[t.name] = self._malformed.get(t.name, 0) + len(bad)
-        hist = self._history[t.name]
-        hist.append(Scrape(samples, now))
-        while len(hist) > 2 and now - hist[1].at >= self.window_s:
+        self._record(t.name, samples, len(bad), now)
+
+    def _record(self, name: str, samples: list[Sample], malformed: int, at: float) -> None:
+        self._malformed[name] = self._malformed.get(name, 0) + malformed
+        hist = self._history[name]
+        hist.append(Scrape(samples, at))
+        while len(hist) > 2 and at - hist[1].at >= self.window_s:
             hist.popleft()
+
+    def ingest(self, name: str, text: str, at: float | None = None) -> int:
+        """Feed one target's payload scraped elsewhere (tests, benchmarks, other
+        transports); returns the number of malformed lines skipped."""
+        samples, bad = parse_text(text, WANTED)
+        self._record(name, samples, len(bad), time.monotonic() if at is None else at)
+        return len(bad)
 
     async def poll(self, client: httpx.AsyncClient | None = None) -> Snapshot:
         """Scrape everything once and return the new snapshot."""
