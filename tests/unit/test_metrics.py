@@ -266,3 +266,60 @@ def test_sequential_dispatch_detected_from_timelines():
     assert "PA005" not in {
         a[0] for a in evaluate_alerts([], mode="pull", router_mode=None, recent=seq)
     }
+
+
+async def test_cli_metrics_ndjson_and_status_once(tmp_path):
+    import asyncio
+    import json
+    import sys
+
+    from pdctl.sdk.router.mock import MockConfig, MockServer
+
+    p = await MockServer(MockConfig(role="prefill", metrics_text=PREFILL)).start()
+    d = await MockServer(MockConfig(role="decode", metrics_text=DECODE)).start()
+    spec = tmp_path / "s.toml"
+    spec.write_text(
+        '[model]\npath="org/m"\nserved_name="tiny"\n[fleet]\nname="m"\n'
+        f"[[prefill]]\nhttp_port={p.port}\ndevices=[0]\n"
+        f"[[decode]]\nhttp_port={d.port}\ndevices=[1]\n"
+    )
+
+    async def cli(*args: str) -> tuple[int, str]:
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "pdctl.cli.main",
+            *args,
+            "-f",
+            str(spec),
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )
+        out, err = await proc.communicate()
+        assert proc.returncode is not None
+        return proc.returncode, out.decode() + err.decode()
+
+    try:
+        rc, out = await cli("metrics", "--json", "--count", "2", "--interval", "0.2")
+        assert rc == 0, out
+        lines = [json.loads(ln) for ln in out.splitlines()]
+        assert len(lines) == 2
+        first = {i["name"]: i for i in lines[0]["instances"]}
+        last = {i["name"]: i for i in lines[-1]["instances"]}
+        assert first["prefill-0"]["health"] == "UP"
+        assert last["prefill-0"]["transfers"]["bytes_total"] == 1_114_112.0
+        assert first["decode-0"]["ttft"]["count"] == 24  # first round: since start
+        assert last["decode-0"]["ttft"]["count"] == 0  # nothing new in the window since
+        rc, out = await cli("status", "--once", "--json")
+        assert rc == 0, out
+        once = json.loads(out)
+        assert once["summary"]["instances_up"] == 2
+        assert {i["name"]: i for i in once["instances"]}["decode-0"]["ttft"]["p50"] == 0.04
+        await d.stop()
+        rc, out = await cli("status", "--once")
+        assert rc == 1
+        assert "PA006" in out
+        assert "DOWN" in out
+    finally:
+        await p.stop()
+        await d.stop()

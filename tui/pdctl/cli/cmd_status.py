@@ -55,21 +55,15 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _once(args: argparse.Namespace) -> int:
-    """One metrics snapshot. Two scrapes a second apart, so rates have a window.
-    Exit 0 without alerts, 1 with."""
+    """One metrics snapshot from a single scrape: latencies and totals since each
+    instance started (rates need two scrapes: use ``pdctl metrics``). Exit 0 without
+    alerts, 1 with."""
     import asyncio
 
     from pdctl.cli.cmd_metrics import make_monitor
     from pdctl.cli.metricsview import snapshot_view
-    from pdctl.sdk.metrics.monitor import Snapshot
 
-    mon = make_monitor(args)
-
-    async def two() -> Snapshot:
-        snaps = [s async for s in mon.snapshots(2)]
-        return snaps[-1]
-
-    snap = asyncio.run(two())
+    snap = asyncio.run(make_monitor(args).poll())
     if args.json:
         print_json(snap.as_dict())
     else:

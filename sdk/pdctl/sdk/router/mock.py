@@ -36,6 +36,8 @@ class MockConfig:
     """Wait between streamed chunks."""
     chunks: int = 4
     status: int = 200
+    metrics_text: str = ""
+    """What ``GET /metrics`` serves (e.g. a recorded vLLM payload)."""
     die_after_chunks: int | None = None
     """Drop the connection after this many streamed chunks (a crashing decode)."""
 
@@ -136,6 +138,8 @@ class MockServer:
         if method == b"GET":
             if path == b"/health":
                 conn.write(_response(200, b""))
+            elif path == b"/metrics":
+                conn.write(_response(200, self.config.metrics_text.encode(), b"text/plain"))
             elif path == b"/v1/models":
                 conn.write(
                     _response(200, json.dumps({"data": [{"id": self.config.served_name}]}).encode())
