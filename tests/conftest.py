@@ -12,7 +12,8 @@ import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLES = REPO / "examples"
-FIXTURES = REPO.parent / "shared" / "fixtures"
+FIXTURES = REPO / "tests" / "data"
+"""Recorded real payloads (copied from the team's shared fixtures so a clone is enough)."""
 
 BASE: dict[str, Any] = {
     "model": {"path": "org/some-model", "served_name": "m"},
