@@ -150,3 +150,20 @@ def test_rules_listing():
 def test_schema_is_json():
     r = pdctl("schema")
     assert "properties" in json.loads(r.stdout)
+
+
+def test_closed_pipe_is_not_a_traceback(tmp_path):
+    # 200 instances render to far more JSON than a pipe buffers, so writing hits EPIPE
+    spec = tmp_path / "big.toml"
+    spec.write_text('[model]\npath="org/m"\n[[prefill]]\ncount=100\n[[decode]]\ncount=100\n')
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pdctl.cli.main", "render", "-f", str(spec), "--json"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert proc.stdout is not None
+    proc.stdout.read(10)
+    proc.stdout.close()
+    _, err = proc.communicate(timeout=30)
+    assert b"Traceback" not in err
+    assert proc.returncode == 141
