@@ -57,4 +57,6 @@ def test_demo_serves_disaggregated_traffic_and_cleans_up(tiny_model: Path, state
     assert summary["failed"] == 0
     assert summary["kv_bytes_moved"] > 0
     assert summary["decode_prompt_tokens_via_kv_transfer"] > 0
+    assert summary["decode_ttft_p50_ms"] > 0
+    assert summary["alerts"] == []
     assert processes_mentioning(str(tiny_model)) == []

@@ -82,6 +82,8 @@ class Traffic:
     last_error: str = ""
     kv_bytes: float | None = None
     external_tokens: float | None = None
+    decode_ttft_p50: float | None = None
+    alerts: list[str] = field(default_factory=list)
 
     def summary(self) -> dict[str, Any]:
         lat = sorted(self.latencies)
@@ -92,6 +94,10 @@ class Traffic:
             "median_latency_ms": round(statistics.median(lat) * 1000, 1) if lat else None,
             "kv_bytes_moved": self.kv_bytes,
             "decode_prompt_tokens_via_kv_transfer": self.external_tokens,
+            "decode_ttft_p50_ms": None
+            if self.decode_ttft_p50 is None
+            else round(self.decode_ttft_p50 * 1000, 1),
+            "alerts": list(self.alerts),
             "last_error": self.last_error or None,
         }
 
@@ -104,8 +110,11 @@ class Traffic:
         t = Text.from_markup(
             f"traffic: sent {self.sent}  [green]ok {self.ok}[/]  "
             f"[{'red' if self.failed else 'dim'}]failed {self.failed}[/]  "
-            f"median latency {med}  KV pushed P→D {kv}"
+            f"median latency {med}  KV pushed P→D {kv}  decode TTFT p50 "
+            + ("-" if s["decode_ttft_p50_ms"] is None else f"{s['decode_ttft_p50_ms']:.0f} ms")
         )
+        for a in self.alerts:
+            t.append(f"\nalert {a}", style="bold red")
         if self.last_text:
             t.append(f"\nlast output: {self.last_text[:70]!r}", style="dim")
         if self.last_error:
@@ -120,7 +129,7 @@ def _prompt(rng: random.Random) -> str:
 async def _traffic(fleet: AsyncFleet, stats: Traffic, args: argparse.Namespace) -> None:
     import httpx
 
-    from pdctl.sdk.metrics import parse, total
+    from pdctl.sdk.metrics.monitor import FleetMonitor
     from pdctl.sdk.pd import PrefillIdentity, push_request
 
     p = fleet.plan.role("prefill")[0]
@@ -162,16 +171,15 @@ async def _traffic(fleet: AsyncFleet, stats: Traffic, args: argparse.Namespace) 
                 stats.latencies.append(time.perf_counter() - t0)
                 stats.last_text = text
 
+        monitor = FleetMonitor.for_fleet(fleet.spec, fleet.plan, window_s=30, timeout_s=5)
+
         async def scrape() -> None:
-            try:
-                pm = parse((await client.get(p.url + "/metrics", timeout=5)).text)
-                dm = parse((await client.get(d.url + "/metrics", timeout=5)).text)
-            except Exception:
-                return
-            stats.kv_bytes = total(pm, "vllm:nixl_bytes_transferred_sum")
-            stats.external_tokens = total(
-                dm, "vllm:prompt_tokens_by_source_total", {"source": "external_kv_transfer"}
-            )
+            snap = await monitor.poll(client)
+            dm = snap.instance(d.name)
+            stats.kv_bytes = snap.summary["kv_bytes_moved"] or None
+            stats.external_tokens = dm.prompt_tokens_by_source.get("external_kv_transfer")
+            stats.decode_ttft_p50 = dm.ttft.p50
+            stats.alerts = [f"{a.code} {a.subject}: {a.message}" for a in snap.alerts]
 
         next_scrape = 0.0
         while True:

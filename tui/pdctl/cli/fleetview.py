@@ -54,7 +54,7 @@ class FleetView:
         elif kind in ("stopping", "restarting"):
             row.state, row.note = "stopping", kind
         elif kind == "stopped":
-            row.state = "stopped"
+            row.state, row.note = "stopped", ""
 
     def table(self, title: str = "") -> Table:
 

@@ -21,7 +21,12 @@ Body = Callable[["AsyncFleet"], Awaitable[None]]
 
 
 def view_for(fleet: AsyncFleet) -> FleetView:
-    return FleetView.from_plan((i.name, i.role, i.url) for i in fleet.plan.instances)
+    rows = [(i.name, i.role, i.url) for i in fleet.plan.instances]
+    r = fleet.spec.router
+    if fleet.with_router and r is not None:
+        host = "127.0.0.1" if r.host in ("0.0.0.0", "::") else r.host
+        rows.append(("router", "router", f"http://{host}:{r.port}"))
+    return FleetView.from_plan(rows)
 
 
 def _plain(ev: FleetEvent) -> str:
@@ -131,11 +136,11 @@ async def supervise(
                 note("stopping the fleet…")
         await fleet.down()
         stop_task.cancel()
+        with contextlib.suppress(asyncio.CancelledError, TimeoutError):
+            await asyncio.wait_for(consumer, 5)  # every stop event applied to the view
         if ticker is not None:
             ticker.cancel()
             live.update(render())  # type: ignore[union-attr]
-    with contextlib.suppress(asyncio.CancelledError):
-        await asyncio.wait_for(consumer, 5)
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         loop.remove_signal_handler(sig)
     if not json_events:
