@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import shutil
 import socket
+import sys
+from pathlib import Path
 
 
 def free_port() -> int:
@@ -43,3 +45,19 @@ def vllm_router_argv(binary: str, prefill: str, decode: str, port: int) -> list[
         "--prometheus-port",
         str(free_port()),
     ]
+
+
+def pdctl_router_argv(prefill: str, decode: str, port: int, tmp: Path) -> list[str]:
+    """pdctl's router in push mode in front of one prefill and one decode URL."""
+    from pdctl.sdk.spec import FleetSpec
+
+    spec = FleetSpec(
+        model={"path": "org/m", "served_name": "tiny"},
+        fleet={"mode": "push", "platform": "gpu"},
+        prefill=[{"http_port": int(prefill.rsplit(":", 1)[1]), "devices": [0]}],
+        decode=[{"http_port": int(decode.rsplit(":", 1)[1]), "devices": [1]}],
+        router={"port": port},
+    )
+    f = tmp / f"spec-{port}.json"
+    f.write_text(spec.model_dump_json())
+    return [sys.executable, "-m", "pdctl.sdk.router.server", "--spec-json", str(f)]

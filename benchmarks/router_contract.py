@@ -23,11 +23,10 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from _bench import find_vllm_router, free_port, vllm_router_argv
+from _bench import find_vllm_router, free_port, pdctl_router_argv, vllm_router_argv
 
 from pdctl.sdk.router.mock import MockConfig, MockServer
 from pdctl.sdk.router.upstream import Pool
-from pdctl.sdk.spec import FleetSpec
 
 BODY = json.dumps({"model": "tiny", "prompt": "hi", "max_tokens": 4}).encode()
 
@@ -118,16 +117,7 @@ def main() -> int:
     tmp = Path(tempfile.mkdtemp(prefix="pdctl-contract-"))
 
     def pdctl_argv(p: str, d: str, port: int) -> list[str]:
-        spec = FleetSpec(
-            model={"path": "org/m", "served_name": "tiny"},
-            fleet={"mode": "push", "platform": "gpu"},
-            prefill=[{"http_port": int(p.rsplit(":", 1)[1]), "devices": [0]}],
-            decode=[{"http_port": int(d.rsplit(":", 1)[1]), "devices": [1]}],
-            router={"port": port},
-        )
-        f = tmp / f"spec-{port}.json"
-        f.write_text(spec.model_dump_json())
-        return [sys.executable, "-m", "pdctl.sdk.router.server", "--spec-json", str(f)]
+        return pdctl_router_argv(p, d, port, tmp)
 
     async def run() -> list[dict[str, Any]]:
         rows = [await check("pdctl", pdctl_argv, args.prefill_ms)]

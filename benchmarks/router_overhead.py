@@ -30,11 +30,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from _bench import find_vllm_router, free_port, vllm_router_argv
+from _bench import find_vllm_router, free_port, pdctl_router_argv, vllm_router_argv
 
 from pdctl.sdk.router.mock import MockConfig, MockServer
 from pdctl.sdk.router.upstream import Pool
-from pdctl.sdk.spec import FleetSpec
 
 HERE = Path(__file__).resolve().parent
 TICKS = os.sysconf("SC_CLK_TCK")
@@ -121,28 +120,12 @@ def start_contenders(p: str, d: str, vllm_router: str | None, tmp: Path) -> list
     pin = ["taskset", "-c", "0"]
     out: list[Contender] = []
     port = free_port()
-    spec = FleetSpec(
-        model={"path": "org/m", "served_name": "tiny"},
-        fleet={"mode": "push", "platform": "gpu"},
-        prefill=[{"http_port": int(p.rsplit(":", 1)[1]), "devices": [0]}],
-        decode=[{"http_port": int(d.rsplit(":", 1)[1]), "devices": [1]}],
-        router={"port": port},
-    )
-    spec_file = tmp / "spec.json"
-    spec_file.write_text(spec.model_dump_json())
     out.append(
         Contender(
             "pdctl",
             f"http://127.0.0.1:{port}",
             subprocess.Popen(
-                [
-                    *pin,
-                    sys.executable,
-                    "-m",
-                    "pdctl.sdk.router.server",
-                    "--spec-json",
-                    str(spec_file),
-                ],
+                [*pin, *pdctl_router_argv(p, d, port, tmp)],
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL,
             ),

@@ -27,24 +27,10 @@ from typing import Any
 import httpx
 from _bench import find_vllm_router, free_port, vllm_router_argv
 
+from pdctl.cli.cmd_demo import DEMO_WORDS
 from pdctl.sdk.fleet import Fleet
 from pdctl.sdk.paths import demo_spec_text, tiny_model_dir
 from pdctl.sdk.specload import load_spec
-
-WORDS = [
-    "the",
-    "prefill",
-    "engine",
-    "pushes",
-    "cache",
-    "blocks",
-    "to",
-    "decode",
-    "while",
-    "the",
-    "router",
-    "waits",
-]
 
 
 def wait_health(url: str, timeout: float = 60) -> None:
@@ -145,7 +131,9 @@ def main() -> int:
                     one(c, url, "warm up " * 20, args.max_tokens)
                 for i in range(args.rounds):
                     prompt = (
-                        " ".join(WORDS[(i + j) % len(WORDS)] for j in range(args.prompt_words))
+                        " ".join(
+                            DEMO_WORDS[(i + j) % len(DEMO_WORDS)] for j in range(args.prompt_words)
+                        )
                         + f" {i}"
                     )
                     texts = set()

@@ -23,7 +23,8 @@ if TYPE_CHECKING:
 
     from pdctl.sdk.fleet import AsyncFleet
 
-_WORDS = [
+DEMO_WORDS = [
+    # the vocabulary of the demo's synthetic prompts (also used by the benchmarks)
     "the",
     "prefill",
     "engine",
@@ -123,7 +124,7 @@ class Traffic:
 
 
 def _prompt(rng: random.Random) -> str:
-    return " ".join(rng.choice(_WORDS) for _ in range(rng.randint(20, 60)))
+    return " ".join(rng.choice(DEMO_WORDS) for _ in range(rng.randint(20, 60)))
 
 
 async def _traffic(fleet: AsyncFleet, stats: Traffic, args: argparse.Namespace) -> None:
