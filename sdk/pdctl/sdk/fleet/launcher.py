@@ -182,10 +182,12 @@ class AsyncFleet:
         """
         if self._up:
             raise LaunchError("this fleet object is already up")
-        self._claim_state_dir()
+        # blocking checks (stale clean-up may wait out a grace period; the engine probe
+        # starts an interpreter) run off the event loop
+        await asyncio.to_thread(self._claim_state_dir)
         report = lint(self.spec, check_bound_ports=self.check_ports)
         require_clean(report)
-        self._check_engine()
+        await asyncio.to_thread(self._check_engine)
         self._up = True
         try:
             (self.dir / "logs").mkdir(parents=True, exist_ok=True)

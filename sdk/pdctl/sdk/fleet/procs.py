@@ -49,7 +49,7 @@ def _zombie(pid: int) -> bool:
 
 
 def group_alive(pgid: int | None) -> bool:
-    return bool(pgid) and bool(group_members(pgid))  # type: ignore[arg-type]
+    return pgid is not None and bool(group_members(pgid))
 
 
 def kill_group(pgid: int, grace: float, reap_wait: float = 5.0) -> bool:

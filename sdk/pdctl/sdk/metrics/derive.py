@@ -11,7 +11,7 @@ import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from pdctl.sdk.metrics.promtext import Sample
+from pdctl.sdk.metrics.promtext import Sample, total
 
 Labels = tuple[tuple[str, str], ...]
 
@@ -37,17 +37,7 @@ class Scrape:
 
     def total(self, name: str, match: Mapping[str, str] | None = None) -> float | None:
         """Sum of the matching series (summing pools ranks/engines); None if absent."""
-        found = self.by_name.get(name)
-        if not found:
-            return None
-        acc = 0.0
-        hit = False
-        for s in found:
-            if match and any(s.label(k) != v for k, v in match.items()):
-                continue
-            acc += s.value
-            hit = True
-        return acc if hit else None
+        return total(self.by_name.get(name, ()), name, match)
 
     def by_label(self, name: str, key: str) -> dict[str, float]:
         out: dict[str, float] = {}

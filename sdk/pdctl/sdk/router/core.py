@@ -321,8 +321,9 @@ class Router:
     async def _check(self, u: Upstream) -> None:
         try:
             async with asyncio.timeout(2.0):
-                status, _ = await u.pool.request_json_bytes("GET", "/health")
-            u.healthy = status == 200
+                r = await u.pool.request("GET", "/health")
+                await r.read()
+            u.healthy = r.status == 200
         except (UpstreamError, TimeoutError, OSError):
             u.healthy = False
 

@@ -217,18 +217,6 @@ class Pool:
             raise
         return Response(conn._status, conn._headers, conn, self)
 
-    async def request_json_bytes(
-        self,
-        method: str,
-        path: str,
-        body: bytes = b"",
-        headers: list[tuple[str, str]] | None = None,
-        *,
-        connect_timeout_s: float = 5.0,
-    ) -> tuple[int, bytes]:
-        r = await self.request(method, path, body, headers, connect_timeout_s=connect_timeout_s)
-        return r.status, await r.read()
-
     def close(self) -> None:
         while self._idle:
             self._idle.pop().close()
