@@ -282,3 +282,21 @@ async def test_restart_gives_a_fresh_engine_id(fake_python, state_root):
         assert rec.instance("decode-0").engine_id == "decode-0-r1"
         assert rec.instance("prefill-0").engine_id == "prefill-0"
         assert '"engine_id":"decode-0-r1"' in "\n".join(tail(rec.instance("decode-0").log, 5))
+
+
+async def test_stop_one_instance_from_another_shell_then_restart(fake_python, state_root):
+    from pdctl.sdk.fleet import remote_restart, remote_stop
+    from pdctl.sdk.fleet.state import StateError
+
+    async with AsyncFleet(make_spec(fake_python), grace=2):
+        groups = pgids(state_root)
+        await asyncio.to_thread(remote_stop, "t", "decode-0", grace=2)
+        st = {s.name: s.state for s in (await fleet_status("t")).instances}
+        assert st == {"prefill-0": "ready", "decode-0": "stopped"}
+        assert not group_members(groups[1])
+        assert group_members(groups[0])
+        with pytest.raises(StateError, match="no instance named 'nope-0'"):
+            remote_stop("t", "nope-0")
+        await asyncio.to_thread(remote_restart, "t", "decode-0", timeout=30)
+        st = {s.name: s.state for s in (await fleet_status("t")).instances}
+        assert st == {"prefill-0": "ready", "decode-0": "ready"}

@@ -8,6 +8,7 @@ from pdctl.sdk.fleet.launcher import (
     fleet_status,
     remote_down,
     remote_restart,
+    remote_stop,
 )
 from pdctl.sdk.fleet.state import fleet_dir, read_state, state_root, tail
 from pdctl.sdk.fleet.sync import Fleet
@@ -24,6 +25,7 @@ __all__ = [
     "read_state",
     "remote_down",
     "remote_restart",
+    "remote_stop",
     "state_root",
     "tail",
 ]

@@ -2,7 +2,8 @@
 
 Protocol: one JSON object per line each way, over a Unix socket in the fleet's state
 directory. Requests: ``{"cmd": "ping"}``, ``{"cmd": "restart", "name": N}``,
-``{"cmd": "down"}``. Replies: ``{"ok": true, ...}`` or ``{"ok": false, "error": "..."}``.
+``{"cmd": "stop", "name": N}``, ``{"cmd": "down"}``. Replies: ``{"ok": true, ...}`` or
+``{"ok": false, "error": "..."}``.
 """
 
 from __future__ import annotations

@@ -390,6 +390,16 @@ class AsyncFleet:
         await self.wait_ready(names=[name])
         self._emit("restarted", name, message=f"restart #{inst.record.restarts}")
 
+    async def stop(self, name: str) -> None:
+        """Stop one instance and leave it stopped (``restart`` starts it again)."""
+        inst = self._instances.get(name)
+        if inst is None:
+            raise LaunchError(f"no instance named {name!r} (have: {', '.join(self._instances)})")
+        self._emit("stopping", name)
+        await self._stop_instance(inst)
+        self._save()
+        self._emit("stopped", name, code=inst.record.exit_code)
+
     async def status(self) -> list[InstanceStatus]:
         """A fresh snapshot, probing instances that should be serving."""
         assert self._client is not None, "call up() first"
@@ -479,6 +489,9 @@ class AsyncFleet:
             return {"ok": True, "pid": os.getpid()}
         if cmd == "restart":
             await self.restart(str(req.get("name")))
+            return {"ok": True}
+        if cmd == "stop":
+            await self.stop(str(req.get("name")))
             return {"ok": True}
         if cmd == "down":
             await self.down()
@@ -603,12 +616,8 @@ def _ours(pgid: int, ticks: int | None) -> bool:
     return False
 
 
-def remote_restart(
-    fleet: str,
-    name: str,
-    *,
-    state_root: Path | None = None,
-    timeout: float = DEFAULT_READY_TIMEOUT + 30,
+def _instance_request(
+    fleet: str, name: str, cmd: str, state_root: Path | None, timeout: float
 ) -> None:
     _d, rec = _require_state(fleet, state_root)
     if not alive(rec.supervisor_pid, rec.supervisor_ticks):
@@ -617,7 +626,25 @@ def remote_restart(
             "up, then `pdctl up`"
         )
     rec.instance(name)
-    control.request(rec.control_socket, {"cmd": "restart", "name": name}, timeout)
+    control.request(rec.control_socket, {"cmd": cmd, "name": name}, timeout)
+
+
+def remote_restart(
+    fleet: str,
+    name: str,
+    *,
+    state_root: Path | None = None,
+    timeout: float = DEFAULT_READY_TIMEOUT + 30,
+) -> None:
+    """Ask the supervisor to restart one instance; returns once it is ready again."""
+    _instance_request(fleet, name, "restart", state_root, timeout)
+
+
+def remote_stop(
+    fleet: str, name: str, *, state_root: Path | None = None, grace: float = DEFAULT_GRACE
+) -> None:
+    """Ask the supervisor to stop one instance and leave it stopped."""
+    _instance_request(fleet, name, "stop", state_root, grace + 30)
 
 
 def remote_down(fleet: str, *, state_root: Path | None = None, grace: float = DEFAULT_GRACE) -> str:

@@ -1,9 +1,13 @@
 """The router's HTTP face: a bare ASGI app (no framework on the hot path).
 
 Endpoints: ``POST /v1/completions`` and ``/v1/chat/completions`` (JSON or SSE),
-``GET /v1/models``, ``/health``, ``/metrics`` and ``/v1/pdctl/requests``. Errors use
-OpenAI's shape. The request body is capped (413), an optional API key is checked in
-constant time and never logged, and a client that disconnects cancels both legs.
+``GET /v1/models``, ``/health``, ``/metrics`` and ``/v1/pdctl/requests``; operator
+control: ``GET /v1/pdctl/state`` (mode, per-instance in-flight legs and drained flags),
+``POST /v1/pdctl/drain`` ``{"instance": NAME, "drain": true|false}`` and
+``POST /v1/pdctl/mode`` ``{"mode": MODE}`` (these need the API key when one is set).
+Errors use OpenAI's shape. The request body is capped (413), an optional API key is
+checked in constant time and never logged, and a client that disconnects cancels both
+legs.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ Send = Callable[[Message], Awaitable[None]]
 
 DEFAULT_MAX_BODY = 8 * 1024 * 1024
 _COMPLETION_PATHS = ("/v1/completions", "/v1/chat/completions")
+_CONTROL_PATHS = ("/v1/pdctl/drain", "/v1/pdctl/mode")
 
 
 class ApiKeyError(ValueError):
@@ -108,6 +113,12 @@ class RouterApp:
                 return
             await self._completion(scope, receive, send, path)
             return
+        if path in _CONTROL_PATHS and method == "POST":
+            if not self._authorized(scope):
+                await _send_error(send, 401, "missing or wrong API key", "authentication_error")
+                return
+            await self._control(receive, send, path)
+            return
         if method != "GET":
             await _send_error(
                 send, 405, f"{method} is not allowed on {path}", "invalid_request_error"
@@ -130,6 +141,8 @@ class RouterApp:
             await _send(send, 200, self._models)
         elif path == "/v1/pdctl/requests":
             await self._requests(scope, send)
+        elif path == "/v1/pdctl/state":
+            await _send(send, 200, json.dumps(self.router.control_state()).encode())
         else:
             await _send_error(send, 404, f"no route {path}", "not_found_error")
 
@@ -182,6 +195,38 @@ class RouterApp:
                 }
             ).encode(),
         )
+
+    async def _control(self, receive: Receive, send: Send, path: str) -> None:
+        try:
+            req = json.loads(await self._read_body(receive))
+        except (_BodyTooLarge, _Disconnected, ValueError):
+            req = None
+        if not isinstance(req, dict):
+            await _send_error(send, 400, "send a JSON object", "invalid_request_error")
+            return
+        router = self.router
+        if path.endswith("/mode"):
+            try:
+                router.set_mode(str(req.get("mode")))
+            except ValueError as e:
+                await _send_error(send, 400, str(e), "invalid_request_error")
+                return
+        else:
+            name, drain = req.get("instance"), req.get("drain", True)
+            if not isinstance(drain, bool):
+                await _send_error(
+                    send, 400, "'drain' must be true or false", "invalid_request_error"
+                )
+                return
+            try:
+                router.set_drained(str(name), drain)
+            except KeyError:
+                names = ", ".join(u.name for u in router.upstreams)
+                await _send_error(
+                    send, 404, f"no instance named {name!r} (have: {names})", "not_found_error"
+                )
+                return
+        await _send(send, 200, json.dumps(router.control_state()).encode())
 
     async def _completion(self, scope: Scope, receive: Receive, send: Send, path: str) -> None:
         try:

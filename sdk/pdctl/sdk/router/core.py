@@ -112,6 +112,8 @@ class Upstream:
     identity: PrefillIdentity | None = None
     outstanding: int = 0
     healthy: bool = True
+    drained: bool = False
+    """Set by an operator: no new requests go here; those in flight finish."""
     breaker: Breaker = field(default_factory=Breaker)
 
     def eligible(self) -> bool:
@@ -337,10 +339,14 @@ class Router:
     # ------------------------------------------------------------------ selection
 
     def select(self, pool: list[Upstream], exclude: tuple[Upstream, ...] = ()) -> Upstream:
-        cands = [u for u in pool if u.eligible() and u not in exclude]
+        cands = [u for u in pool if u.eligible() and not u.drained and u not in exclude]
         if not cands:
             role = pool[0].role if pool else "instance"
-            raise RouteError(503, f"no healthy {role} instance available", "service_unavailable")
+            drained = [u.name for u in pool if u.drained]
+            why = f" (drained: {', '.join(drained)})" if drained else ""
+            raise RouteError(
+                503, f"no healthy {role} instance available{why}", "service_unavailable"
+            )
         if len(cands) == 1:
             return cands[0]
         policy = self.settings.policy
@@ -594,6 +600,50 @@ class Router:
             if tl.done is None:  # the client went away
                 tl.completion_tokens = events
                 self.finish(tl, "cancelled", 499, "client disconnected")
+
+    # ------------------------------------------------------------------ operator control
+
+    def modes(self) -> tuple[RouterMode, ...]:
+        """The modes this fleet's engines support: a push fleet can be dispatched
+        concurrently or sequentially (the A/B); pull and colocated fleets have one."""
+        if self.spec.fleet.mode == "push":
+            return ("push", "push-sequential")
+        return (self.mode,)
+
+    def set_mode(self, mode: str) -> RouterMode:
+        for m in self.modes():
+            if m == mode:
+                self.mode = m
+                return m
+        raise ValueError(
+            f"mode {mode!r} is not available for this {self.spec.fleet.mode} fleet "
+            f"(choose one of: {', '.join(self.modes())})"
+        )
+
+    def set_drained(self, name: str, drained: bool) -> Upstream:
+        for u in self.upstreams:
+            if u.name == name:
+                u.drained = drained
+                return u
+        raise KeyError(name)
+
+    def control_state(self) -> dict[str, Any]:
+        return {
+            "mode": self.mode,
+            "modes": list(self.modes()),
+            "instances": [
+                {
+                    "name": u.name,
+                    "role": u.role,
+                    "url": u.url,
+                    "healthy": u.healthy,
+                    "drained": u.drained,
+                    "in_flight": u.outstanding,
+                    "breaker": u.breaker.state,
+                }
+                for u in self.upstreams
+            ],
+        }
 
     # ------------------------------------------------------------------ bookkeeping
 
