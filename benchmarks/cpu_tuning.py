@@ -1,4 +1,5 @@
-"""What pdctl's CPU tuning (fleet.cpu_tuning, the vLLM plugin) buys on a small machine.
+"""What pdctl's CPU knobs (fleet.cpu_tuning: the pdctl connector's
+``pdctl_nixl_progress_thread`` / ``pdctl_reserve_kv_core``) buy on a small machine.
 
 Starts the embedded 1P1D demo fleet twice in one run — tuning off (stock vLLM + NIXL),
 then on — and for each measures: time until both servers are ready, CPU the idle fleet
@@ -24,24 +25,10 @@ from typing import Any
 import httpx
 
 from pdctl.sdk.fleet import AsyncFleet
+from pdctl.sdk.fleet.procs import cpu_seconds, instance_pids
 from pdctl.sdk.paths import demo_spec_text, tiny_model_dir
 from pdctl.sdk.pd import PrefillIdentity, push_request
-from pdctl.sdk.shepherd import group_members
 from pdctl.sdk.specload import load_spec
-
-TICKS = os.sysconf("SC_CLK_TCK")
-
-
-def cpu_seconds(pids: list[int]) -> float:
-    total = 0
-    for pid in pids:
-        try:
-            stat = Path(f"/proc/{pid}/stat").read_text()
-        except OSError:
-            continue
-        f = stat[stat.rfind(")") + 2 :].split()
-        total += int(f[11]) + int(f[12])  # utime + stime
-    return total / TICKS
 
 
 async def measure(tuning: bool, args: argparse.Namespace) -> dict[str, Any]:
@@ -59,8 +46,7 @@ async def measure(tuning: bool, args: argparse.Namespace) -> dict[str, Any]:
     await fleet.up()
     ready_s = time.perf_counter() - t0
     try:
-        groups = [i.record.shepherd_pid for i in fleet._instances.values()]
-        pids = [p for g in groups if g for p in group_members(g)]
+        pids = instance_pids([i.record.shepherd_pid for i in fleet._instances.values()])
         await asyncio.sleep(2)
         c0, w0 = cpu_seconds(pids), time.perf_counter()
         await asyncio.sleep(args.idle)

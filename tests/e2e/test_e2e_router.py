@@ -17,8 +17,13 @@ import httpx
 import pytest
 
 from pdctl.sdk.fleet import Fleet, read_state
+from pdctl.sdk.fleet.procs import cpu_seconds, instance_pids
 from pdctl.sdk.metrics import parse, total
+from pdctl.sdk.metrics import rendezvous as rv
+from pdctl.sdk.metrics.derive import Scrape
 from pdctl.sdk.metrics.monitor import FleetMonitor
+from pdctl.sdk.metrics.promtext import parse_text
+from pdctl.sdk.metrics.rendezvous import Rendezvous
 from tests.conftest import free_ports
 from tests.e2e.conftest import demo_spec, running_fleet
 
@@ -146,6 +151,94 @@ def test_push_sequential_outputs_are_exact(fleet: Fleet, sequential_router: str)
     hist = httpx.get(sequential_router + "/v1/pdctl/requests?limit=16").json()
     assert hist["mode"] == "push-sequential"
     assert all(r["decode_sent_ms"] >= r["prefill_done_ms"] for r in hist["requests"])
+
+
+# ---------------------------------------------------------------- rendezvous telemetry
+
+
+def rendezvous(url: str, role: str) -> Rendezvous:
+    samples, bad = parse_text(httpx.get(url + "/metrics").text, (rv.PREFIX,))
+    assert not bad
+    r = rv.rendezvous_of(Scrape(samples, 0.0), None, role)
+    assert r is not None, f"no pdctl: rendezvous series on {url}/metrics"
+    return r
+
+
+def routed_batch(url: str, n: int = 8, concurrency: int = 2) -> None:
+    """``n`` requests, ``concurrency`` at a time: below the decode's max_num_seqs (4), so
+    decode can admit (and register) each request as soon as it arrives."""
+
+    async def go() -> None:
+        sem = asyncio.Semaphore(concurrency)
+        async with httpx.AsyncClient(timeout=120) as c:
+
+            async def one(i: int) -> httpx.Response:
+                async with sem:
+                    return await c.post(url + "/v1/completions", json=body(PROMPTS[i]))
+
+            rs = await asyncio.gather(*(one(i) for i in range(n)))
+        assert all(r.status_code == 200 for r in rs), [r.text for r in rs]
+
+    asyncio.run(go())
+
+
+def settled(f: Fleet, timeout_s: float = 15.0) -> tuple[Rendezvous, Rendezvous]:
+    """Both sides' figures once every waiting/in-flight gauge is back to 0."""
+    p, d = urls(f)
+    deadline = time.monotonic() + timeout_s
+    while True:
+        rp, rd = rendezvous(p, "prefill"), rendezvous(d, "decode")
+        queues = (
+            rp.registrations_waiting,
+            rp.prefills_waiting,
+            rp.writes_in_flight,
+            rd.awaiting_notifications,
+        )
+        if all(q == 0 for q in queues) or time.monotonic() > deadline:
+            assert all(q == 0 for q in queues), f"queues did not drain: {queues}"
+            return rp, rd
+        time.sleep(0.5)
+
+
+def test_rendezvous_concurrent_dispatch_registers_first(fleet: Fleet):
+    p, d = urls(fleet)
+    before_p, before_d = rendezvous(p, "prefill"), rendezvous(d, "decode")
+    routed_batch(router_url(fleet))
+    after_p, after_d = settled(fleet)
+    reg_first = after_p.matches_registration_first - before_p.matches_registration_first
+    pre_first = after_p.matches_prefill_first - before_p.matches_prefill_first
+    assert reg_first + pre_first == 8
+    assert reg_first > pre_first, (reg_first, pre_first)
+    assert after_p.match_wait.count - before_p.match_wait.count == 8
+    assert after_p.match_to_write_done.count - before_p.match_to_write_done.count == 8
+    assert (after_p.bytes_pushed or 0) > (before_p.bytes_pushed or 0)
+    assert (after_d.registrations_sent or 0) - (before_d.registrations_sent or 0) == 8
+    assert after_d.registration_to_notified.count - before_d.registration_to_notified.count == 8
+    assert after_p.expired == before_p.expired
+    assert after_d.receive_failures == 0
+
+
+def test_rendezvous_sequential_dispatch_is_all_prefill_first(fleet: Fleet, sequential_router: str):
+    p, _ = urls(fleet)
+    before = rendezvous(p, "prefill")
+    routed_batch(sequential_router)
+    after, _ = settled(fleet)
+    assert after.matches_prefill_first - before.matches_prefill_first == 8
+    assert after.matches_registration_first == before.matches_registration_first
+
+
+def test_idle_pair_stays_off_the_cpu(fleet: Fleet, state_root: Path):
+    """The connector's CPU knobs (on in the demo spec): no busy-polling NIXL progress
+    thread, so an idle 1P1D pair uses a small fraction of one core."""
+    rec = read_state(state_root / NAME)
+    assert rec is not None
+    pids = instance_pids([i.shepherd_pid for i in rec.instances])
+    assert pids
+    time.sleep(2)
+    c0, t0 = cpu_seconds(pids), time.monotonic()
+    time.sleep(5)
+    share = (cpu_seconds(pids) - c0) / (time.monotonic() - t0)
+    assert share < 0.10, f"idle pair used {share:.0%} of a core"
 
 
 def test_streaming_gives_the_same_text(fleet: Fleet):

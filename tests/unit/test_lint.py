@@ -152,6 +152,10 @@ CASES: dict[str, tuple[Callable[[Any], dict[str, Any]], Callable[[Any], dict[str
         lambda md: _gpu(router={"concurrent": False}),
         lambda md: _gpu(router={"concurrent": False}, fleet={"mode": "pull"}),
     ),
+    "PD023": (
+        lambda md: _cpu(fleet={"connector": "stock"}),
+        lambda md: _cpu(fleet={"connector": "stock", "cpu_tuning": False}),
+    ),
 }
 
 ENV = {"PDCTL_TEST_SET_KEY": "secret"}

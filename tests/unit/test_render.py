@@ -29,7 +29,8 @@ def test_push_roles_and_explicit_engine_ids():
     assert (p.role, d.role) == ("prefill", "decode")
     pk = json.loads(flag(p.argv, "--kv-transfer-config"))
     dk = json.loads(flag(d.argv, "--kv-transfer-config"))
-    assert pk["kv_connector"] == dk["kv_connector"] == "NixlPushConnector"
+    assert pk["kv_connector"] == dk["kv_connector"] == "PdctlPushConnector"
+    assert pk["kv_connector_module_path"] == "pdctl.connector.push"
     assert (pk["kv_role"], dk["kv_role"]) == ("kv_producer", "kv_consumer")
     assert pk["engine_id"] == p.engine_id == "prefill-0"
     assert dk["engine_id"] == d.engine_id == "decode-0"
@@ -45,11 +46,21 @@ def test_push_roles_and_explicit_engine_ids():
     assert d.env["CUDA_VISIBLE_DEVICES"] == "1"
 
 
+def test_stock_connector_stays_selectable():
+    for mode, cls in (("push", "NixlPushConnector"), ("pull", "NixlConnector")):
+        plan = render(fleet={"mode": mode, "connector": "stock"})
+        for inst in plan.instances:
+            k = json.loads(flag(inst.argv, "--kv-transfer-config"))
+            assert k["kv_connector"] == cls
+            assert "kv_connector_module_path" not in k
+            assert not any(key.startswith("pdctl_") for key in k["kv_connector_extra_config"])
+
+
 def test_pull_uses_nixl_connector():
     plan = render(fleet={"mode": "pull"})
     for inst in plan.instances:
         k = json.loads(flag(inst.argv, "--kv-transfer-config"))
-        assert k["kv_connector"] == "NixlConnector"
+        assert k["kv_connector"] == "PdctlPullConnector"
         assert "push_registration_timeout" not in k["kv_connector_extra_config"]
         assert k["engine_id"] == inst.engine_id
 
@@ -69,7 +80,14 @@ def test_cpu_entrypoint_and_binding():
     plan = render_fleet(spec)
     p, d = plan.instances
     assert p.argv[:4] == (sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model")
-    assert p.env["PDCTL_CPU_TUNING"] == "1"
+    extra = json.loads(flag(p.argv, "--kv-transfer-config"))["kv_connector_extra_config"]
+    assert extra["pdctl_nixl_progress_thread"] is False
+    assert extra["pdctl_reserve_kv_core"] is False
+    untuned = render_fleet(
+        spec.model_copy(update={"fleet": spec.fleet.model_copy(update={"cpu_tuning": False})})
+    )
+    k = json.loads(flag(untuned.instances[0].argv, "--kv-transfer-config"))
+    assert "pdctl_nixl_progress_thread" not in k["kv_connector_extra_config"]
     assert not p.argv[4].startswith("~")
     assert json.loads(flag(p.argv, "--kv-transfer-config"))["kv_buffer_device"] == "cpu"
     assert (p.env["VLLM_CPU_OMP_THREADS_BIND"], d.env["VLLM_CPU_OMP_THREADS_BIND"]) == ("0", "1")

@@ -771,3 +771,25 @@ __all__ = [
     "require_clean",
     "rule",
 ]
+
+
+@rule("PD023", "CPU tuning asked for with vLLM's stock connector")
+def _stock_cpu_tuning(ctx: LintContext) -> Iterator[Finding]:
+    fleet = ctx.spec.fleet
+    if (
+        fleet.connector == "stock"
+        and fleet.platform == "cpu"
+        and fleet.cpu_tuning
+        and fleet.mode != "colocated"
+    ):
+        yield _f(
+            "PD023",
+            "warning",
+            "fleet.connector",
+            "fleet.cpu_tuning = true has no effect with fleet.connector = 'stock'",
+            "each idle instance busy-polls NIXL's progress thread (about one core) and vLLM "
+            "re-pins the worker to one core per NUMA node: two instances on a small machine "
+            "share a core and requests slow down",
+            "set fleet.connector = 'pdctl' (the default), or fleet.cpu_tuning = false to "
+            "silence this",
+        )

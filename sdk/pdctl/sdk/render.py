@@ -25,7 +25,14 @@ PlanRole = Literal["prefill", "decode", "colocated", "router"]
 DEFAULT_HTTP_BASE: dict[str, int] = {"prefill": 8100, "decode": 8200}
 DEFAULT_SIDE_CHANNEL_BASE = 5600
 CPU_ENTRYPOINT = "vllm.entrypoints.openai.api_server"
-CPU_TUNING_ENV = "PDCTL_CPU_TUNING"  # read by pdctl.connector.cpu_plugin inside vLLM
+CONNECTOR_MODULE = "pdctl.connector.push"
+"""Where vLLM finds pdctl's connectors (``kv_connector_module_path``)."""
+CONNECTORS = {  # (mode, fleet.connector) -> kv_connector class name
+    ("push", "pdctl"): "PdctlPushConnector",
+    ("pull", "pdctl"): "PdctlPullConnector",
+    ("push", "stock"): "NixlPushConnector",
+    ("pull", "stock"): "NixlConnector",
+}
 _LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1", "0.0.0.0", "::", "ip6-localhost"})
 
 
@@ -241,13 +248,16 @@ def kv_transfer_config(
     }
     if mode == "push":
         extra["push_registration_timeout"] = _num(fleet.push_registration_timeout_s)
-        connector = "NixlPushConnector"
         kv_role = "kv_producer" if role == "prefill" else "kv_consumer"
     else:
-        connector = "NixlConnector"
         kv_role = "kv_both"
+    if fleet.connector == "pdctl" and fleet.platform == "cpu" and fleet.cpu_tuning:
+        extra["pdctl_nixl_progress_thread"] = False
+        extra["pdctl_reserve_kv_core"] = False
+    module = {"kv_connector_module_path": CONNECTOR_MODULE} if fleet.connector == "pdctl" else {}
     return {
-        "kv_connector": connector,
+        "kv_connector": CONNECTORS[(mode, fleet.connector)],
+        **module,
         "kv_role": kv_role,
         "engine_id": engine_id,
         "kv_buffer_device": fleet.effective_kv_buffer_device,
@@ -331,8 +341,6 @@ def _instance(
     if fleet.platform == "cpu":
         if fleet.cpu_kvcache_gib is not None:
             env["VLLM_CPU_KVCACHE_SPACE"] = str(fleet.cpu_kvcache_gib)
-        if fleet.cpu_tuning:
-            env[CPU_TUNING_ENV] = "1"
         if cores:
             bind, per_rank = cpu_binding(cores, g.ranks)
             env["VLLM_CPU_OMP_THREADS_BIND"] = bind

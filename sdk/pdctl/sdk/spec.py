@@ -18,6 +18,7 @@ Mode = Literal["push", "pull", "colocated"]
 Platform = Literal["gpu", "cpu"]
 Role = Literal["prefill", "decode"]
 FailurePolicy = Literal["fail", "recompute"]
+ConnectorChoice = Literal["pdctl", "stock"]
 RouterPolicy = Literal["round_robin", "least_loaded", "power_of_two"]
 
 Port = Annotated[int, Field(ge=1, le=65535)]
@@ -107,10 +108,15 @@ class FleetSettings(_Strict):
         default=None,
         description="Interpreter for the CPU entry point; default: the one running pdctl.",
     )
+    connector: ConnectorChoice = Field(
+        default="pdctl",
+        description="'pdctl': vLLM's NIXL connector extended by pdctl.connector (rendezvous "
+        "metrics on /metrics, the CPU knobs); 'stock': vLLM's own, unchanged.",
+    )
     cpu_tuning: bool = Field(
         default=True,
-        description="On CPU: no NIXL progress-thread spinning, no core re-pinning "
-        "(PDCTL_CPU_TUNING=1, applied by pdctl's vLLM plugin).",
+        description="On CPU: no NIXL progress-thread spinning, no KV core re-pinning "
+        "(kv_connector_extra_config knobs of the pdctl connector).",
     )
     cpu_kvcache_gib: int | None = Field(
         default=None, ge=1, description="VLLM_CPU_KVCACHE_SPACE (GiB) on the CPU platform."

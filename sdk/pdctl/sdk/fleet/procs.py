@@ -10,18 +10,38 @@ import time
 from pdctl.sdk.shepherd import group_members
 
 
-def start_ticks(pid: int) -> int | None:
-    """The process's start time in clock ticks since boot (identifies it across pid reuse)."""
+def _stat_fields(pid: int) -> list[str] | None:
+    """``/proc/<pid>/stat`` after the command name (field 3 onwards), or None."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
             stat = f.read().decode(errors="replace")
     except OSError:
         return None
-    fields = stat[stat.rfind(")") + 2 :].split()
+    return stat[stat.rfind(")") + 2 :].split()
+
+
+def start_ticks(pid: int) -> int | None:
+    """The process's start time in clock ticks since boot (identifies it across pid reuse)."""
+    fields = _stat_fields(pid)
     try:
-        return int(fields[19])
+        return int(fields[19]) if fields else None
     except (IndexError, ValueError):
         return None
+
+
+def cpu_seconds(pids: list[int]) -> float:
+    """User + system CPU seconds consumed so far by ``pids`` (vanished ones count 0)."""
+    ticks = 0
+    for pid in pids:
+        fields = _stat_fields(pid)
+        with contextlib.suppress(IndexError, ValueError, TypeError):
+            ticks += int(fields[11]) + int(fields[12])  # type: ignore[index]
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
+def instance_pids(shepherd_pids: list[int | None]) -> list[int]:
+    """Every live process of the instances these shepherds lead (their process groups)."""
+    return [p for g in shepherd_pids if g for p in group_members(g)]
 
 
 def alive(pid: int | None, ticks: int | None = None) -> bool:

@@ -107,6 +107,23 @@ class Histogram:
         return self.sum / self.count if self.count > 0 else None
 
 
+@dataclass(frozen=True)
+class Latency:
+    """Percentiles of a histogram window (seconds); ``None`` without observations."""
+
+    p50: float | None = None
+    p90: float | None = None
+    p99: float | None = None
+    mean: float | None = None
+    count: float = 0.0
+
+    @classmethod
+    def of(cls, h: Histogram | None) -> Latency:
+        if h is None:
+            return cls()
+        return cls(h.quantile(0.5), h.quantile(0.9), h.quantile(0.99), h.mean, h.count)
+
+
 def counter_delta(new: float | None, old: float | None) -> float | None:
     """Increase of a counter between two scrapes; a decrease means it restarted."""
     if new is None:

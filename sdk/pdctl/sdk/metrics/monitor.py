@@ -19,8 +19,9 @@ from typing import Any
 
 import httpx
 
-from pdctl.sdk.metrics.derive import Histogram, Scrape, counter_delta
+from pdctl.sdk.metrics.derive import Histogram, Latency, Scrape, counter_delta
 from pdctl.sdk.metrics.promtext import Sample, parse_text
+from pdctl.sdk.metrics.rendezvous import Rendezvous, rendezvous_of
 from pdctl.sdk.render import FleetPlan
 from pdctl.sdk.spec import FleetSpec
 
@@ -50,21 +51,6 @@ class Target:
     role: str  # prefill | decode | colocated | router
     url: str
     tp: int = 1
-
-
-@dataclass(frozen=True)
-class Latency:
-    p50: float | None = None
-    p90: float | None = None
-    p99: float | None = None
-    mean: float | None = None
-    count: float = 0.0
-
-    @classmethod
-    def of(cls, h: Histogram | None) -> Latency:
-        if h is None:
-            return cls()
-        return cls(h.quantile(0.5), h.quantile(0.9), h.quantile(0.99), h.mean, h.count)
 
 
 @dataclass(frozen=True)
@@ -107,7 +93,8 @@ class InstanceMetrics:
     kv_fetch_by_stage: dict[str, float] = field(default_factory=dict)
     prompt_tokens_by_source: dict[str, float] = field(default_factory=dict)
     prompt_tokens_by_source_window: dict[str, float] = field(default_factory=dict)
-    rendezvous: dict[str, float] = field(default_factory=dict)
+    rendezvous: Rendezvous | None = None
+    """The connector's push rendezvous figures; None when its series are absent."""
     malformed_lines: int = 0
 
 
@@ -305,12 +292,7 @@ class FleetMonitor:
             }
             if old
             else {},
-            rendezvous={
-                s.name + ("" if not s.labels else str(dict(s.labels))): s.value
-                for name, ss in new.by_name.items()
-                if name.startswith("pdctl:")
-                for s in ss
-            },
+            rendezvous=rendezvous_of(new, old, t.role),
         )
 
     def _transfers(

@@ -1,0 +1,333 @@
+"""pdctl's KV connectors for vLLM: the push connector with live rendezvous telemetry.
+
+Select it with ``--kv-transfer-config '{"kv_connector": "PdctlPushConnector",
+"kv_connector_module_path": "pdctl.connector.push", ...}'`` (pdctl's renderer does this
+by default in push mode; ``fleet.connector = "stock"`` selects vLLM's own).
+
+:class:`PdctlPushConnector` *is* vLLM's ``NixlPushConnector``: construction, matching,
+WRITEs and notifications are vLLM's code, unchanged. It adds two things:
+
+* **Telemetry.** The push worker is given a subclass whose overrides observe vLLM's
+  decisions (a registration or finished prefill was matched or parked, WRITEs
+  completed, a lease released a request, a decode registration was sent or answered)
+  and feed :class:`~pdctl.connector.book.RendezvousBook`. The book's events travel in
+  vLLM's own KV-connector stats (one extra key) to the API server, where
+  :class:`PdctlPromMetrics` publishes the ``pdctl:`` series on ``/metrics``. Telemetry
+  never raises into vLLM: a failing hook logs once and turns itself off.
+* **Small-machine knobs** (``kv_connector_extra_config``): ``pdctl_nixl_progress_thread``
+  (default true) — false creates the NIXL agent without UCX's busy-polling progress
+  thread (transfers still progress: the connector polls when it checks transfer state
+  and drains notifications); ``pdctl_reserve_kv_core`` (default true) — false keeps the
+  worker on the cores it was given instead of vLLM re-pinning it to the last core of
+  each NUMA node on the CPU platform. :class:`PdctlPullConnector` offers the same knobs
+  for pull mode (no rendezvous there).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import logging
+import os
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+from vllm.distributed.kv_transfer.kv_connector.v1.metrics import KVConnectorStats
+from vllm.distributed.kv_transfer.kv_connector.v1.nixl.base_worker import (
+    NixlBaseConnectorWorker,
+)
+from vllm.distributed.kv_transfer.kv_connector.v1.nixl.connector import (
+    NixlPullConnector,
+    NixlPushConnector,
+)
+from vllm.distributed.kv_transfer.kv_connector.v1.nixl.push_worker import (
+    NixlPushConnectorWorker,
+)
+from vllm.distributed.kv_transfer.kv_connector.v1.nixl.stats import (
+    NixlKVConnectorStats,
+    NixlPromMetrics,
+)
+
+from pdctl.connector.book import RendezvousBook, fold
+from pdctl.sdk.metrics import rendezvous as rv
+
+# a child of "vllm" so messages land in the instance log in vLLM's format
+_log = logging.getLogger("vllm.pdctl.connector")
+
+EVENTS_KEY = "pdctl_rendezvous"
+"""The key of the book's events inside vLLM's NIXL stats payload."""
+PROGRESS_THREAD = "pdctl_nixl_progress_thread"
+RESERVE_KV_CORE = "pdctl_reserve_kv_core"
+
+
+# ---------------------------------------------------------------------- CPU knobs
+
+
+def _extra(vllm_config: Any, key: str, default: bool) -> bool:
+    cfg = getattr(vllm_config, "kv_transfer_config", None)
+    if cfg is None:
+        return default
+    value = cfg.get_from_extra_config(key, default)
+    if isinstance(value, str):
+        return value.strip().lower() not in ("0", "false", "no", "off")
+    return bool(value)
+
+
+@contextlib.contextmanager
+def _cpu_knobs(vllm_config: Any) -> Iterator[None]:
+    """Apply the knobs while vLLM constructs the connector worker, and only then."""
+    module: Any = sys.modules[NixlBaseConnectorWorker.__module__]
+    original: Any = getattr(module, "nixl_agent_config", None)
+    no_thread = not _extra(vllm_config, PROGRESS_THREAD, True) and original is not None
+    keep_cores = not _extra(vllm_config, RESERVE_KV_CORE, True)
+    cores = os.sched_getaffinity(0) if keep_cores else None
+    if no_thread:
+        module.nixl_agent_config = functools.partial(original, enable_prog_thread=False)
+    try:
+        yield
+    finally:
+        if no_thread:
+            module.nixl_agent_config = original
+            _log.info("pdctl: NIXL agent created without its progress thread")
+        if cores is not None and os.sched_getaffinity(0) != cores:
+            os.sched_setaffinity(0, cores)
+            _log.info("pdctl: kept the worker on cores %s (no KV core reservation)", sorted(cores))
+
+
+# ---------------------------------------------------------------------- stats path
+
+
+class PdctlStats(NixlKVConnectorStats):
+    """vLLM's NIXL stats plus the rendezvous book's events under :data:`EVENTS_KEY`."""
+
+    def reset(self) -> None:
+        super().reset()  # type: ignore[no-untyped-call]
+        self.data[EVENTS_KEY] = []
+
+    def _events(self) -> list[Any]:
+        events: list[Any] = self.data.setdefault(EVENTS_KEY, [])
+        return events
+
+    def record_transfer(self, res: Any) -> None:
+        super().record_transfer(res)
+        total = getattr(res, "totalBytes", None)
+        if isinstance(total, (int, float)) and total > 0:
+            self._events().append(["c", rv.BYTES_PUSHED, "", float(total)])
+
+    def add_events(self, events: list[list[object]]) -> None:
+        self._events().extend(events)
+
+    def aggregate(self, other: KVConnectorStats) -> KVConnectorStats:
+        self._events()  # payloads from msgpack may lack the key
+        return super().aggregate(other)
+
+    def is_empty(self) -> bool:
+        return super().is_empty() and not self.data.get(EVENTS_KEY)
+
+
+def _labelled(metric: Any, engine_values: list[object], label: str) -> Any:
+    return metric.labels(*engine_values, label) if label else metric.labels(*engine_values)
+
+
+class PdctlPromMetrics(NixlPromMetrics):
+    """vLLM's NIXL series plus the ``pdctl:`` rendezvous series."""
+
+    def __init__(
+        self,
+        vllm_config: Any,
+        metric_types: Any,
+        labelnames: list[str],
+        per_engine_labelvalues: dict[int, list[object]],
+    ) -> None:
+        super().__init__(vllm_config, metric_types, labelnames, per_engine_labelvalues)
+        self._pdctl: dict[str, Any] = {}
+        gauge: Any = self._gauge_cls
+        counter: Any = self._counter_cls
+        histogram: Any = self._histogram_cls
+        for m in rv.METRICS:
+            names = [*labelnames, *m.labels]
+            if m.kind == "gauge":
+                metric = gauge(
+                    name=m.name,
+                    documentation=m.help,
+                    multiprocess_mode="mostrecent",
+                    labelnames=names,
+                )
+            elif m.kind == "counter":
+                metric = counter(name=m.name, documentation=m.help, labelnames=names)
+            else:
+                metric = histogram(
+                    name=m.name,
+                    documentation=m.help,
+                    buckets=list(rv.WAIT_BUCKETS),
+                    labelnames=names,
+                )
+            self._pdctl[m.name] = metric
+            if not m.labels:  # export every unlabelled series at 0 from the start
+                for values in per_engine_labelvalues.values():
+                    metric.labels(*values)
+
+    def observe(self, transfer_stats_data: dict[str, Any], engine_idx: int = 0) -> None:
+        super().observe(transfer_stats_data, engine_idx)
+        values = self.per_engine_labelvalues.get(engine_idx)
+        if values is None:
+            return
+        for kind, name, label, value in fold(transfer_stats_data.get(EVENTS_KEY) or []):
+            child = _labelled(self._pdctl[name], values, label)
+            if kind == "c":
+                child.inc(value)
+            elif kind == "h":
+                child.observe(value)
+            else:
+                child.set(value)
+
+
+# ---------------------------------------------------------------------- worker hooks
+
+
+class _Telemetry:
+    """The book plus its lock; each hook reports through :meth:`record`, which never
+    lets an error escape into vLLM."""
+
+    def __init__(self, worker: Any, expire_after_s: float) -> None:
+        self.book = RendezvousBook(expire_after_s=expire_after_s)
+        self.lock = threading.Lock()
+        self.enabled = int(getattr(worker, "tp_rank", 0) or 0) == 0
+        self._failed = False
+
+    def record(self, fn: Any, *args: Any) -> None:
+        if not self.enabled or self._failed:
+            return
+        try:
+            with self.lock:
+                fn(*args)
+        except Exception:
+            self._failed = True
+            _log.exception("pdctl: rendezvous telemetry disabled after an error")
+
+    def drain(self) -> list[list[object]]:
+        if not self.enabled or self._failed:
+            return []
+        with self.lock:
+            return self.book.drain(time.monotonic())
+
+
+class PdctlPushWorker(NixlPushConnectorWorker):
+    """vLLM's push worker with observation hooks (installed on a constructed worker by
+    :meth:`attach`; no state of vLLM's is touched)."""
+
+    _pdctl: _Telemetry
+
+    @classmethod
+    def attach(cls, worker: NixlPushConnectorWorker, vllm_config: Any) -> None:
+        lease = float(getattr(worker, "_kv_lease_duration", 0) or 0)
+        worker.__class__ = cls
+        assert isinstance(worker, PdctlPushWorker)
+        worker._pdctl = _Telemetry(worker, expire_after_s=max(60.0, 4 * lease))
+        stats = PdctlStats()
+        stats.aggregate(worker.xfer_stats)
+        worker.xfer_stats = stats
+
+    # registration arrived on the prefill (writer thread)
+    def _pop_matching_finished_blocks(self, request_id: str) -> Any:
+        found = super()._pop_matching_finished_blocks(request_id)
+        self._pdctl.record(
+            self._pdctl.book.registration,
+            request_id,
+            time.monotonic(),
+            found[0] if found is not None else None,
+        )
+        return found
+
+    # a prefill finished (writer thread)
+    def _pop_matching_registration(self, request_id: str) -> Any:
+        found = super()._pop_matching_registration(request_id)
+        matched = found.get("request_id") if isinstance(found, dict) else None
+        if found is not None and not isinstance(matched, str):
+            matched = request_id
+        self._pdctl.record(self._pdctl.book.prefill, request_id, time.monotonic(), matched)
+        return found
+
+    # a decode registration left (writer thread)
+    def _do_send_reg_notif(self, req_id: str, reg_data: dict[str, Any]) -> None:
+        super()._do_send_reg_notif(req_id, reg_data)
+        self._pdctl.record(self._pdctl.book.registration_sent, req_id, time.monotonic())
+
+    # engine main thread, every step
+    def get_transfer_results(self) -> Any:
+        results = super().get_transfer_results()
+        now = time.monotonic()
+        book = self._pdctl.book
+        for rid in results.finished_sending or ():
+            self._pdctl.record(book.finished_sending, rid, now)
+        for rid in results.finished_recving or ():
+            self._pdctl.record(book.received, rid, now)
+        for rid in getattr(results, "failed_recving", None) or ():
+            self._pdctl.record(book.receive_failed, rid)
+        return results
+
+    def get_kv_connector_stats(self) -> KVConnectorStats | None:
+        events = self._pdctl.drain()
+        if events and isinstance(self.xfer_stats, PdctlStats):
+            self.xfer_stats.add_events(events)
+        return super().get_kv_connector_stats()
+
+
+_HOOKS = (
+    "_pop_matching_finished_blocks",
+    "_pop_matching_registration",
+    "_do_send_reg_notif",
+    "get_transfer_results",
+    "get_kv_connector_stats",
+)
+
+
+def _hooks_fit() -> bool:
+    """Whether this vLLM's push worker still has every method the hooks wrap."""
+    missing = [h for h in _HOOKS if not callable(getattr(NixlPushConnectorWorker, h, None))]
+    if missing:
+        _log.warning(
+            "pdctl: this vLLM's push worker lacks %s; rendezvous telemetry is off "
+            "(transfers are unaffected)",
+            ", ".join(missing),
+        )
+    return not missing
+
+
+# ---------------------------------------------------------------------- connectors
+
+
+class PdctlPushConnector(NixlPushConnector):
+    """vLLM's push connector with rendezvous telemetry and the small-machine knobs."""
+
+    def __init__(self, vllm_config: Any, role: Any, kv_cache_config: Any = None) -> None:
+        with _cpu_knobs(vllm_config):
+            super().__init__(vllm_config, role, kv_cache_config)
+        worker = self.connector_worker
+        if type(worker) is NixlPushConnectorWorker and _hooks_fit():
+            PdctlPushWorker.attach(worker, vllm_config)
+
+    @classmethod
+    def build_kv_connector_stats(cls, data: dict[str, Any] | None = None) -> KVConnectorStats:
+        return PdctlStats(data=data) if data is not None else PdctlStats()
+
+    @classmethod
+    def build_prom_metrics(
+        cls,
+        vllm_config: Any,
+        metric_types: Any,
+        labelnames: list[str],
+        per_engine_labelvalues: dict[int, list[object]],
+    ) -> PdctlPromMetrics:
+        return PdctlPromMetrics(vllm_config, metric_types, labelnames, per_engine_labelvalues)
+
+
+class PdctlPullConnector(NixlPullConnector):
+    """vLLM's pull connector with the small-machine knobs (no push rendezvous)."""
+
+    def __init__(self, vllm_config: Any, role: Any, kv_cache_config: Any = None) -> None:
+        with _cpu_knobs(vllm_config):
+            super().__init__(vllm_config, role, kv_cache_config)

@@ -1,0 +1,216 @@
+"""The push rendezvous series exported by pdctl's connector, and their reader.
+
+vLLM exports nothing about the push rendezvous itself: a decode instance *registers* its
+destination blocks with the prefill (a NIXL notification), the prefill *finishes* the
+prompt, and whichever of the two arrives second triggers the WRITE. pdctl's connector
+(``pdctl.connector.push``) counts that protocol and publishes it through vLLM's
+KV-connector stats path, so the series sit on each instance's own ``/metrics`` next to
+vLLM's. This module is the contract between the two sides: the connector imports the
+names from here (it is dependency-free), the SDK reads them back with
+:func:`rendezvous_of`.
+
+Prometheus appends ``_total`` to counters and ``_bucket``/``_sum``/``_count`` to
+histograms; :data:`METRICS` lists the base names.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pdctl.sdk.metrics.derive import Latency, Scrape, counter_delta
+
+PREFIX = "pdctl:"
+
+# prefill side (the WRITE initiator in push mode)
+REGISTRATIONS_WAITING = PREFIX + "push_registrations_waiting"
+PREFILLS_WAITING = PREFIX + "push_prefills_waiting"
+WRITES_IN_FLIGHT = PREFIX + "push_writes_in_flight"
+MATCHES = PREFIX + "push_matches"
+MATCH_WAIT = PREFIX + "push_match_wait_seconds"
+MATCH_TO_DONE = PREFIX + "push_match_to_write_done_seconds"
+BYTES_PUSHED = PREFIX + "push_bytes"
+EXPIRED = PREFIX + "push_expired"
+DUPLICATES = PREFIX + "push_duplicate_ids"
+# decode side (the WRITE target)
+REGISTRATIONS_SENT = PREFIX + "push_registrations_sent"
+AWAITING_NOTIFICATIONS = PREFIX + "push_awaiting_notifications"
+REGISTRATION_TO_NOTIFIED = PREFIX + "push_registration_to_notified_seconds"
+RECEIVE_FAILURES = PREFIX + "push_receive_failures"
+
+ORDER_LABEL = "order"
+REGISTRATION_FIRST = "registration_first"
+PREFILL_FIRST = "prefill_first"
+SIDE_LABEL = "side"  # on EXPIRED: which entry expired unmatched
+SIDE_REGISTRATION = "registration"
+SIDE_PREFILL = "prefill"
+SIDE_WRITE = "write"
+
+WAIT_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+"""Bucket bounds (seconds) of every pdctl histogram: 1 ms to 30 s."""
+
+
+@dataclass(frozen=True)
+class MetricDef:
+    name: str
+    kind: str  # gauge | counter | histogram
+    side: str  # prefill | decode
+    help: str
+    labels: tuple[str, ...] = ()
+
+
+METRICS: tuple[MetricDef, ...] = (
+    MetricDef(
+        REGISTRATIONS_WAITING,
+        "gauge",
+        "prefill",
+        "Decode registrations received whose prefill has not finished yet.",
+    ),
+    MetricDef(
+        PREFILLS_WAITING,
+        "gauge",
+        "prefill",
+        "Finished prefills whose decode registration has not arrived yet (their KV "
+        "blocks are held under the lease meanwhile).",
+    ),
+    MetricDef(
+        WRITES_IN_FLIGHT,
+        "gauge",
+        "prefill",
+        "Matched requests whose NIXL WRITEs have not completed.",
+    ),
+    MetricDef(
+        MATCHES,
+        "counter",
+        "prefill",
+        "Registration/prefill matches, by which side arrived first.",
+        (ORDER_LABEL,),
+    ),
+    MetricDef(
+        MATCH_WAIT,
+        "histogram",
+        "prefill",
+        "Seconds from the first arrival (registration or finished prefill) to the match.",
+    ),
+    MetricDef(
+        MATCH_TO_DONE,
+        "histogram",
+        "prefill",
+        "Seconds from the match to the completion of the request's WRITEs.",
+    ),
+    MetricDef(BYTES_PUSHED, "counter", "prefill", "KV bytes pushed by NIXL WRITEs."),
+    MetricDef(
+        EXPIRED,
+        "counter",
+        "prefill",
+        "Entries dropped unmatched: a finished prefill whose lease ran out before any "
+        "registration (side=prefill), or a registration whose prefill never finished "
+        "(side=registration), or matched WRITEs that never completed (side=write).",
+        (SIDE_LABEL,),
+    ),
+    MetricDef(
+        DUPLICATES,
+        "counter",
+        "prefill",
+        "Registrations or finished prefills arriving for an id that was already waiting "
+        "(a retried or duplicated request id).",
+    ),
+    MetricDef(
+        REGISTRATIONS_SENT,
+        "counter",
+        "decode",
+        "Registrations this decode sent to a prefill.",
+    ),
+    MetricDef(
+        AWAITING_NOTIFICATIONS,
+        "gauge",
+        "decode",
+        "Registered requests still waiting for the prefill's WRITE notifications.",
+    ),
+    MetricDef(
+        REGISTRATION_TO_NOTIFIED,
+        "histogram",
+        "decode",
+        "Seconds from sending the registration to receiving the last expected WRITE notification.",
+    ),
+    MetricDef(
+        RECEIVE_FAILURES,
+        "counter",
+        "decode",
+        "Registered requests that failed to receive their KV (handshake or transfer "
+        "failure, timeout).",
+    ),
+)
+
+
+@dataclass(frozen=True)
+class Rendezvous:
+    """One instance's rendezvous figures; totals since start, ``*_window`` over the
+    monitor's window, latencies over the window."""
+
+    side: str  # prefill | decode
+    registrations_waiting: float | None = None
+    prefills_waiting: float | None = None
+    writes_in_flight: float | None = None
+    matches_registration_first: float = 0.0
+    matches_prefill_first: float = 0.0
+    matches_window: float = 0.0
+    registration_first_ratio: float | None = None
+    """Share of the window's matches where the registration arrived first (None: none)."""
+    match_wait: Latency = Latency()
+    match_to_write_done: Latency = Latency()
+    bytes_pushed: float | None = None
+    expired: float = 0.0
+    expired_window: float = 0.0
+    duplicates: float = 0.0
+    registrations_sent: float | None = None
+    awaiting_notifications: float | None = None
+    registration_to_notified: Latency = Latency()
+    receive_failures: float = 0.0
+
+
+def present(scrape: Scrape) -> bool:
+    """Whether a payload carries the connector's series at all."""
+    return any(name.startswith(PREFIX) for name in scrape.by_name)
+
+
+def rendezvous_of(new: Scrape, old: Scrape | None, role: str) -> Rendezvous | None:
+    """The rendezvous figures of one target from its newest and oldest scrape in the
+    window; ``None`` when the connector's series are absent (stock connector)."""
+    if not present(new):
+        return None
+
+    def window(base: str) -> Latency:
+        h = new.histogram(base)
+        if h is not None and old is not None:
+            h = h.minus(old.histogram(base))
+        return Latency.of(h)
+
+    def delta(name: str, match: dict[str, str] | None = None) -> float:
+        now = new.total(name, match)
+        before = (old.total(name, match) or 0.0) if old is not None else 0.0
+        return counter_delta(now, before) or 0.0
+
+    reg_first = {ORDER_LABEL: REGISTRATION_FIRST}
+    pre_first = {ORDER_LABEL: PREFILL_FIRST}
+    m_reg, m_pre = delta(MATCHES + "_total", reg_first), delta(MATCHES + "_total", pre_first)
+    side = "decode" if role == "decode" else "prefill"
+    return Rendezvous(
+        side=side,
+        registrations_waiting=new.total(REGISTRATIONS_WAITING),
+        prefills_waiting=new.total(PREFILLS_WAITING),
+        writes_in_flight=new.total(WRITES_IN_FLIGHT),
+        matches_registration_first=new.total(MATCHES + "_total", reg_first) or 0.0,
+        matches_prefill_first=new.total(MATCHES + "_total", pre_first) or 0.0,
+        matches_window=m_reg + m_pre,
+        registration_first_ratio=(m_reg / (m_reg + m_pre)) if (m_reg + m_pre) > 0 else None,
+        match_wait=window(MATCH_WAIT),
+        match_to_write_done=window(MATCH_TO_DONE),
+        bytes_pushed=new.total(BYTES_PUSHED + "_total"),
+        expired=new.total(EXPIRED + "_total") or 0.0,
+        expired_window=delta(EXPIRED + "_total"),
+        duplicates=new.total(DUPLICATES + "_total") or 0.0,
+        registrations_sent=new.total(REGISTRATIONS_SENT + "_total"),
+        awaiting_notifications=new.total(AWAITING_NOTIFICATIONS),
+        registration_to_notified=window(REGISTRATION_TO_NOTIFIED),
+        receive_failures=new.total(RECEIVE_FAILURES + "_total") or 0.0,
+    )
