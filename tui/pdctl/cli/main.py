@@ -43,6 +43,7 @@ SUBCOMMANDS: tuple[Subcommand, ...] = (
     Subcommand("router", "run the push-aware disaggregation router", "cmd_router"),
     Subcommand("demo", "start the local CPU P/D demo fleet and send it traffic", "cmd_demo"),
     Subcommand("model", "build the tiny local demo model", "cmd_model"),
+    Subcommand("preflight", "which path KV takes, and does disaggregation pay", "cmd_preflight"),
 )
 
 

@@ -1,0 +1,226 @@
+"""``pdctl preflight``: before deploying, which path KV takes and whether disaggregation pays.
+
+Exit codes: 0 OK, 1 warnings, 2 a blocking problem (DO NOT DISAGGREGATE, a path that
+cannot work, unreadable input).
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from pdctl.cli.common import add_spec_arguments, console, load, print_json, spec_error_json
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from pdctl.sdk.preflight import PreflightReport
+
+_SEVERITY_STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}
+_VERDICT_STYLE = {
+    "OK": "green",
+    "MARGINAL": "yellow",
+    "UNLIKELY TO PAY OFF": "bold yellow",
+    "DO NOT DISAGGREGATE": "bold red",
+    "UNKNOWN": "dim",
+}
+
+
+def _prompt_len(text: str) -> tuple[int, int | None]:
+    parts = [p.strip() for p in text.split(",")]
+    try:
+        values = [int(p.replace("_", "")) for p in parts]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected N or N,P95 in tokens, got {text!r}") from None
+    if len(values) > 2 or any(v < 1 for v in values):
+        raise argparse.ArgumentTypeError(f"expected N or N,P95 (positive tokens), got {text!r}")
+    return values[0], values[1] if len(values) == 2 else None
+
+
+def _positive(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not v > 0:
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}")
+    return v
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    add_spec_arguments(p)
+    p.add_argument("--model", metavar="PATH", help="model directory or its config.json")
+    p.add_argument(
+        "--prompt-len",
+        metavar="N[,P95]",
+        type=_prompt_len,
+        default=(8192, None),
+        help="intended prompt length in tokens, optionally with the p95 (default 8192)",
+    )
+    p.add_argument("--rate", type=_positive, metavar="R", help="requests per second per pair")
+    p.add_argument(
+        "--ttft-colocated",
+        type=_positive,
+        metavar="S",
+        help="measured colocated TTFT at this prompt length, seconds (the prefill time)",
+    )
+    p.add_argument(
+        "--measured-transfer",
+        type=_positive,
+        metavar="S",
+        help="measured KV transfer time of one prompt, seconds (overrides the estimate)",
+    )
+    p.add_argument(
+        "--peak-tflops",
+        type=_positive,
+        metavar="T",
+        help="GPU dense bf16 peak, for a prefill-time estimate when no TTFT is given",
+    )
+    p.add_argument("--kv-dtype", metavar="DTYPE", help="KV cache dtype (default: the spec's)")
+    p.add_argument("--mode", choices=("push", "pull"), help="transfer mode (default: the spec's)")
+    p.add_argument("--from-topo", metavar="FILE", help="saved nvidia-smi topo -m (+ -p2p) output")
+    p.add_argument("--sysfs-root", metavar="DIR", help="recorded sysfs tree (plays /sys)")
+    p.add_argument(
+        "--log",
+        metavar="FILE",
+        action="append",
+        default=[],
+        help="vLLM/nixlbench/NCCL/UCX log with measured transfers (repeatable)",
+    )
+    p.add_argument("--json", action="store_true", help="machine-readable report")
+
+
+def run(args: argparse.Namespace) -> int:
+    from pdctl.sdk.errors import SpecError
+    from pdctl.sdk.preflight import run_preflight
+
+    spec = None
+    source = None
+    if args.file is not None or args.overrides or Path("pdctl.toml").is_file():
+        try:
+            loaded = load(args)
+        except SpecError as e:
+            if args.json:
+                print_json(spec_error_json(e))
+            else:
+                console(stderr=True).print(f"[bold red]error[/]: {e}", markup=True)
+            return 2
+        spec, source = loaded.spec, loaded.source
+    prompt_len, p95 = args.prompt_len
+    report = run_preflight(
+        spec,
+        model=args.model,
+        prompt_len=prompt_len,
+        prompt_len_p95=p95,
+        rate=args.rate,
+        ttft_colocated_s=args.ttft_colocated,
+        measured_transfer_s=args.measured_transfer,
+        peak_tflops=args.peak_tflops,
+        kv_dtype=args.kv_dtype,
+        mode=args.mode,
+        from_topo=args.from_topo,
+        sysfs_root=args.sysfs_root,
+        logs=args.log,
+    )
+    report.source = source
+    if args.json:
+        print_json(report.as_dict())
+    else:
+        render(report, console())
+    return report.exit_code
+
+
+def render(report: PreflightReport, out: Console) -> None:
+    """Warnings first, then the pair table, the GPU matrix, the inventory and assumptions."""
+    from rich.markup import escape
+
+    inv = report.inventory
+    if inv.topology is None:
+        out.print("[bold yellow]No GPU found on this machine.[/]")
+    for w in report.warnings:
+        where = f" ({', '.join(w.pairs[:3])}{' …' if len(w.pairs) > 3 else ''})" if w.pairs else ""
+        out.print(
+            f"[{_SEVERITY_STYLE[w.severity]}]{w.severity}[/] [bold]{w.code}[/]{escape(where)}"
+        )
+        out.print(f"  {escape(w.message)}")
+    if report.pairs:
+        out.print(_pair_table(report))
+    if inv.topology is not None and report.source is None and len(inv.topology.gpus) <= 16:
+        out.print(_matrix(report))
+    _inventory(report, out)
+    verdict = report.verdict.value
+    out.print(
+        f"[{_VERDICT_STYLE[verdict]}]verdict: {verdict}[/] "
+        f"(exit {report.exit_code}; {sum(w.severity == 'error' for w in report.warnings)} "
+        f"error(s), {sum(w.severity == 'warning' for w in report.warnings)} warning(s))"
+    )
+
+
+def _num(v: float | None, fmt: str) -> str:
+    return "-" if v is None else format(v, fmt)
+
+
+def _pair_table(report: PreflightReport) -> object:
+    from rich.table import Table
+
+    t = Table(title="P -> D pairs", title_justify="left")
+    for col in ("pair", "path", "GB/s", "from", "KV/rank", "transfer", "prefill", "r", "load"):
+        t.add_column(col, justify="left" if col in ("pair", "path", "from") else "right")
+    t.add_column("verdict")
+    for p in report.pairs:
+        src = p.bandwidth_source.split(" (")[0].split(":")[0]
+        t.add_row(
+            p.name,
+            p.path.value,
+            _num(p.bandwidth_bps / 1e9 if p.bandwidth_bps else None, ".2f"),
+            src,
+            "-" if p.kv_bytes is None else f"{p.kv_bytes / 1e6:,.1f} MB",
+            _num(p.transfer_s, ".3f"),
+            _num(p.prefill_s, ".3f"),
+            _num(p.ratio, ".2f"),
+            _num(p.link_load, ".2f"),
+            f"[{_VERDICT_STYLE[p.verdict.value]}]{p.verdict.value}[/]",
+        )
+    return t
+
+
+def _matrix(report: PreflightReport) -> object:
+    from rich.table import Table
+
+    topo = report.inventory.topology
+    assert topo is not None
+    t = Table(title=f"GPU links ({topo.source})", title_justify="left")
+    t.add_column("")
+    for g in topo.gpus:
+        t.add_column(f"GPU{g.index}", justify="center")
+    t.add_column("NUMA", justify="right")
+    for a in topo.gpus:
+        cells = [topo.link(a.index, b.index) or "?" for b in topo.gpus]
+        t.add_row(f"GPU{a.index}", *cells, "-" if a.numa is None else str(a.numa))
+    return t
+
+
+def _inventory(report: PreflightReport, out: Console) -> None:
+    from rich.markup import escape
+
+    inv, kv = report.inventory, report.kv
+    gpus = len(inv.gpus)
+    nics = ", ".join(f"{n.name} ({n.kind}, {n.rate_gbps or '?'} Gb/s)" for n in inv.nics)
+    out.print(f"[bold]inventory[/]: {gpus} GPU(s); RDMA NICs: {escape(nics) or 'none'}")
+    out.print("[dim]checked:[/]")
+    for c in inv.checks:
+        out.print(f"  {escape(c.name)}: {c.state} — {escape(c.detail)}")
+    if kv.bytes_per_token is not None and kv.bytes_per_prompt is not None:
+        out.print(
+            f"[bold]KV[/]: {kv.bytes_per_token:,} bytes/token ({kv.kind}, {kv.dtype}); "
+            f"{kv.bytes_per_prompt / 1e6:,.1f} MB per {kv.prompt_len:,}-token prompt"
+            + (
+                f", {kv.bytes_per_prompt_p95 / 1e6:,.1f} MB at p95 {kv.prompt_len_p95:,}"
+                if kv.bytes_per_prompt_p95 and kv.prompt_len_p95 != kv.prompt_len
+                else ""
+            )
+        )
+    for a in report.assumptions:
+        out.print(f"[dim]assumed: {escape(a)}[/]")
+    out.print(f"[dim]{escape(report.measure_hint)}[/]")
