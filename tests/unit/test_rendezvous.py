@@ -251,3 +251,9 @@ def test_monitor_exposes_rendezvous_per_instance():
     assert r is not None
     assert r.registration_first_ratio == 1.0
     assert r.registrations_waiting == 0
+
+
+def test_every_metric_is_documented():
+    doc = (FIXTURES.parent.parent / "docs" / "connector.md").read_text()
+    for m in rv.METRICS:
+        assert f"`{m.name}" in doc, m.name

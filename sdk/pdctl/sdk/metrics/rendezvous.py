@@ -53,7 +53,7 @@ WAIT_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 
 class MetricDef:
     name: str
     kind: str  # gauge | counter | histogram
-    side: str  # prefill | decode
+    side: str  # prefill | decode | both
     help: str
     labels: tuple[str, ...] = ()
 
@@ -110,7 +110,7 @@ METRICS: tuple[MetricDef, ...] = (
     MetricDef(
         DUPLICATES,
         "counter",
-        "prefill",
+        "both",
         "Registrations or finished prefills arriving for an id that was already waiting "
         "(a retried or duplicated request id).",
     ),
