@@ -17,7 +17,7 @@ _VLLM_KV = re.compile(r"KV Transfer metrics:\s*(.*)")
 _VLLM_FIELD = re.compile(r"([A-Za-z][A-Za-z0-9 ()/]*?)\s*=\s*([0-9.]+(?:[eE][-+]?\d+)?)")
 _NIXLBENCH_ROW = re.compile(r"^\s*(\d+)\s+(\d+)\s+(\d+(?:\.\d+)?)\s+(\d+(?:\.\d+)?)")
 _PEER_BW = re.compile(r"cudaMemcpyPeer.*?:\s*(\d+(?:\.\d+)?)\s*GB/s")
-_NCCL_VIA = re.compile(r"NCCL INFO Channel .* via (\S+)")
+_NCCL_VIA = re.compile(r"NCCL INFO Channel .* via (\S.*?)\s*$")
 _NCCL_PATH = re.compile(
     r"(GPU|NET|CPU|NVS|NIC)/([0-9A-Fa-f]+)\s*\((\d+)/(\d+(?:\.\d+)?)/([A-Z]+)\)"
 )
