@@ -268,7 +268,7 @@ def _global_warnings(
     out: list[PreflightWarning] = []
     gpu_fleet = spec is None or spec.fleet.platform == "gpu"
     if inv.topology is None and gpu_fleet:
-        looked = "; ".join(f"{c.name}: {c.state} ({c.detail})" for c in inv.checks)
+        looked = ", ".join(f"{c.name} ({c.state})" for c in inv.checks)
         out.append(
             PreflightWarning(
                 "NO_GPU",
