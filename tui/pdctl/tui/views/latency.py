@@ -1,0 +1,101 @@
+"""TTFT, ITL, TPOT and end-to-end latency per instance, with history for the one under
+the cursor (or the fleet's front end)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from textual.app import ComposeResult
+from textual.containers import Grid
+from textual.widgets import Sparkline, Static
+
+from pdctl.sdk.metrics.derive import Latency
+from pdctl.sdk.metrics.monitor import InstanceMetrics
+from pdctl.tui import fmt
+from pdctl.tui.views.base import Frame, View
+from pdctl.tui.widgets import Cell, Column, SyncTable
+
+COLUMNS = (
+    Column("name", "instance", 16),
+    Column("ttft", "TTFT p50/99", 11),
+    Column("itl", "ITL p50/99", 11),
+    Column("tpot", "TPOT p50/99", 11),
+    Column("e2e", "e2e p50/99", 11),
+    Column("n", "requests", 8, wide=True),
+    Column("trend", "TTFT p50 trend", 14, wide=True),
+)
+PANELS: tuple[tuple[str, str, Callable[[InstanceMetrics], Latency]], ...] = (
+    ("ttft", "TTFT", lambda i: i.ttft),
+    ("itl", "ITL", lambda i: i.itl),
+    ("tpot", "TPOT", lambda i: i.tpot),
+    ("e2e", "e2e", lambda i: i.e2e),
+)
+
+
+def _label(name: str, lat: Latency) -> str:
+    return f"{name} p50 {fmt.ms(lat.p50)} · p99 {fmt.ms(lat.p99)} ms"
+
+
+class LatencyView(View):
+    NAME = "latency"
+    KEY = "4"
+    ALIASES = ("lat", "l")
+    HINT = "history follows the row under the cursor (decode TTFT includes the KV push)"
+
+    def compose(self) -> ComposeResult:
+        with Grid(id="lat-grid"):  # two panels per row: labels above their sparklines
+            for pair in (PANELS[:2], PANELS[2:]):
+                for key, _, _ in pair:
+                    yield Static(id=f"lat-{key}-label", classes="spark-label")
+                for key, _, _ in pair:
+                    yield Sparkline([], id=f"lat-{key}", summary_function=max)
+        yield SyncTable(COLUMNS, id="lat-table")
+
+    def show(self, frame: Frame) -> None:
+        snap, h = frame.update.snapshot, frame.history
+        insts = sorted(  # the front end (what clients see) first
+            (
+                i
+                for i in snap.instances
+                if i.role != "router"
+                and frame.filter.matches({"instance": i.name, "role": i.role, "health": i.health})
+            ),
+            key=lambda i: i.role == "prefill",
+        )
+        rows: list[tuple[str, Sequence[Cell]]] = [
+            (
+                i.name,
+                (
+                    i.name,
+                    fmt.ms_pair(i.ttft.p50, i.ttft.p99),
+                    fmt.ms_pair(i.itl.p50, i.itl.p99),
+                    fmt.ms_pair(i.tpot.p50, i.tpot.p99),
+                    fmt.ms_pair(i.e2e.p50, i.e2e.p99),
+                    fmt.count(i.e2e.count),
+                    fmt.spark(h.series(i.name, "ttft_p50"), 12),
+                ),
+            )
+            for i in insts
+        ]
+        table = self.query_one(SyncTable)
+        table.sync(rows)
+        focus = self._focus(insts, table.selected_key())
+        for key, name, get in PANELS:
+            label = self.query_one(f"#lat-{key}-label", Static)
+            spark = self.query_one(f"#lat-{key}", Sparkline)
+            if focus is None:
+                label.update(f"{name}: no instance")
+                spark.data = []
+                continue
+            label.update(f"{focus.name} " + _label(name, get(focus)))
+            spark.data = h.series(focus.name, f"{key}_p50")
+
+    @staticmethod
+    def _focus(insts: list[InstanceMetrics], selected: str | None) -> InstanceMetrics | None:
+        for i in insts:
+            if i.name == selected:
+                return i
+        return insts[0] if insts else None
+
+    def selected_instance(self) -> str | None:
+        return self.query_one(SyncTable).selected_key()

@@ -1,0 +1,89 @@
+"""KV transfers, from the WRITE initiators (prefill in push mode, decode in pull)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.widgets import Sparkline, Static
+
+from pdctl.tui import fmt
+from pdctl.tui.history import FLEET
+from pdctl.tui.views.base import Frame, View
+from pdctl.tui.widgets import Cell, Column, SyncTable
+
+COLUMNS = (
+    Column("name", "initiator", 16),
+    Column("moved", "KV moved", 10),
+    Column("rate", "rate", 10),
+    Column("xfer", "xfer p50/99 ms", 14),
+    Column("post", "post p50/99", 11),
+    Column("desc", "desc/xfer", 9, wide=True),
+    Column("per", "bytes/req", 10, wide=True),
+    Column("fail", "failed", 6),
+    Column("expired", "expired", 7, wide=True),
+    Column("expect", "vs expected", 11, wide=True),
+    Column("trend", "rate trend", 14, wide=True),
+)
+
+
+class TransfersView(View):
+    NAME = "transfers"
+    KEY = "3"
+    ALIASES = ("xfer", "t", "kv")
+    HINT = "NIXL figures are recorded by the WRITE initiator, pooled over its TP ranks"
+
+    def compose(self) -> ComposeResult:
+        yield Static(id="xfer-head", classes="note")
+        yield Sparkline([], id="xfer-spark", summary_function=max)
+        yield SyncTable(COLUMNS, id="xfer-table")
+
+    def show(self, frame: Frame) -> None:
+        snap, h = frame.update.snapshot, frame.history
+        s = snap.summary
+        expected = frame.expected_bps
+        head = Text()
+        head.append("KV moved ", style="bold")
+        head.append(fmt.gb(s.get("kv_bytes_moved")))
+        head.append("  now ", style="bold")
+        head.append(fmt.rate(s.get("transfer_bps")))
+        head.append("  expected ", style="bold")
+        head.append(fmt.rate(expected) if expected else "unknown (run preflight, or --expect-gbps)")
+        self.query_one("#xfer-head", Static).update(head)
+        self.query_one("#xfer-spark", Sparkline).data = h.series(FLEET, "kv_rate")
+        rows: list[tuple[str, Sequence[Cell]]] = []
+        initiators = [i for i in snap.instances if i.transfers.bytes_total is not None]
+        # the side that never initiates (decode in push mode) reports zeros: leave it out
+        moving = [i for i in initiators if i.transfers.bytes_total] or initiators
+        for i in moving:
+            tr = i.transfers
+            if not frame.filter.matches({"instance": i.name, "role": i.role}):
+                continue
+            failed = (tr.failed_transfers or 0) + (tr.failed_notifications or 0)
+            vs: Cell = "-"
+            if expected and tr.throughput_bps is not None and tr.transfers_window:
+                ratio = tr.throughput_bps / expected
+                vs = Text(f"{ratio:.0%}", style="bold yellow" if ratio < 0.25 else "green")
+            rows.append(
+                (
+                    i.name,
+                    (
+                        i.name,
+                        fmt.size(tr.bytes_total),
+                        fmt.rate(tr.throughput_bps),
+                        fmt.ms_pair(tr.xfer_time.p50, tr.xfer_time.p99),
+                        fmt.ms_pair(tr.post_time.p50, tr.post_time.p99),
+                        fmt.num(tr.descriptors_per_transfer),
+                        fmt.size(tr.bytes_per_request),
+                        Text(f"{failed:.0f}", style="bold red" if tr.failed_window else ""),
+                        f"{tr.expired_leases or 0:.0f}",
+                        vs,
+                        fmt.spark(h.series(i.name, "kv_rate"), 12),
+                    ),
+                )
+            )
+        self.query_one(SyncTable).sync(rows)
+
+    def selected_instance(self) -> str | None:
+        return self.query_one(SyncTable).selected_key()

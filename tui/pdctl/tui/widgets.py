@@ -1,0 +1,132 @@
+"""Widgets that only render what they are given: tables synced in place, the alert
+banner, the summary line and the view tabs."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from rich.text import Text
+from textual.widgets import DataTable, Static
+from textual.widgets.data_table import CellDoesNotExist, RowDoesNotExist
+
+from pdctl.sdk.metrics.monitor import Alert
+
+Cell = str | Text
+
+
+@dataclass(frozen=True)
+class Column:
+    key: str
+    label: str
+    width: int
+    wide: bool = False
+    """Optional: shown when the terminal has room (the table degrades to the others)."""
+
+
+class SyncTable(DataTable[Cell]):
+    """A table updated in place by row key: unchanged cells are not touched, the cursor
+    stays on its row, and rows are rebuilt only when the set or order of keys changes."""
+
+    def __init__(self, columns: Sequence[Column], **kw: object) -> None:
+        super().__init__(cursor_type="row", zebra_stripes=False, **kw)  # type: ignore[arg-type]
+        self.all_columns = tuple(columns)
+        self._shown: tuple[Column, ...] = ()
+        self._rows: dict[str, tuple[Cell, ...]] = {}
+        self._order: list[str] = []
+
+    def _pick(self) -> tuple[Column, ...]:
+        """The essential columns, then optional ones in order while they fit."""
+        room = (self.size.width or self.app.size.width) - 2  # the scrollbar
+        pad = 2 * self.cell_padding
+        used = sum(c.width + pad for c in self.all_columns if not c.wide)
+        keep: set[str] = set()
+        for c in self.all_columns:
+            if c.wide and used + c.width + pad <= room:
+                keep.add(c.key)
+                used += c.width + pad
+        return tuple(c for c in self.all_columns if not c.wide or c.key in keep)
+
+    def sync(self, rows: Sequence[tuple[str, Sequence[Cell]]]) -> None:
+        """Show ``rows`` (key, one cell per column of ``all_columns``)."""
+        shown = self._pick()
+        index = [i for i, c in enumerate(self.all_columns) if c in shown]
+        keys = [k for k, _ in rows]
+        if shown != self._shown:
+            selected = self.selected_key()
+            self.clear(columns=True)
+            for c in shown:
+                self.add_column(c.label, key=c.key, width=c.width)
+            self._shown = shown
+            self._rows, self._order = {}, []
+            self._rebuild(rows, index, selected)
+            return
+        if keys != self._order:
+            self._rebuild(rows, index, self.selected_key())
+            return
+        for key, cells in rows:
+            new = tuple(cells[i] for i in index)
+            old = self._rows.get(key)
+            if old == new:
+                continue
+            for col, a, b in zip(shown, old or (None,) * len(new), new, strict=True):
+                if a != b:
+                    with contextlib.suppress(CellDoesNotExist):
+                        self.update_cell(key, col.key, b)
+            self._rows[key] = new
+
+    def _rebuild(
+        self, rows: Sequence[tuple[str, Sequence[Cell]]], index: list[int], selected: str | None
+    ) -> None:
+        self.clear()
+        self._rows = {}
+        for key, cells in rows:
+            new = tuple(cells[i] for i in index)
+            self.add_row(*new, key=key)
+            self._rows[key] = new
+        self._order = [k for k, _ in rows]
+        if selected is not None and selected in self._rows:
+            with contextlib.suppress(RowDoesNotExist):
+                self.move_cursor(row=self.get_row_index(selected), animate=False)
+
+    def selected_key(self) -> str | None:
+        if not self._order or self.cursor_row < 0 or self.cursor_row >= len(self._order):
+            return None
+        return self._order[self.cursor_row]
+
+
+class AlertBanner(Static):
+    """The open alerts, most severe first; hidden when there are none."""
+
+    def show(self, alerts: Sequence[Alert], now: float, lines: int) -> None:
+        self.display = bool(alerts)
+        if not alerts:
+            return
+        ordered = sorted(alerts, key=lambda a: (a.severity != "critical", a.code, a.subject))
+        t = Text()
+        for n, a in enumerate(ordered[:lines]):
+            if n:
+                t.append("\n")
+            style = "bold red" if a.severity == "critical" else "bold yellow"
+            t.append(f"{a.code} ", style=style)
+            t.append(f"{a.subject}: ", style="bold")
+            age = max(0, int(now - a.since))
+            t.append(f"{a.message} ")
+            t.append(f"({age}s)", style="dim")
+        if len(ordered) > lines:
+            t.append(f"  +{len(ordered) - lines} more", style="dim")
+        self.update(t)
+
+
+class Tabs(Static):
+    """k9s-style crumbs: every view with its key, the current one highlighted."""
+
+    def show(self, views: Sequence[tuple[str, str]], current: str, extra: str = "") -> None:
+        t = Text()
+        for key, name in views:
+            style = "reverse bold" if name == current else "dim"
+            t.append(f" {key} {name} ", style=style)
+        if extra:
+            t.append("  " + extra, style="italic")
+        self.update(t)
