@@ -44,6 +44,7 @@ SUBCOMMANDS: tuple[Subcommand, ...] = (
     Subcommand("top", "the terminal UI on a fleet (also `pdctl` with no command)", "cmd_top"),
     Subcommand("demo", "start the local CPU P/D demo fleet and send it traffic", "cmd_demo"),
     Subcommand("model", "build the tiny local demo model", "cmd_model"),
+    Subcommand("bench", "A/B push, push-sequential, pull and colocated on one budget", "cmd_bench"),
     Subcommand("preflight", "which path KV takes, and does disaggregation pay", "cmd_preflight"),
 )
 
