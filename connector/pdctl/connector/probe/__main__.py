@@ -264,7 +264,7 @@ def _local(args: argparse.Namespace, logdir: Path) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     os.environ.update(_ucx_env(args))
-    os.environ.setdefault("NIXL_LOG_LEVEL", "WARNING")
+    os.environ.setdefault("NIXL_LOG_LEVEL", "WARN")
     user_ucx = ucx_environment()
     with tempfile.TemporaryDirectory(prefix="pdctl-probe-") as tmp:
         logdir = Path(tmp)
