@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 
@@ -56,7 +57,7 @@ class Pair:
                     self.seen.append(w.events.get_nowait())
             time.sleep(0.001)
 
-    def of(self, kind: type) -> list:
+    def of(self, kind: type) -> list[Any]:
         return [e for e in self.seen + self.target_seen if isinstance(e, kind)]
 
     def close(self) -> None:

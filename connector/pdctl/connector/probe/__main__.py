@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from pdctl.connector.probe.control import Control, ProbeError, parse_hostport
+from pdctl.connector.probe.options import add_arguments
 from pdctl.connector.probe.plan import GeometryError, geometry_for
 from pdctl.connector.probe.report import ucx_environment
 from pdctl.connector.probe.session import ProbeConfig, run_initiator, serve_target
@@ -30,42 +31,7 @@ from pdctl.connector.probe.ucxlog import transports_in
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m pdctl.connector.probe", description=__doc__)
-    w = p.add_argument_group("workload (initiator side)")
-    w.add_argument("--model", metavar="PATH", help="model directory or config.json: KV geometry")
-    w.add_argument("--bytes-per-token", type=int, metavar="N", help="KV bytes per token, all ranks")
-    w.add_argument("--kv-dtype", default="auto", help="KV dtype with --model (default: model's)")
-    w.add_argument("--regions", type=int, help="KV tensors per rank (default 2 x layers, or 1)")
-    w.add_argument("--prompt-len", type=int, default=8192, help="tokens per request (8192)")
-    w.add_argument("--block-size", type=int, default=16, help="tokens per KV block (16)")
-    w.add_argument("--tp", type=int, default=1, help="initiator TP ranks (1)")
-    w.add_argument("--count", type=int, default=20, help="measured requests (20)")
-    w.add_argument("--warmup", type=int, default=3, help="requests before measuring (3)")
-    w.add_argument("--rate", type=float, help="requests per second (default: back to back)")
-    w.add_argument("--inflight", type=int, default=1, help="requests in flight at most (1)")
-    w.add_argument("--no-merge", action="store_true", help="one descriptor per block")
-    w.add_argument(
-        "--order",
-        choices=("concurrent", "registration-first", "finished-first"),
-        default="concurrent",
-        help="which arrives first at the initiator: target registration or finished blocks",
-    )
-    w.add_argument(
-        "--verify",
-        choices=("all", "warmup", "none"),
-        default="warmup",
-        help="requests whose bytes are checksummed on both ends (checksums cost CPU, so "
-        "'warmup' keeps them out of the measured window)",
-    )
-    w.add_argument("--device", choices=("cpu", "cuda", "auto"), default="cpu")
-    w.add_argument("--max-memory-gib", type=float, default=4.0, help="pool memory cap per end")
-    p.add_argument("--timeout", type=float, default=30.0, help="seconds for any one step (30)")
-    p.add_argument("--poll-us", type=float, default=200.0, help="progress poll interval (200)")
-    p.add_argument("--ucx-tls", help="UCX_TLS for both ends (default: UCX's choice)")
-    p.add_argument("--ucx-net-devices", help="UCX_NET_DEVICES for both ends")
-    p.add_argument("--ucx-error-mode", choices=("peer", "none"), help="NIXL UCX error handling")
-    mode = p.add_mutually_exclusive_group()
-    mode.add_argument("--listen", metavar="[HOST:]PORT", help="run the target end only")
-    mode.add_argument("--connect", metavar="HOST:PORT", help="run the initiator end only")
+    add_arguments(p)
     p.add_argument("--progress", action="store_true", help="JSON progress lines on stderr")
     return p
 
