@@ -46,6 +46,7 @@ SUBCOMMANDS: tuple[Subcommand, ...] = (
     Subcommand("model", "build the tiny local demo model", "cmd_model"),
     Subcommand("bench", "A/B push, push-sequential, pull and colocated on one budget", "cmd_bench"),
     Subcommand("preflight", "which path KV takes, and does disaggregation pay", "cmd_preflight"),
+    Subcommand("probe", "measure real NIXL push transfers shaped like a model's KV", "cmd_probe"),
 )
 
 
