@@ -402,6 +402,7 @@ class TargetEngine:
         self.counter = m.NotifCounter(timeout_s=timeout_s)
         self.peers: list[str] = []
         self.blocks: dict[str, tuple[int, ...]] = {}
+        self.verify: set[str] = set()
 
     def metadata(self) -> bytes:
         return bytes(self.agent.get_agent_metadata())
@@ -419,6 +420,8 @@ class TargetEngine:
         blocks = tuple(self.allocator.allocate(self.geo.blocks_per_request))
         reg = Registration(request_id, self.engine_id, 1, blocks, verify)
         self.blocks[request_id] = blocks
+        if verify:
+            self.verify.add(request_id)
         self.counter.expect(request_id, len(self.peers), now)
         msg = encode_registration(reg)
         for peer in self.peers:
@@ -435,12 +438,17 @@ class TargetEngine:
         out += self.counter.expire(now)
         return out
 
-    def checksums(self, request_id: str) -> list[int]:
+    def checksums(self, request_id: str) -> list[int] | None:
+        """Digest of each rank's destination bytes, for requests registered with
+        ``verify`` (checksums cost CPU time: the others are not hashed)."""
+        if request_id not in self.verify:
+            return None
         blocks = self.blocks[request_id]
         return [p.checksum(blocks) for p in self.pools]
 
     def forget(self, request_id: str) -> None:
         self.blocks.pop(request_id, None)
+        self.verify.discard(request_id)
 
     def close(self) -> None:
         for p in self.pools:
