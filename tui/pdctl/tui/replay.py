@@ -141,7 +141,7 @@ class ReplaySource(Source):
         self.transport = _Transport(self, httpx.ASGITransport(app=RouterApp(self.router_core)))
         router_url = next(t.url for t in targets_for(spec, plan) if t.role == "router")
         super().__init__(
-            title=f"replay: {prefills} prefill + {decodes} decode (recorded vLLM-CPU payloads)",
+            title=f"replay {prefills}P+{decodes}D (recorded vLLM-CPU payloads)",
             interval_s=interval_s,
             spec=spec,
             fleet_name=None,

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from rich.text import Text
 from textual.widgets import DataTable, Static
-from textual.widgets.data_table import CellDoesNotExist, RowDoesNotExist
+from textual.widgets.data_table import ColumnKey, RowDoesNotExist, RowKey
 
 from pdctl.sdk.metrics.monitor import Alert
 
@@ -21,8 +21,9 @@ class Column:
     key: str
     label: str
     width: int
-    wide: bool = False
-    """Optional: shown when the terminal has room (the table degrades to the others)."""
+    wide: int = 0
+    """0: always shown; 1, 2, …: optional, added in that order while the terminal has
+    room (so the table degrades to the essentials at 80 columns)."""
 
 
 class SyncTable(DataTable[Cell]):
@@ -42,8 +43,8 @@ class SyncTable(DataTable[Cell]):
         pad = 2 * self.cell_padding
         used = sum(c.width + pad for c in self.all_columns if not c.wide)
         keep: set[str] = set()
-        for c in self.all_columns:
-            if c.wide and used + c.width + pad <= room:
+        for c in sorted((c for c in self.all_columns if c.wide), key=lambda c: c.wide):
+            if used + c.width + pad <= room:
                 keep.add(c.key)
                 used += c.width + pad
         return tuple(c for c in self.all_columns if not c.wide or c.key in keep)
@@ -65,16 +66,23 @@ class SyncTable(DataTable[Cell]):
         if keys != self._order:
             self._rebuild(rows, index, self.selected_key())
             return
+        changed = False
         for key, cells in rows:
             new = tuple(cells[i] for i in index)
             old = self._rows.get(key)
             if old == new:
                 continue
+            data = self._data[RowKey(key)]
             for col, a, b in zip(shown, old or (None,) * len(new), new, strict=True):
                 if a != b:
-                    with contextlib.suppress(CellDoesNotExist):
-                        self.update_cell(key, col.key, b)
+                    data[ColumnKey(col.key)] = b
             self._rows[key] = new
+            changed = True
+        if changed:
+            # what update_cell does, once for all cells instead of a repaint per cell
+            # (the widths are fixed, so nothing needs measuring)
+            self._update_count += 1
+            self.refresh()
 
     def _rebuild(
         self, rows: Sequence[tuple[str, Sequence[Cell]]], index: list[int], selected: str | None

@@ -18,18 +18,18 @@ TREE = {"router": "◆ ", "prefill": "├ ", "colocated": "├ ", "decode": "└
 
 COLUMNS = (
     Column("name", "instance", 16),
-    Column("role", "role", 8, wide=True),
-    Column("endpoint", "endpoint", 22, wide=True),
+    Column("role", "role", 8, wide=5),
+    Column("endpoint", "endpoint", 22, wide=6),
     Column("health", "health", 10),
-    Column("state", "process", 9, wide=True),
+    Column("state", "process", 9, wide=4),
     Column("load", "run/wait", 8),
     Column("kv", "KV", 4),
     Column("ttft", "TTFT p50/99", 11),
     Column("itl", "ITL p50", 7),
     Column("rate", "req/s", 6),
-    Column("inflight", "in flight", 9, wide=True),
-    Column("moved", "KV moved", 10, wide=True),
-    Column("trend", "req/s trend", 14, wide=True),
+    Column("inflight", "in flight", 9, wide=2),
+    Column("moved", "KV moved", 10, wide=1),
+    Column("trend", "req/s trend", 14, wide=3),
 )
 
 

@@ -21,8 +21,8 @@ COLUMNS = (
     Column("itl", "ITL p50/99", 11),
     Column("tpot", "TPOT p50/99", 11),
     Column("e2e", "e2e p50/99", 11),
-    Column("n", "requests", 8, wide=True),
-    Column("trend", "TTFT p50 trend", 14, wide=True),
+    Column("n", "requests", 8, wide=1),
+    Column("trend", "TTFT p50 trend", 14, wide=2),
 )
 PANELS: tuple[tuple[str, str, Callable[[InstanceMetrics], Latency]], ...] = (
     ("ttft", "TTFT", lambda i: i.ttft),

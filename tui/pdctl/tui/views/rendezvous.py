@@ -24,8 +24,8 @@ PREFILL_COLUMNS = (
     Column("order", "reg 1st", 7),
     Column("wait", "match p50/99", 12),
     Column("expired", "expired", 8),
-    Column("trend", "WRITEs trend", 14, wide=True),
-    Column("done", "match→done p99", 14, wide=True),
+    Column("trend", "WRITEs trend", 14, wide=1),
+    Column("done", "match→done p99", 14, wide=2),
 )
 DECODE_COLUMNS = (
     Column("name", "decode", 16),
@@ -33,15 +33,15 @@ DECODE_COLUMNS = (
     Column("await", "awaiting", 8),
     Column("notified", "reg→notified p50/99", 19),
     Column("fail", "failed", 6),
-    Column("trend", "awaiting trend", 14, wide=True),
+    Column("trend", "awaiting trend", 14, wide=3),
 )
 STOCK_COLUMNS = (
     Column("name", "decode", 16),
     Column("w2s", "waiting to start", 16),
     Column("prog", "in progress", 11),
     Column("cw", "done, waiting", 13),
-    Column("ext", "tokens via KV", 13, wide=True),
-    Column("local", "recomputed", 10, wide=True),
+    Column("ext", "tokens via KV", 13, wide=4),
+    Column("local", "recomputed", 10, wide=5),
 )
 PAIR_COLUMNS = (
     Column("pair", "P → D", 30),

@@ -14,6 +14,9 @@ from pdctl.tui.views.base import Frame, View
 from pdctl.tui.widgets import Cell, Column, SyncTable
 
 BAR = 24
+MIN_ROWS = 20
+"""Rows shown: the newest that fit on screen (at least this many); a filter searches
+every request the router returned."""
 COLUMNS = (
     Column("id", "request", 8),
     Column("d", "decode", 10),
@@ -21,8 +24,8 @@ COLUMNS = (
     Column("ttfb", "1st ms", 6),
     Column("total", "end ms", 6),
     Column("bar", "timeline", BAR),
-    Column("p", "prefill", 12, wide=True),
-    Column("error", "error", 40, wide=True),
+    Column("p", "prefill", 12, wide=1),
+    Column("error", "error", 40, wide=2),
 )
 NO_ROUTER = "no router in this fleet: the flight recorder lives in pdctl's router"
 
@@ -61,6 +64,7 @@ class RequestsView(View):
                 }
             )
         ]
+        shown = shown[: max(MIN_ROWS, self.size.height)]  # a screenful of the newest
         self._by_id = {str(r.get("id")): r for r in shown}
         scale = max((r.get("done_ms") or 0.0 for r in shown), default=0.0)
         rows: list[tuple[str, Sequence[Cell]]] = []

@@ -19,12 +19,12 @@ COLUMNS = (
     Column("rate", "rate", 10),
     Column("xfer", "xfer p50/99 ms", 14),
     Column("post", "post p50/99", 11),
-    Column("desc", "desc/xfer", 9, wide=True),
-    Column("per", "bytes/req", 10, wide=True),
+    Column("desc", "desc/xfer", 9, wide=3),
+    Column("per", "bytes/req", 10, wide=4),
     Column("fail", "failed", 6),
-    Column("expired", "expired", 7, wide=True),
-    Column("expect", "vs expected", 11, wide=True),
-    Column("trend", "rate trend", 14, wide=True),
+    Column("expired", "expired", 7, wide=5),
+    Column("expect", "vs expected", 11, wide=1),
+    Column("trend", "rate trend", 14, wide=2),
 )
 
 

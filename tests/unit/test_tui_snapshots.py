@@ -1,0 +1,74 @@
+"""SVG snapshots of the main views, rendered headless from recorded payloads.
+
+A mismatch writes ``tests/snapshots/<name>.actual.svg`` next to the expected file and
+fails; ``PDCTL_UPDATE_SNAPSHOTS=1`` rewrites the expected files (review them, e.g. in a
+browser, before committing). Deterministic: fixed clock, theme, data and sizes, no
+cursor blink, no clock on screen.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from pdctl.tui.app import PdctlApp
+from tests.conftest import REPO
+from tests.unit import tui_support
+from tests.unit.tui_support import PREFLIGHT, replay, settled
+
+clock = tui_support.clock
+SNAPSHOTS = REPO / "tests" / "snapshots"
+ROUNDS = 8
+
+# name -> (size, keys pressed after the data settled, connector series, P, D)
+SCREENS: dict[str, tuple[tuple[int, int], tuple[str, ...], bool, int, int]] = {
+    "fleet": ((120, 32), (), True, 2, 2),
+    "fleet-80x24": ((80, 24), (), False, 1, 1),
+    "rendezvous": ((120, 32), ("2",), True, 2, 2),
+    "rendezvous-stock": ((100, 28), ("2",), False, 1, 1),
+    "transfers": ((120, 32), ("3",), True, 2, 2),
+    "latency": ((120, 32), ("4",), True, 2, 2),
+    "requests": ((120, 32), ("5",), True, 2, 2),
+}
+
+
+def compare(name: str, svg: str) -> None:
+    expected = SNAPSHOTS / f"{name}.svg"
+    actual = SNAPSHOTS / f"{name}.actual.svg"
+    if os.environ.get("PDCTL_UPDATE_SNAPSHOTS") == "1":
+        SNAPSHOTS.mkdir(exist_ok=True)
+        expected.write_text(svg)
+        actual.unlink(missing_ok=True)
+        return
+    if not expected.exists():
+        actual.write_text(svg)
+        pytest.fail(f"no snapshot {expected}; review {actual}, then PDCTL_UPDATE_SNAPSHOTS=1")
+    if expected.read_text() != svg:
+        actual.write_text(svg)
+        pytest.fail(f"{name} differs from {expected}: see {actual}")
+    actual.unlink(missing_ok=True)
+
+
+@pytest.mark.parametrize("name", sorted(SCREENS))
+async def test_snapshot(name: str, clock) -> None:
+    size, keys, connector, p, d = SCREENS[name]
+    src = replay(clock, connector=connector, prefills=p, decodes=d, preflight=PREFLIGHT)
+    app = PdctlApp(src, rounds=ROUNDS)
+    async with app.run_test(size=size) as pilot:
+        main = await settled(pilot, app)
+        if name == "transfers":
+            main.run_preflight()
+            await tui_support.until(pilot, lambda: main.preflight is not None, "preflight")
+        await pilot.press(*keys)
+        await pilot.pause()
+        compare(name, app.export_screenshot(title=f"pdctl — {name}"))
+
+
+def test_snapshot_files_are_the_screenshots_in_the_docs() -> None:
+    """docs/screenshots holds copies of the expected snapshots (kept in step)."""
+    docs = REPO / "docs" / "screenshots"
+    for shot in sorted(docs.glob("*.svg")):
+        assert shot.read_text() == (SNAPSHOTS / shot.name).read_text(), shot.name
+
+
