@@ -70,5 +70,3 @@ def test_snapshot_files_are_the_screenshots_in_the_docs() -> None:
     docs = REPO / "docs" / "screenshots"
     for shot in sorted(docs.glob("*.svg")):
         assert shot.read_text() == (SNAPSHOTS / shot.name).read_text(), shot.name
-
-

@@ -54,11 +54,6 @@ def size(v: float | None) -> str:
     return DASH  # unreachable
 
 
-def gb(v: float | None) -> str:
-    """Bytes as decimal GB with three decimals (fleet totals)."""
-    return DASH if v is None else f"{v / 1e9:.3f} GB"
-
-
 def rate(bps: float | None) -> str:
     """Bytes per second, scaled."""
     if bps is None:
@@ -136,7 +131,8 @@ def timeline_bar(r: Mapping[str, Any], scale_ms: float, width: int) -> Text:
     glyph = {n: (g, s) for n, g, s in SEGMENTS}
     for name, a, b in phases(r):
         g, s = glyph[name]
-        for i in range(cell(a), max(cell(a) + 1, cell(b))):
+        end = max(cell(a) + 1, min(width, math.ceil(b / scale * width)))
+        for i in range(cell(a), end):
             cells[i], styles[i] = g, s
     fb = r.get("decode_first_byte_ms")
     if fb is not None:

@@ -175,7 +175,7 @@ class MainScreen(Screen[None]):
         for label, value in (
             ("req/s", fmt.num(s.get("request_rate"), 2)),
             ("TTFT p99", f"{fmt.ms(s.get('ttft_p99_s'))} ms"),
-            ("KV moved", fmt.gb(s.get("kv_bytes_moved"))),
+            ("KV moved", fmt.size(s.get("kv_bytes_moved"))),
             ("transfer", fmt.rate(s.get("transfer_bps"))),
             ("up", f"{s.get('instances_up')}/{s.get('instances')}"),
         ):

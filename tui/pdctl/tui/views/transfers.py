@@ -45,7 +45,7 @@ class TransfersView(View):
         expected = frame.expected_bps
         head = Text()
         head.append("KV moved ", style="bold")
-        head.append(fmt.gb(s.get("kv_bytes_moved")))
+        head.append(fmt.size(s.get("kv_bytes_moved")))
         head.append("  now ", style="bold")
         head.append(fmt.rate(s.get("transfer_bps")))
         head.append("  expected ", style="bold")

@@ -1,0 +1,134 @@
+"""The terminal UI for real: `pdctl demo` in a tmux pane opens the UI on a real vLLM-CPU
+push fleet, the screen shows live figures (KV bytes moved by NIXL after traffic), a
+second `pdctl` (no command, read-only) finds the running fleet, and quitting the UI
+stops everything."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO, free_ports
+from tests.e2e.conftest import processes_mentioning
+
+pytestmark = [
+    pytest.mark.e2e,
+    pytest.mark.skipif(shutil.which("tmux") is None, reason="needs tmux"),
+]
+
+SOCKET = f"pdctl-e2e-{os.getpid()}"
+SIZE = ("-x", "120", "-y", "36")
+# a KV size that is not zero: "123 KiB", "1.5 MiB", "2.0 GiB"
+MOVED = re.compile(r"KV moved (\d+(?:\.\d+)? (?:KiB|MiB|GiB|TiB))")
+
+
+def tmux(*args: str, check: bool = True) -> str:
+    r = subprocess.run(
+        ["tmux", "-L", SOCKET, *args], capture_output=True, text=True, check=check, timeout=30
+    )
+    return r.stdout
+
+
+def screen(session: str) -> str:
+    return tmux("capture-pane", "-p", "-t", session, check=False)
+
+
+def wait_for(session: str, cond: Callable[[str], bool], what: str, limit_s: float) -> str:
+    deadline = time.monotonic() + limit_s
+    text = ""
+    while time.monotonic() < deadline:
+        text = screen(session)
+        if cond(text):
+            return text
+        time.sleep(1.0)
+    raise AssertionError(f"{what} did not appear within {limit_s:g} s; the screen:\n{text}")
+
+
+@pytest.fixture
+def tmux_server() -> Iterator[None]:
+    yield
+    tmux("kill-server", check=False)  # SIGHUP: a still-running demo takes its fleet down
+
+
+def pdctl_cmd(*args: str, rc_file: Path) -> str:
+    env = {
+        "PDCTL_STATE_DIR": os.environ["PDCTL_STATE_DIR"],
+        "PYTHONPATH": os.pathsep.join(str(REPO / p) for p in ("sdk", "tui", "connector")),
+        "HOME": os.environ.get("HOME", "/root"),
+        "PATH": os.environ.get("PATH", ""),
+        "TERM": "xterm-256color",
+    }
+    exports = " ".join(f"{k}={v!s}" for k, v in env.items())
+    quoted = " ".join(f"'{a}'" for a in args)
+    return f"env {exports} {sys.executable} -m pdctl.cli.main {quoted}; echo $? > {rc_file}"
+
+
+def test_demo_opens_the_ui_with_live_values(
+    tiny_model: Path, state_root: Path, tmp_path: Path, tmux_server: None
+):
+    hp, hd, sp, sd, rp = free_ports(5)
+    rc_file = tmp_path / "demo.rc"
+    demo = pdctl_cmd(
+        "demo",
+        "--rate",
+        "2",
+        "--set",
+        f"prefill.0.http_port={hp}",
+        "--set",
+        f"prefill.0.side_channel_port={sp}",
+        "--set",
+        f"decode.0.http_port={hd}",
+        "--set",
+        f"decode.0.side_channel_port={sd}",
+        "--set",
+        f"router.port={rp}",
+        rc_file=rc_file,
+    )
+    tmux("new-session", "-d", "-s", "demo", *SIZE, demo)
+    # start-up (a minute or two on a small machine), then the UI
+    wait_for("demo", lambda s: "1 fleet" in s and "prefill-0" in s, "the UI", 420)
+    text = wait_for("demo", lambda s: MOVED.search(s) is not None, "KV bytes moved", 180)
+    assert "UP" in text
+    assert "decode-0" in text
+    assert "router push" in text  # the router's mode, read from its control API
+
+    tmux("send-keys", "-t", "demo", "3")  # transfers: the initiator's row with a real rate
+    text = wait_for("demo", lambda s: "initiator" in s and "prefill-0" in s, "transfers", 30)
+    row = next(ln for ln in text.splitlines() if "prefill-0" in ln)
+    assert re.search(r"\d+(\.\d+)? (KiB|MiB|GiB)", row), row
+
+    tmux("send-keys", "-t", "demo", "5")  # the flight recorder: finished requests
+    wait_for(
+        "demo",
+        lambda s: "timeline" in s and re.search(r"decode-0 +ok", s) is not None,
+        "finished requests",
+        30,
+    )
+
+    # a second UI, `pdctl` with no command and no ./pdctl.toml, finds the running demo
+    other_rc = tmp_path / "other.rc"
+    other = f"cd {tmp_path} && " + pdctl_cmd("--readonly", rc_file=other_rc)
+    tmux("new-session", "-d", "-s", "other", *SIZE, other)
+    text = wait_for(
+        "other", lambda s: "fleet demo" in s and MOVED.search(s) is not None, "2nd UI", 60
+    )
+    assert "read-only" in text
+    tmux("send-keys", "-t", "other", "q")
+    wait_for("other", lambda s: other_rc.exists(), "the 2nd UI to quit", 30)
+    assert other_rc.read_text().strip() == "0"
+
+    tmux("send-keys", "-t", "demo", "q")  # quitting the UI stops the demo and its fleet
+    deadline = time.monotonic() + 120
+    while not rc_file.exists() and time.monotonic() < deadline:
+        time.sleep(1)
+    assert rc_file.exists(), screen("demo")
+    assert rc_file.read_text().strip() == "0", screen("demo")
+    assert processes_mentioning(str(tiny_model)) == []
