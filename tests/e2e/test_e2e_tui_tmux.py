@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -16,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO, free_ports
-from tests.e2e.conftest import processes_mentioning
+from tests.conftest import REPO
+from tests.e2e.conftest import demo_spec, processes_mentioning
 
 pytestmark = [
     pytest.mark.e2e,
@@ -32,7 +33,11 @@ MOVED = re.compile(r"KV moved (\d+(?:\.\d+)? (?:KiB|MiB|GiB|TiB))")
 
 def tmux(*args: str, check: bool = True) -> str:
     r = subprocess.run(
-        ["tmux", "-L", SOCKET, *args], capture_output=True, text=True, check=check, timeout=30
+        ["tmux", "-L", SOCKET, "-f", os.devnull, *args],
+        capture_output=True,
+        text=True,
+        check=check,
+        timeout=30,
     )
     return r.stdout
 
@@ -59,39 +64,24 @@ def tmux_server() -> Iterator[None]:
 
 
 def pdctl_cmd(*args: str, rc_file: Path) -> str:
+    """A shell line for the pane: pdctl with this test's state directory (the rest of the
+    environment comes from the tmux server, started by this process), then its exit code."""
     env = {
         "PDCTL_STATE_DIR": os.environ["PDCTL_STATE_DIR"],
         "PYTHONPATH": os.pathsep.join(str(REPO / p) for p in ("sdk", "tui", "connector")),
-        "HOME": os.environ.get("HOME", "/root"),
-        "PATH": os.environ.get("PATH", ""),
-        "TERM": "xterm-256color",
     }
-    exports = " ".join(f"{k}={v!s}" for k, v in env.items())
-    quoted = " ".join(f"'{a}'" for a in args)
-    return f"env {exports} {sys.executable} -m pdctl.cli.main {quoted}; echo $? > {rc_file}"
+    exports = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
+    cmd = shlex.join([sys.executable, "-m", "pdctl.cli.main", *args])
+    return f"env {exports} {cmd}; echo $? > {shlex.quote(str(rc_file))}"
 
 
 def test_demo_opens_the_ui_with_live_values(
     tiny_model: Path, state_root: Path, tmp_path: Path, tmux_server: None
 ):
-    hp, hd, sp, sd, rp = free_ports(5)
+    _, overrides = demo_spec(tiny_model, "demo")  # free ports; the fleet keeps its name
     rc_file = tmp_path / "demo.rc"
-    demo = pdctl_cmd(
-        "demo",
-        "--rate",
-        "2",
-        "--set",
-        f"prefill.0.http_port={hp}",
-        "--set",
-        f"prefill.0.side_channel_port={sp}",
-        "--set",
-        f"decode.0.http_port={hd}",
-        "--set",
-        f"decode.0.side_channel_port={sd}",
-        "--set",
-        f"router.port={rp}",
-        rc_file=rc_file,
-    )
+    sets = [a for o in overrides for a in ("--set", o)]
+    demo = pdctl_cmd("demo", "--rate", "2", *sets, rc_file=rc_file)
     tmux("new-session", "-d", "-s", "demo", *SIZE, demo)
     # start-up (a minute or two on a small machine), then the UI
     wait_for("demo", lambda s: "1 fleet" in s and "prefill-0" in s, "the UI", 420)
@@ -115,7 +105,7 @@ def test_demo_opens_the_ui_with_live_values(
 
     # a second UI, `pdctl` with no command and no ./pdctl.toml, finds the running demo
     other_rc = tmp_path / "other.rc"
-    other = f"cd {tmp_path} && " + pdctl_cmd("--readonly", rc_file=other_rc)
+    other = f"cd {shlex.quote(str(tmp_path))} && " + pdctl_cmd("--readonly", rc_file=other_rc)
     tmux("new-session", "-d", "-s", "other", *SIZE, other)
     text = wait_for(
         "other", lambda s: "fleet demo" in s and MOVED.search(s) is not None, "2nd UI", 60
