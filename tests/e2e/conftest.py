@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
+import httpx
 import pytest
 
 from pdctl.sdk.fleet import Fleet
@@ -85,3 +89,31 @@ def processes_mentioning(needle: str) -> list[str]:
         if needle in cmd:
             out.append(f"{entry}: {cmd[:200]}")
     return out
+
+
+@contextlib.contextmanager
+def extra_router(
+    spec: FleetSpec, state_root: Path, name: str, *, mode: str | None = None, **router: Any
+) -> Iterator[str]:
+    """A second pdctl router over the same fleet on a free port (``router`` overrides
+    router settings, e.g. ``path="text"``); yields its URL, stops it afterwards."""
+    spec = spec.model_copy(deep=True)
+    assert spec.router is not None
+    spec.router = spec.router.model_copy(update={"port": free_ports(1)[0], **router})
+    path = state_root / f"{name}-spec.json"
+    path.write_text(spec.model_dump_json())
+    argv = [sys.executable, "-m", "pdctl.sdk.router.server", "--spec-json", str(path)]
+    proc = subprocess.Popen(argv + (["--mode", mode] if mode else []))
+    url = f"http://127.0.0.1:{spec.router.port}"
+    try:
+        for _ in range(300):
+            try:
+                if httpx.get(url + "/health").status_code in (200, 503):
+                    break
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.1)
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(10)

@@ -7,8 +7,6 @@ import asyncio
 import json
 import os
 import signal
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,8 +22,7 @@ from pdctl.sdk.metrics.derive import Scrape
 from pdctl.sdk.metrics.monitor import FleetMonitor
 from pdctl.sdk.metrics.promtext import parse_text
 from pdctl.sdk.metrics.rendezvous import Rendezvous
-from tests.conftest import free_ports
-from tests.e2e.conftest import demo_spec, running_fleet
+from tests.e2e.conftest import demo_spec, extra_router, running_fleet
 
 pytestmark = pytest.mark.e2e
 
@@ -115,35 +112,8 @@ def test_push_concurrent_outputs_are_exact(fleet: Fleet):
 
 @pytest.fixture(scope="module")
 def sequential_router(fleet: Fleet, state_root: Path) -> Iterator[str]:
-    spec = fleet.fleet.spec.model_copy(deep=True)
-    assert spec.router is not None
-    spec.router.port = free_ports(1)[0]
-    path = state_root / "sequential-spec.json"
-    path.write_text(spec.model_dump_json())
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "pdctl.sdk.router.server",
-            "--spec-json",
-            str(path),
-            "--mode",
-            "push-sequential",
-        ]
-    )
-    url = f"http://127.0.0.1:{spec.router.port}"
-    try:
-        for _ in range(200):
-            try:
-                if httpx.get(url + "/health").status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.1)
+    with extra_router(fleet.fleet.spec, state_root, "sequential", mode="push-sequential") as url:
         yield url
-    finally:
-        proc.terminate()
-        proc.wait(10)
 
 
 def test_push_sequential_outputs_are_exact(fleet: Fleet, sequential_router: str):

@@ -54,11 +54,13 @@ async def rig(
     health_interval_s: float = 0.2,
     api_key: bytes | None = None,
     max_body: int = 1 << 20,
+    render: bool = False,
 ) -> AsyncIterator[Rig]:
     pcfg = prefill or MockConfig(role="prefill", engine_id="prefill-0", side_channel_port=5600)
     dcfgs = decodes or [MockConfig(role="decode")]
     p = await MockServer(pcfg).start()
     ds = [await MockServer(c).start() for c in dcfgs]
+    rs = [await MockServer(MockConfig(role="render")).start()] if render else []
     (rport,) = free_ports(1)
     fleet_mode = "push" if mode.startswith("push") else mode
     spec = FleetSpec(
@@ -77,6 +79,7 @@ async def rig(
         if len(ds) > 1
         else [{"http_port": ds[0].port, "side_channel_port": 5700, "devices": [1]}],
         router={"port": rport, "concurrent": mode != "push-sequential", **(router or {})},
+        render=[{"http_port": r.port} for r in rs],
     )
     plan = lint(spec, check_bound_ports=False).plan
     assert plan is not None
@@ -93,12 +96,14 @@ async def rig(
     decode_insts = [i for i in plan.instances if i.group_role == "decode"]
     for inst, d in zip(decode_insts, ds, strict=True):
         mocks[inst.name] = d
+    for i, rm in enumerate(rs):
+        mocks[f"render-{i}"] = rm
     try:
         yield Rig(app, f"http://127.0.0.1:{rport}", mocks)
     finally:
         server.should_exit = True
         await task
-        for m in [p, *ds]:
+        for m in [p, *ds, *rs]:
             await m.stop()
 
 

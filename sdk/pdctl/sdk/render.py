@@ -18,13 +18,23 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from pdctl.sdk.spec import FleetSpec, InstanceGroup, Mode, Role, group_name
+from pdctl.sdk.spec import (
+    FleetSpec,
+    InstanceGroup,
+    Mode,
+    RenderGroup,
+    Role,
+    group_name,
+    render_group_name,
+)
 
-PlanRole = Literal["prefill", "decode", "colocated", "router"]
+PlanRole = Literal["prefill", "decode", "colocated", "router", "render"]
 
-DEFAULT_HTTP_BASE: dict[str, int] = {"prefill": 8100, "decode": 8200}
+DEFAULT_HTTP_BASE: dict[str, int] = {"prefill": 8100, "decode": 8200, "render": 8300}
 DEFAULT_SIDE_CHANNEL_BASE = 5600
 CPU_ENTRYPOINT = "vllm.entrypoints.openai.api_server"
+RENDER_ENTRYPOINT = "vllm.entrypoints.launchers.render.entry"
+"""vLLM's GPU-less render server (what ``vllm launch render`` runs)."""
 CONNECTOR_MODULE = "pdctl.connector.push"
 """Where vLLM finds pdctl's connectors (``kv_connector_module_path``)."""
 CONNECTORS = {  # (mode, fleet.connector) -> kv_connector class name
@@ -44,7 +54,7 @@ class InstancePlan(BaseModel):
     name: str
     role: PlanRole
     group: str
-    group_role: Role | Literal["router"]
+    group_role: Role | Literal["router", "render"]
     group_index: int
     index: int
     host: str
@@ -172,10 +182,10 @@ class _PortBook:
 
 
 def _group_ports(
-    spec: FleetSpec,
+    spec: FleetSpec, book: _PortBook | None = None
 ) -> dict[tuple[Role, int], tuple[int, int]]:
     """(role, group index) → (first HTTP port, first side-channel port)."""
-    book = _PortBook()
+    book = book if book is not None else _PortBook()
     if spec.router is not None:
         book.take(spec.router.host, [spec.router.port])
     groups = spec.groups()
@@ -200,9 +210,29 @@ def _group_ports(
     return out
 
 
+def _render_ports(spec: FleetSpec, book: _PortBook) -> list[int]:
+    """First HTTP port of every render group (explicit ones first)."""
+    for r in spec.render:
+        if r.http_port is not None:
+            book.take(r.host, range(r.http_port, r.http_port + r.count))
+    out = []
+    for r in spec.render:
+        http = r.http_port
+        if http is None:
+            http = book.first_free_range(r.host, DEFAULT_HTTP_BASE["render"], r.count)
+            book.take(r.host, range(http, http + r.count))
+        out.append(http)
+    return out
+
+
 def render_fleet(spec: FleetSpec) -> FleetPlan:
-    """Every instance of the spec as a launch plan, prefill groups first."""
-    ports = _group_ports(spec)
+    """Every instance of the spec as a launch plan: prefill groups, decode groups, then
+    render servers."""
+    book = _PortBook()
+    for r in spec.render:  # explicit render ports are kept clear of automatic ones
+        if r.http_port is not None:
+            book.take(r.host, range(r.http_port, r.http_port + r.count))
+    ports = _group_ports(spec, book)
     next_device: dict[str, int] = {}
     instances: list[InstancePlan] = []
     n_by_role = {"prefill": len(spec.prefill), "decode": len(spec.decode)}
@@ -226,8 +256,70 @@ def render_fleet(spec: FleetSpec) -> FleetPlan:
             instances.append(
                 _instance(spec, role, gi, gname, g, i, http0 + i, sc0 + i * g.dp, devices, cores)
             )
+    for ri, (r, http0) in enumerate(zip(spec.render, _render_ports(spec, book), strict=True)):
+        rname = render_group_name(ri, r, len(spec.render))
+        for i in range(r.count):
+            rcores: tuple[int, ...] = ()
+            if r.cpu_cores is not None:
+                per = len(r.cpu_cores) // r.count
+                rcores = tuple(r.cpu_cores[i * per : (i + 1) * per])
+            instances.append(_render_instance(spec, ri, rname, r, i, http0 + i, rcores))
     router = RouterPlan(host=spec.router.host, port=spec.router.port) if spec.router else None
     return FleetPlan(instances=tuple(instances), router=router)
+
+
+def _render_instance(
+    spec: FleetSpec,
+    gi: int,
+    gname: str,
+    r: RenderGroup,
+    index: int,
+    http_port: int,
+    cores: tuple[int, ...],
+) -> InstancePlan:
+    """A GPU-less render server: tokenizes for the engines and turns their token output
+    back into OpenAI responses (the router's ``tokens`` path)."""
+    fleet = spec.fleet
+    model_path = os.path.expanduser(spec.model.path)
+    if fleet.platform == "gpu":
+        args = ["vllm", "launch", "render", model_path]
+    else:
+        args = [fleet.python or sys.executable, "-m", RENDER_ENTRYPOINT, "--model", model_path]
+    args += ["--served-model-name", spec.model.effective_served_name]
+    args += ["--host", r.host, "--port", str(http_port)]
+    if spec.model.max_model_len is not None:
+        args += ["--max-model-len", str(spec.model.max_model_len)]
+    if spec.model.trust_remote_code:
+        args.append("--trust-remote-code")
+    args += r.vllm_args
+    env: dict[str, str] = {}
+    if cores:
+        env["OMP_NUM_THREADS"] = "1"
+    env.update(fleet.env)
+    env.update(r.env)
+    return InstancePlan(
+        name=f"{gname}-{index}",
+        role="render",
+        group=gname,
+        group_role="render",
+        group_index=gi,
+        index=index,
+        host=r.host,
+        http_port=http_port,
+        side_channel_host=None,
+        side_channel_port=None,
+        engine_id=None,
+        mode=fleet.mode,
+        tp=1,
+        pp=1,
+        dp=1,
+        block_size=fleet.effective_block_size,
+        devices=(),
+        cpu_cores=cores,
+        kv_transfer_config=None,
+        argv=tuple(args),
+        env=env,
+    )
 
 
 def _num(x: float) -> int | float:
@@ -324,6 +416,8 @@ def _instance(
         )
     if ktc is not None:
         args += ["--kv-transfer-config", json.dumps(ktc, separators=(",", ":"))]
+    if spec.router is not None and spec.router.path == "tokens":
+        args.append("--enable-scale-out")  # token-in/token-out /inference/v1/generate
     args += fleet.vllm_args
     args += g.vllm_args
 

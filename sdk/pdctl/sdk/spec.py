@@ -19,6 +19,8 @@ Platform = Literal["gpu", "cpu"]
 Role = Literal["prefill", "decode"]
 FailurePolicy = Literal["fail", "recompute"]
 ConnectorChoice = Literal["pdctl", "stock"]
+RouterPath = Literal["text", "tokens"]
+RenderFallback = Literal["error", "text"]
 RouterPolicy = Literal["round_robin", "least_loaded", "power_of_two"]
 
 Port = Annotated[int, Field(ge=1, le=65535)]
@@ -142,6 +144,24 @@ class FleetSettings(_Strict):
         return "cpu" if self.platform == "cpu" else "cuda"
 
 
+def _group_name_shape(v: str | None) -> str | None:
+    if v is not None and not _NAME_RE.match(v):
+        raise ValueError(
+            "use lowercase letters, digits and '-' (not at the ends), e.g. 'prefill-a'"
+        )
+    return v
+
+
+def _non_negative_unique(v: list[int] | None) -> list[int] | None:
+    if v is None:
+        return v
+    if any(d < 0 for d in v):
+        raise ValueError("indices must be >= 0")
+    if len(set(v)) != len(v):
+        raise ValueError("indices must not repeat")
+    return v
+
+
 class InstanceGroup(_Strict):
     """``count`` identical prefill or decode instances on one host."""
 
@@ -178,25 +198,10 @@ class InstanceGroup(_Strict):
     vllm_args: list[str] = Field(default_factory=list)
     env: dict[str, str] = Field(default_factory=dict)
 
-    @field_validator("name")
-    @classmethod
-    def _name_shape(cls, v: str | None) -> str | None:
-        if v is not None and not _NAME_RE.match(v):
-            raise ValueError(
-                "use lowercase letters, digits and '-' (not at the ends), e.g. 'prefill-a'"
-            )
-        return v
-
-    @field_validator("devices", "cpu_cores")
-    @classmethod
-    def _non_negative_unique(cls, v: list[int] | None) -> list[int] | None:
-        if v is None:
-            return v
-        if any(d < 0 for d in v):
-            raise ValueError("indices must be >= 0")
-        if len(set(v)) != len(v):
-            raise ValueError("indices must not repeat")
-        return v
+    _name_shape = field_validator("name")(classmethod(lambda cls, v: _group_name_shape(v)))
+    _indices = field_validator("devices", "cpu_cores")(
+        classmethod(lambda cls, v: _non_negative_unique(v))
+    )
 
     @field_validator("engine_id")
     @classmethod
@@ -211,6 +216,26 @@ class InstanceGroup(_Strict):
     def ranks(self) -> int:
         """Worker ranks (devices) one instance of this group needs."""
         return self.tp * self.pp * self.dp
+
+
+class RenderGroup(_Strict):
+    """``count`` GPU-less render servers (tokenize before, detokenize after the engines):
+    vLLM's ``launch render``; the router's ``tokens`` path uses them."""
+
+    name: str | None = Field(default=None, description="Group name (default 'render').")
+    host: str = Field(
+        default="127.0.0.1", description="Address the server binds and is reached at."
+    )
+    count: int = Field(default=1, ge=1, le=256)
+    http_port: Port | None = Field(default=None, description="First instance's HTTP port.")
+    cpu_cores: list[int] | None = Field(
+        default=None, description="CPU cores for the whole group (split evenly per instance)."
+    )
+    vllm_args: list[str] = Field(default_factory=list)
+    env: dict[str, str] = Field(default_factory=dict)
+
+    _name_shape = field_validator("name")(classmethod(lambda cls, v: _group_name_shape(v)))
+    _cores = field_validator("cpu_cores")(classmethod(lambda cls, v: _non_negative_unique(v)))
 
 
 class ApiKeySpec(_Strict):
@@ -237,6 +262,155 @@ class RouterSpec(_Strict):
     prefill_timeout_s: float = Field(default=120.0, gt=0)
     request_timeout_s: float = Field(default=600.0, gt=0)
     api_key: ApiKeySpec | None = None
+    path: RouterPath = Field(
+        default="text",
+        description="'text': OpenAI requests go to the engines as they are; 'tokens': a "
+        "render server tokenizes once, the engines get token ids on /inference/v1/generate "
+        "and the render server turns the output back into an OpenAI response.",
+    )
+    disaggregate_min_tokens: int = Field(
+        default=0,
+        ge=0,
+        description="tokens path: prompts with fewer tokens go to decode alone (no prefill, "
+        "no KV transfer); 0 disaggregates every prompt.",
+    )
+    render_fallback: RenderFallback = Field(
+        default="error",
+        description="tokens path, no render server answering: 'error' (503) or 'text' "
+        "(route the request on the text path instead).",
+    )
+
+
+BackendKind = Literal["local", "k8s", "ray"]
+_QUANTITY_RE = re.compile(r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|Pi|Ei|m|k|M|G|T|P|E)?$")
+_QUALIFIED_RE = re.compile(
+    r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
+    r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
+)
+RESERVED_LABEL_PREFIXES = ("pdctl.io/", "app.kubernetes.io/managed-by")
+
+
+def is_dns_label(name: str) -> bool:
+    """A valid name for any Kubernetes object, Services included (an RFC 1123 label)."""
+    return len(name) <= 63 and bool(_NAME_RE.match(name))
+
+
+class Toleration(_Strict):
+    key: str | None = None
+    operator: Literal["Equal", "Exists"] = "Equal"
+    value: str | None = None
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = None
+    toleration_seconds: int | None = Field(default=None, ge=0)
+
+
+class K8sSpec(_Strict):
+    """Where and how the fleet runs on Kubernetes (in the current kube context by default)."""
+
+    image: str = Field(description="Container image with vLLM and pdctl installed.")
+    router_image: str | None = Field(
+        default=None, description="Image of the router pod (pdctl is enough); default: image."
+    )
+    namespace: str = "default"
+    context: str | None = Field(default=None, description="kube context; default: the current.")
+    image_pull_policy: Literal["Always", "IfNotPresent", "Never"] = "IfNotPresent"
+    image_pull_secrets: list[str] = Field(default_factory=list)
+    service_account: str | None = None
+    node_selector: dict[str, str] = Field(default_factory=dict)
+    tolerations: list[Toleration] = Field(default_factory=list)
+    gpu_resource: str = Field(
+        default="nvidia.com/gpu", description="Extended resource that grants GPUs ('' for none)."
+    )
+    gpus_per_node: int = Field(
+        default=8, ge=1, description="An instance needing more GPUs spans nodes (LeaderWorkerSet)."
+    )
+    rdma_resources: dict[str, int] = Field(
+        default_factory=dict,
+        description="RDMA/EFA devices per vLLM pod, e.g. {'vpc.amazonaws.com/efa' = 32}.",
+    )
+    cpu: str | None = Field(default=None, description="CPU request of each vLLM pod, e.g. '8'.")
+    memory: str | None = Field(default=None, description="Memory request and limit, e.g. '64Gi'.")
+    shm_size: str = Field(default="16Gi", description="Size of the /dev/shm memory volume.")
+    workload: Literal["auto", "deployment", "leaderworkerset"] = Field(
+        default="auto",
+        description="'auto': a Deployment per instance, a LeaderWorkerSet when it spans nodes.",
+    )
+    startup_timeout_s: int = Field(
+        default=1800, ge=60, description="How long a pod may load the model before it restarts."
+    )
+    secret_env: list[str] = Field(
+        default_factory=list, description="Secrets whose keys become env (e.g. HF_TOKEN)."
+    )
+    router_service_type: Literal["ClusterIP", "NodePort", "LoadBalancer"] = "ClusterIP"
+    cluster_domain: str = "cluster.local"
+    labels: dict[str, str] = Field(default_factory=dict, description="Added to every object.")
+    annotations: dict[str, str] = Field(default_factory=dict, description="Added to every pod.")
+
+    @field_validator("namespace")
+    @classmethod
+    def _namespace(cls, v: str) -> str:
+        if not is_dns_label(v):
+            raise ValueError("use lowercase letters, digits and '-' (at most 63), e.g. 'llm'")
+        return v
+
+    @field_validator("cpu", "memory", "shm_size")
+    @classmethod
+    def _quantity(cls, v: str | None) -> str | None:
+        if v is not None and not _QUANTITY_RE.match(v):
+            raise ValueError("not a Kubernetes quantity; write e.g. '8', '500m', '64Gi'")
+        return v
+
+    @field_validator("rdma_resources")
+    @classmethod
+    def _resources(cls, v: dict[str, int]) -> dict[str, int]:
+        for name, n in v.items():
+            if "/" not in name or not _QUALIFIED_RE.match(name):
+                raise ValueError(f"{name!r} is not a resource name such as 'rdma/ib'")
+            if n < 1:
+                raise ValueError(f"{name} = {n}: request at least 1 (or remove it)")
+        return v
+
+    @field_validator("labels", "annotations")
+    @classmethod
+    def _keys(cls, v: dict[str, str]) -> dict[str, str]:
+        for key in v:
+            if not _QUALIFIED_RE.match(key) or len(key.rsplit("/", 1)[-1]) > 63:
+                raise ValueError(f"{key!r} is not a valid key; use e.g. 'team' or 'example.com/x'")
+            if key.startswith(RESERVED_LABEL_PREFIXES):
+                raise ValueError(f"{key!r} is set by pdctl (it finds its objects by it)")
+        return v
+
+    def uses_lws(self, ranks: int) -> bool:
+        """Does an instance with ``ranks`` GPU workers run as a LeaderWorkerSet?"""
+        return self.workload == "leaderworkerset" or (
+            self.workload == "auto" and ranks > self.gpus_per_node
+        )
+
+    def nodes_for(self, ranks: int) -> int:
+        """Pods (one per node) an instance with ``ranks`` GPU workers occupies."""
+        return max(1, -(-ranks // self.gpus_per_node)) if self.uses_lws(ranks) else 1
+
+
+class RaySpec(_Strict):
+    """Ray cluster settings (the Ray backend)."""
+
+    address: str | None = Field(default=None, description="Ray address; default: auto.")
+
+
+class BackendSpec(_Strict):
+    """What runs the fleet: this machine, a Kubernetes cluster or a Ray cluster."""
+
+    kind: BackendKind = "local"
+    k8s: K8sSpec | None = None
+    ray: RaySpec | None = None
+
+    @model_validator(mode="after")
+    def _settings_present(self) -> BackendSpec:
+        if self.kind == "k8s" and self.k8s is None:
+            raise ValueError(
+                "k8s: backend.kind is 'k8s' but there is no [backend.k8s] table; add one with "
+                "at least image = '<an image with vLLM and pdctl>'"
+            )
+        return self
 
 
 class _InitOnly(BaseSettings):
@@ -271,6 +445,10 @@ class FleetSpec(_InitOnly):
     prefill: list[InstanceGroup] = Field(default_factory=list)
     decode: list[InstanceGroup] = Field(default_factory=list)
     router: RouterSpec | None = None
+    backend: BackendSpec = Field(default_factory=BackendSpec)
+    render: list[RenderGroup] = Field(
+        default_factory=list, description="GPU-less render servers for the tokens path."
+    )
 
     @model_validator(mode="after")
     def _groups(self) -> FleetSpec:
@@ -289,6 +467,18 @@ class FleetSpec(_InitOnly):
                         "give each group a distinct name"
                     )
                 seen[gname] = where
+        for i, r in enumerate(self.render):
+            rname = render_group_name(i, r, len(self.render))
+            if rname in seen:
+                raise ValueError(
+                    f"render[{i}].name: group name {rname!r} is already used by {seen[rname]}"
+                )
+            seen[rname] = f"render[{i}].name"
+        if self.router is not None and self.router.path == "tokens" and not self.render:
+            raise ValueError(
+                "router.path = 'tokens' needs a render server: add a [[render]] table "
+                "(or set router.path = 'text')"
+            )
         return self
 
     def groups(self) -> list[tuple[Role, int, InstanceGroup]]:
@@ -306,6 +496,12 @@ def group_name(role: str, index: int, group: InstanceGroup, n_groups: int) -> st
     if n_groups == 1:
         return role
     return f"{role}-{_letters(index)}"
+
+
+def render_group_name(index: int, group: RenderGroup, n_groups: int) -> str:
+    if group.name:
+        return group.name
+    return "render" if n_groups == 1 else f"render-{_letters(index)}"
 
 
 def _letters(i: int) -> str:

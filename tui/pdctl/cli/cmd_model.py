@@ -24,10 +24,10 @@ def ensure_tiny_model(
 ) -> Path:
     """Build the tiny model in a subprocess (it needs torch/transformers); reuse it if there."""
     from pdctl.sdk.errors import LaunchError
-    from pdctl.sdk.paths import tiny_model_dir
+    from pdctl.sdk.paths import tiny_model_dir, tiny_model_ready
 
     path = (target or tiny_model_dir()).expanduser()
-    if (path / "pdctl-tiny.json").is_file() and (path / "config.json").is_file() and not force:
+    if tiny_model_ready(path) and not force:
         return path
     cmd = [
         sys.executable,

@@ -158,6 +158,12 @@ class Timeline:
     error: str | None = None
     retries: int = 0
     redispatched: bool = False
+    route_path: str = "text"
+    """text | tokens | text-fallback (tokens asked for, no render server answered)."""
+    decision: str | None = None
+    """tokens path: disaggregated | decode-only (prompt under the threshold) | colocated."""
+    render: str | None = None
+    render_done: float | None = None
 
     def mark(self) -> float:
         return time.perf_counter() - self.t0
@@ -170,6 +176,7 @@ class Timeline:
                 ("prefill_done_ms", self.prefill_done),
                 ("decode_sent_ms", self.decode_sent),
                 ("decode_first_byte_ms", self.decode_first_byte),
+                ("render_done_ms", self.render_done),
                 ("done_ms", self.done),
             )
         }
@@ -189,6 +196,9 @@ class Timeline:
             "error": self.error,
             "retries": self.retries,
             "redispatched": self.redispatched,
+            "route_path": self.route_path,
+            "decision": self.decision,
+            "render": self.render,
         }
 
 
@@ -235,8 +245,10 @@ class Router:
             self.upstreams.append(self._upstream(inst))
         self.prefills = [u for u in self.upstreams if u.role == "prefill"]
         self.decodes = [u for u in self.upstreams if u.role == "decode"]
+        self.renders = [u for u in self.upstreams if u.role == "render"]
         if self.mode == "colocated":
-            self.prefills, self.decodes = [], list(self.upstreams)
+            self.prefills = []
+            self.decodes = [u for u in self.upstreams if u.role != "render"]
         elif not self.prefills or not self.decodes:
             raise ValueError(f"{self.mode} mode needs at least one prefill and one decode")
         self._rr = itertools.count()
@@ -283,6 +295,15 @@ class Router:
             "pdctl_router_leg_overlap_seconds",
             "Time both legs were in flight together (0 when sequential).",
             ("mode",),
+        )
+        self.m_decisions = r.counter(
+            "pdctl_router_disaggregation_decisions_total",
+            "tokens path: requests by decision (disaggregated, decode-only under "
+            "router.disaggregate_min_tokens, colocated) and route (tokens, text-fallback).",
+            ("decision", "route"),
+        )
+        self.m_render = r.histogram(
+            "pdctl_router_render_seconds", "tokens path: time to render a request.", ("instance",)
         )
         r.gauge(
             "pdctl_router_outstanding",
@@ -331,6 +352,8 @@ class Router:
 
     def health(self) -> tuple[bool, str]:
         roles = [("decode", self.decodes)] + ([("prefill", self.prefills)] if self.prefills else [])
+        if self.settings.path == "tokens" and self.settings.render_fallback == "error":
+            roles.append(("render", self.renders))
         for role, ups in roles:
             if not any(u.eligible() for u in ups):
                 return False, f"no healthy {role} instance"
@@ -410,10 +433,16 @@ class Router:
             return u, r
 
     async def _prefill(
-        self, p: Upstream, path: str, body: dict[str, Any], rid: str, tl: Timeline
+        self,
+        p: Upstream,
+        path: str,
+        body: dict[str, Any],
+        rid: str,
+        tl: Timeline,
+        make_body: Callable[[dict[str, Any]], dict[str, Any]] = prefill_body,
     ) -> tuple[Upstream, dict[str, Any]]:
         """Run the prefill leg to completion; returns the instance used and its JSON."""
-        data = json.dumps(prefill_body(body)).encode()
+        data = json.dumps(make_body(body)).encode()
         tl.prefill_sent = tl.mark()
         try:
             async with asyncio.timeout(self.settings.prefill_timeout_s):
@@ -444,7 +473,7 @@ class Router:
         except ValueError:
             raise RouteError(502, f"prefill {used.name} sent a non-JSON answer") from None
         m = _PROMPT_RE.search(raw)
-        if m:
+        if m and tl.prompt_tokens is None:  # the tokens path already knows it
             tl.prompt_tokens = int(m.group(1))
         return used, resp if isinstance(resp, dict) else {}
 
@@ -499,6 +528,7 @@ class Router:
         body: dict[str, Any],
         rid: str,
         tl: Timeline,
+        make_prefill: Callable[[dict[str, Any]], dict[str, Any]] = prefill_body,
     ) -> tuple[Upstream, Response]:
         """Both legs at once; re-send decode if prefill's identity turns out different."""
         assert p.identity is not None
@@ -506,7 +536,7 @@ class Router:
             self._decode(d, path, push_decode_body(body, p.identity, rid), rid, tl)
         )
         try:
-            used_p, presp = await self._prefill(p, path, body, rid, tl)
+            used_p, presp = await self._prefill(p, path, body, rid, tl, make_prefill)
             if self._learn_identity(used_p, presp) or used_p is not p:
                 # decode was told the wrong prefill: cancel it and send it again
                 await _cancel(d_task)
@@ -535,18 +565,42 @@ class Router:
     async def route(self, path: str, body: dict[str, Any], tl: Timeline) -> Reply | StreamReply:
         """Dispatch one request. Raises :class:`RouteError` for OpenAI-style errors (the
         caller records it with :meth:`finish`)."""
+        if self.settings.path == "tokens" and self.renders:
+            from pdctl.sdk.router.tokens import route_tokens  # imports this module
+
+            return await route_tokens(self, path, body, tl)
+        return await self.route_text(path, body, tl)
+
+    async def route_text(
+        self, path: str, body: dict[str, Any], tl: Timeline
+    ) -> Reply | StreamReply:
+        """The text path: the OpenAI body goes to the engines as it is."""
+        d, r = await self.legs(path, body, tl, prefill_body)
+        return await self.reply(d, r, tl, stream=bool(body.get("stream")))
+
+    async def legs(
+        self,
+        path: str,
+        body: dict[str, Any],
+        tl: Timeline,
+        make_prefill: Callable[[dict[str, Any]], dict[str, Any]],
+        *,
+        decode_only: bool = False,
+    ) -> tuple[Upstream, Response]:
+        """Run the mode's legs; returns decode's instance and response head (still
+        outstanding). ``decode_only`` skips prefill (decode computes the prompt)."""
         rid = tl.id
         d = self.select(self.decodes)
         tl.decode = d.name
-        if self.mode == "colocated":
+        if self.mode == "colocated" or decode_only:
             d, r = await self._decode(d, path, body, rid, tl)
         else:
             p = self.select(self.prefills)
             tl.prefill = p.name
             if self.mode == "push":
-                d, r = await self._push(p, d, path, body, rid, tl)
+                d, r = await self._push(p, d, path, body, rid, tl, make_prefill)
             else:
-                p, presp = await self._prefill(p, path, body, rid, tl)
+                p, presp = await self._prefill(p, path, body, rid, tl, make_prefill)
                 if self.mode == "pull":
                     d_body = dict(body)
                     d_body["kv_transfer_params"] = presp.get("kv_transfer_params")
@@ -559,23 +613,33 @@ class Router:
                     )
                 d, r = await self._decode(d, path, d_body, rid, tl)
         tl.decode = d.name
+        return d, r
+
+    async def reply(
+        self, d: Upstream, r: Response, tl: Timeline, *, stream: bool
+    ) -> Reply | StreamReply:
+        """Relay decode's answer (streamed, or read whole) and settle the timeline."""
         ctype = (r.header(b"content-type") or b"application/json").decode()
-        if body.get("stream") and r.status == 200:
+        if stream and r.status == 200:
             return StreamReply(
                 200, self._relay(d, r, tl), [("Content-Type", ctype), ("Cache-Control", "no-cache")]
             )
-        try:
-            raw = await r.read()
-        except UpstreamError as e:
-            raise RouteError(502, f"decode {d.name} failed mid-answer: {e}") from None
-        finally:
-            d.outstanding -= 1
-            r.release()
+        raw = await self.read_decode(d, r)
         m = _USAGE_RE.search(raw)
         if m:
             tl.completion_tokens = int(m.group(1))
         self.finish(tl, "ok" if r.status == 200 else "error", r.status)
         return Reply(r.status, raw, [("Content-Type", ctype)])
+
+    async def read_decode(self, d: Upstream, r: Response) -> bytes:
+        """Decode's whole answer; the leg stops being outstanding."""
+        try:
+            return await r.read()
+        except UpstreamError as e:
+            raise RouteError(502, f"decode {d.name} failed mid-answer: {e}") from None
+        finally:
+            d.outstanding -= 1
+            r.release()
 
     async def _relay(self, d: Upstream, r: Response, tl: Timeline) -> AsyncIterator[bytes]:
         """Stream the decode answer through, counting events; settles the timeline. A

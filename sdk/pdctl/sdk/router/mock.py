@@ -23,7 +23,7 @@ import httptools
 
 @dataclass
 class MockConfig:
-    role: str = "decode"  # prefill | decode
+    role: str = "decode"  # prefill | decode | render
     served_name: str = "tiny"
     engine_id: str = "prefill-0"
     side_channel_host: str = "127.0.0.1"
@@ -159,10 +159,14 @@ class MockServer:
                 await asyncio.sleep(self.config.delay_s)
             if self.config.status != 200:
                 conn.write(_response(self.config.status, b'{"error": "mock failure"}'))
+            elif self.config.role == "render":
+                conn.write(_response(200, self._render(path.decode(), req)))
             elif self.config.role == "prefill":
                 conn.write(_response(200, self._prefill(rid, req)))
             elif req.get("stream"):
                 await self._stream(conn, req)
+            elif path == b"/inference/v1/generate":
+                conn.write(_response(200, self._generate(req)))
             else:
                 conn.write(_response(200, self._decode(rid, req)))
             st.completed += 1
@@ -198,6 +202,58 @@ class MockServer:
             }
         ).encode()
 
+    def _render(self, path: str, req: dict[str, Any]) -> bytes:
+        """Render: one token per word of the prompt; derender: the token ids as text."""
+        if path.endswith("/render"):
+            prompt = req.get("prompt")
+            if isinstance(prompt, list) and prompt and isinstance(prompt[0], str):
+                prompts = prompt
+            else:
+                prompts = [prompt if isinstance(prompt, str) else str(req.get("messages"))]
+            gens = [
+                {
+                    "request_id": "cmpl-render",
+                    "token_ids": list(range(10, 10 + max(1, len(p.split())))),
+                    "sampling_params": {"max_tokens": req.get("max_tokens") or 16},
+                    "model": self.config.served_name,
+                    "stream": bool(req.get("stream")),
+                }
+                for p in prompts
+            ]
+            return json.dumps(gens if path.startswith("/v1/completions") else gens[0]).encode()
+        if req.get("stream"):
+            chunk = req.get("generate_chunk") or {}
+            ids = [t for c in chunk.get("choices") or [] for t in c.get("token_ids") or []]
+            seen = int((req.get("stream_state") or {}).get("prefix_offset") or 0) + 1
+            return json.dumps(
+                {
+                    "chunk": {"choices": [{"index": 0, "text": f" <{ids}>"}]},
+                    "stream_state": {"prefix_offset": seen},
+                }
+            ).encode()
+        gen = (req.get("generate_responses") or [req.get("generate_response")])[0] or {}
+        ids = [t for c in gen.get("choices") or [] for t in c.get("token_ids") or []]
+        return json.dumps(
+            {
+                "object": "text_completion",
+                "model": self.config.served_name,
+                "choices": [{"index": 0, "text": f"derendered:{ids}"}],
+                "usage": gen.get("usage"),
+            }
+        ).encode()
+
+    def _generate(self, req: dict[str, Any]) -> bytes:
+        n = int((req.get("sampling_params") or {}).get("max_tokens") or 16)
+        return json.dumps(
+            {
+                "request_id": req.get("request_id"),
+                "output_mode": "tokens",
+                "choices": [{"index": 0, "token_ids": list(range(n)), "finish_reason": "length"}],
+                "usage": {"prompt_tokens": len(req.get("token_ids") or []), "completion_tokens": n},
+                "kv_transfer_params": req.get("kv_transfer_params"),
+            }
+        ).encode()
+
     def _decode(self, rid: str, req: dict[str, Any]) -> bytes:
         n = int(req.get("max_tokens") or 16)
         return json.dumps(
@@ -228,11 +284,12 @@ class MockServer:
                 return
             if self.config.chunk_delay_s:
                 await asyncio.sleep(self.config.chunk_delay_s)
-            ev = (
-                b"data: "
-                + json.dumps({"choices": [{"index": 0, "text": f" t{i}"}]}).encode()
-                + b"\n\n"
+            choice = (
+                {"index": 0, "token_ids": [i]}
+                if "token_ids" in req
+                else {"index": 0, "text": f" t{i}"}
             )
+            ev = b"data: " + json.dumps({"choices": [choice]}).encode() + b"\n\n"
             conn.write(b"%x\r\n%s\r\n" % (len(ev), ev))
         done = b"data: [DONE]\n\n"
         conn.write(b"%x\r\n%s\r\n0\r\n\r\n" % (len(done), done))

@@ -1,0 +1,248 @@
+"""The router's ``tokens`` path: GPU-less render servers in front of token-in/token-out
+engines, and conditional disaggregation on the rendered prompt length.
+
+1. **Render** the OpenAI request once on a render server (``/v1/completions/render`` or
+   ``/v1/chat/completions/render``): the answer is vLLM's ``GenerateRequest`` — token
+   ids plus sampling parameters.
+2. **Decide**: a prompt shorter than ``router.disaggregate_min_tokens`` goes to decode
+   alone (moving its KV would cost more than computing it there); longer ones take the
+   P/D path with the same push-mode ``kv_transfer_params`` rules as the text path, on
+   the engines' ``/inference/v1/generate`` (``--enable-scale-out``).
+3. **Derender** decode's token output back into an OpenAI response on the same render
+   server (``/…/derender``); streamed answers are derendered chunk by chunk, carrying
+   the detokenizer state vLLM returns between calls.
+
+With no render server answering, the request fails with 503, or — with
+``router.render_fallback = "text"`` — takes the text path instead.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+from pdctl.sdk.pd import prefill_generate_body
+from pdctl.sdk.router.core import (
+    Reply,
+    RouteError,
+    Router,
+    StreamReply,
+    Timeline,
+    Upstream,
+    error_body,
+)
+from pdctl.sdk.router.upstream import Response, UpstreamError
+
+GENERATE_PATH = "/inference/v1/generate"
+"""The engines' token-in/token-out endpoint."""
+ENDPOINTS = {
+    # OpenAI path -> (render path, derender path)
+    "/v1/completions": ("/v1/completions/render", "/v1/completions/derender"),
+    "/v1/chat/completions": ("/v1/chat/completions/render", "/v1/chat/completions/derender"),
+}
+
+
+class RenderUnavailable(Exception):
+    """No render server could take the request."""
+
+
+async def _post_json(
+    router: Router, u: Upstream, path: str, payload: dict[str, Any], tl: Timeline
+) -> tuple[int, Any]:
+    """POST to a render server; (status, parsed JSON). Connection failures raise
+    :class:`UpstreamError`."""
+    data = json.dumps(payload).encode()
+    used, r = await router._send(router.renders, u, path, data, tl.id, tl, "render")
+    try:
+        raw = await r.read()
+    finally:
+        used.outstanding -= 1
+        r.release()
+    try:
+        return r.status, json.loads(raw)
+    except ValueError:
+        return r.status, {"error": {"message": raw[:300].decode(errors="replace")}}
+
+
+async def _render(
+    router: Router, path: str, body: dict[str, Any], tl: Timeline
+) -> tuple[Upstream, dict[str, Any]]:
+    """The request's ``GenerateRequest`` and the render server that made it."""
+    try:
+        u = router.select(router.renders)
+    except RouteError as e:
+        raise RenderUnavailable(str(e)) from None
+    tl.render = u.name
+    t = tl.mark()
+    try:
+        status, data = await _post_json(router, u, ENDPOINTS[path][0], body, tl)
+    except UpstreamError as e:
+        raise RenderUnavailable(f"render server {u.name} failed: {e}") from None
+    tl.render_done = tl.mark()
+    router.m_render.observe(tl.render_done - t, u.name)
+    if status != 200:
+        # the request itself is bad (unknown model, too long, malformed): tell the client
+        msg = (data.get("error") or {}).get("message") if isinstance(data, dict) else None
+        raise RouteError(
+            400 if status < 500 else 502,
+            f"render server {u.name} refused the request ({status}): {msg or data}",
+            "invalid_request_error" if status < 500 else "upstream_error",
+        )
+    gen = data[0] if isinstance(data, list) and len(data) == 1 else data
+    if not isinstance(gen, dict) or not isinstance(gen.get("token_ids"), list):
+        raise RouteError(
+            400,
+            "the tokens path takes one prompt per request (send a list of prompts as "
+            "separate requests, or use router.path = 'text')",
+            "invalid_request_error",
+        )
+    return u, gen
+
+
+async def route_tokens(
+    router: Router, path: str, body: dict[str, Any], tl: Timeline
+) -> Reply | StreamReply:
+    if path not in ENDPOINTS:
+        return await router.route_text(path, body, tl)
+    try:
+        rs, gen = await _render(router, path, body, tl)
+    except RenderUnavailable as e:
+        if router.settings.render_fallback != "text":
+            raise RouteError(
+                503, f"no render server available: {e}", "service_unavailable"
+            ) from None
+        tl.route_path = "text-fallback"
+        tl.decision = "colocated" if router.mode == "colocated" else "disaggregated"
+        router.m_decisions.inc(tl.decision, tl.route_path)
+        return await router.route_text(path, body, tl)
+    tl.route_path = "tokens"
+    ids: list[int] = gen["token_ids"]
+    tl.prompt_tokens = len(ids)
+    stream = bool(body.get("stream"))
+    gen = {**gen, "request_id": tl.id, "stream": stream}
+    if stream:
+        gen["stream_options"] = {"include_usage": True}
+    decode_only = len(ids) < router.settings.disaggregate_min_tokens
+    if router.mode == "colocated":
+        tl.decision = "colocated"
+    else:
+        tl.decision = "decode-only" if decode_only else "disaggregated"
+    router.m_decisions.inc(tl.decision, tl.route_path)
+    d, r = await router.legs(GENERATE_PATH, gen, tl, prefill_generate_body, decode_only=decode_only)
+    context = {"prompt_token_ids": ids, "body": body, "path": path, "render": rs}
+    if stream and r.status == 200:
+        return StreamReply(
+            200,
+            _derender_stream(router, d, r, tl, context),
+            [("Content-Type", "text/event-stream"), ("Cache-Control", "no-cache")],
+        )
+    return await _derender_whole(router, d, r, tl, context)
+
+
+def _derender_payload(ctx: dict[str, Any], generated: dict[str, Any]) -> dict[str, Any]:
+    ids: list[int] = ctx["prompt_token_ids"]
+    body: dict[str, Any] = ctx["body"]
+    if ctx["path"] == "/v1/completions":
+        return {
+            "model": body.get("model"),
+            "generate_responses": [generated],
+            "prompt_tokens": [len(ids)],
+            "prompt_token_ids": [ids],
+            "completion_request": body,
+        }
+    return {
+        "model": body.get("model"),
+        "generate_response": generated,
+        "prompt_tokens": len(ids),
+        "prompt_token_ids": ids,
+        "chat_request": body,
+    }
+
+
+async def _derender_whole(
+    router: Router, d: Upstream, r: Response, tl: Timeline, ctx: dict[str, Any]
+) -> Reply:
+    raw = await router.read_decode(d, r)
+    if r.status != 200:
+        router.finish(tl, "error", r.status)
+        return Reply(r.status, raw)
+    try:
+        generated = json.loads(raw)
+    except ValueError:
+        raise RouteError(502, f"decode {d.name} sent a non-JSON answer") from None
+    usage = generated.get("usage") if isinstance(generated, dict) else None
+    if isinstance(usage, dict) and isinstance(usage.get("completion_tokens"), int):
+        tl.completion_tokens = usage["completion_tokens"]
+    try:
+        status, out = await _post_json(
+            router, ctx["render"], ENDPOINTS[ctx["path"]][1], _derender_payload(ctx, generated), tl
+        )
+    except UpstreamError as e:
+        raise RouteError(502, f"derender on {ctx['render'].name} failed: {e}") from None
+    if status != 200:
+        raise RouteError(502, f"derender on {ctx['render'].name} answered {status}: {out}")
+    router.finish(tl, "ok", 200)
+    return Reply(200, json.dumps(out).encode())
+
+
+async def _sse_events(r: Response) -> AsyncIterator[bytes]:
+    """The ``data:`` payloads of an SSE stream, whatever its chunking."""
+    buf = b""
+    async for chunk in r.iter_chunks():
+        buf += chunk
+        while b"\n\n" in buf:
+            event, buf = buf.split(b"\n\n", 1)
+            for line in event.split(b"\n"):
+                if line.startswith(b"data:"):
+                    yield line[5:].strip()
+
+
+async def _derender_stream(
+    router: Router, d: Upstream, r: Response, tl: Timeline, ctx: dict[str, Any]
+) -> AsyncIterator[bytes]:
+    """Decode's token chunks in, derendered OpenAI chunks out (one derender call per
+    chunk, carrying vLLM's detokenizer state between them)."""
+    ids: list[int] = ctx["prompt_token_ids"]
+    key = "completion_request" if ctx["path"] == "/v1/completions" else "chat_request"
+    state: Any = None
+    events = 0
+    try:
+        async for data in _sse_events(r):
+            if data == b"[DONE]":
+                break
+            chunk = json.loads(data)
+            if not events:
+                tl.decode_first_byte = tl.mark()
+            if chunk.get("choices"):
+                events += 1
+            payload = {
+                "stream": True,
+                "model": ctx["body"].get("model"),
+                "generate_chunk": chunk,
+                "stream_state": state,
+                "prompt_tokens": len(ids),
+                "prompt_token_ids": ids,
+                key: ctx["body"],
+            }
+            status, out = await _post_json(
+                router, ctx["render"], ENDPOINTS[ctx["path"]][1], payload, tl
+            )
+            if status != 200 or not isinstance(out, dict):
+                raise UpstreamError(f"derender answered {status}: {str(out)[:300]}")
+            state = out.get("stream_state")
+            yield b"data: " + json.dumps(out.get("chunk")).encode() + b"\n\n"
+        yield b"data: [DONE]\n\n"
+        tl.completion_tokens = events
+        router.finish(tl, "ok", 200)
+    except (UpstreamError, ValueError) as e:
+        msg = f"tokens stream failed mid-answer: {e}"
+        router.finish(tl, "error", 502, msg)
+        yield b"data: " + error_body(502, msg, "upstream_error") + b"\n\n"
+        yield b"data: [DONE]\n\n"
+    finally:
+        d.outstanding -= 1
+        r.release()
+        if tl.done is None:  # the client went away
+            tl.completion_tokens = events
+            router.finish(tl, "cancelled", 499, "client disconnected")
