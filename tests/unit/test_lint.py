@@ -52,6 +52,15 @@ def _mla_model(model_dir: Callable[..., Path], mla: bool) -> str:
     return str(model_dir(cfg))
 
 
+def _kube(k8s: dict[str, Any] | None = None, **kw: Any) -> dict[str, Any]:
+    """A GPU spec on the k8s backend (no devices: the device plugin picks them)."""
+    kw.setdefault("prefill", [{}])
+    kw.setdefault("decode", [{}])
+    d = _gpu(**kw)
+    d["backend"] = {"kind": "k8s", "k8s": {"image": "img:1", **(k8s or {})}}
+    return d
+
+
 # code -> (triggering spec, clean spec); model_dir passed for rules that read config.json
 CASES: dict[str, tuple[Callable[[Any], dict[str, Any]], Callable[[Any], dict[str, Any]]]] = {
     "PD001": (
@@ -155,6 +164,41 @@ CASES: dict[str, tuple[Callable[[Any], dict[str, Any]], Callable[[Any], dict[str
     "PD023": (
         lambda md: _cpu(fleet={"connector": "stock"}),
         lambda md: _cpu(fleet={"connector": "stock", "cpu_tuning": False}),
+    ),
+    "PD024": (
+        lambda md: _kube(prefill=[{"side_channel_host": "127.0.0.1"}]),
+        lambda md: _kube(prefill=[{"host": "0.0.0.0"}]),
+    ),
+    "PD025": (
+        lambda md: _kube({"gpu_resource": ""}),
+        lambda md: _kube({"gpu_resource": ""}, fleet={"platform": "cpu", "block_size": 32}),
+    ),
+    "PD026": (
+        lambda md: _kube(decode=[{"devices": [1]}]),
+        lambda md: _kube(decode=[{"tp": 2}]),
+    ),
+    "PD027": (
+        lambda md: _kube(prefill=[{"cpu_cores": [0, 1]}]),
+        lambda md: _kube({"cpu": "2"}),
+    ),
+    "PD028": (
+        lambda md: _kube(fleet={"nixl_backends": ["LIBFABRIC"]}),
+        lambda md: _kube(
+            {"rdma_resources": {"vpc.amazonaws.com/efa": 32}},
+            fleet={"nixl_backends": ["LIBFABRIC"]},
+        ),
+    ),
+    "PD029": (
+        lambda md: _kube(fleet={"name": "My_Fleet"}),
+        lambda md: _kube(fleet={"name": "my-fleet"}),
+    ),
+    "PD030": (
+        lambda md: _kube({"gpus_per_node": 8}, prefill=[{"tp": 12}], decode=[{"tp": 12}]),
+        lambda md: _kube({"gpus_per_node": 8}, prefill=[{"tp": 8, "pp": 2}], decode=[{"tp": 16}]),
+    ),
+    "PD031": (
+        lambda md: _kube(model={"path": "~/models/tiny"}),
+        lambda md: _kube(model={"path": "/models/tiny"}),
     ),
 }
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import sys
+from typing import TYPE_CHECKING
 
 from pdctl.cli.common import (
     add_spec_arguments,
@@ -13,18 +15,84 @@ from pdctl.cli.common import (
     spec_error_json,
 )
 
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from pdctl.sdk.backends import Backend, BackendStatus
+
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     add_spec_arguments(p)
     fmt = p.add_mutually_exclusive_group()
     fmt.add_argument("--json", action="store_true", help="a JSON list, one object per instance")
     fmt.add_argument("--shell", action="store_true", help="a shell script, one line per instance")
+    add_backend_argument(p)
+    p.add_argument(
+        "-o",
+        "--output",
+        choices=("yaml", "json"),
+        default=None,
+        help="k8s backend: multi-document YAML (default) or one JSON List",
+    )
+
+
+def add_backend_argument(p: argparse.ArgumentParser) -> None:
+    """``--backend``, shared by render/up/down/status (default: the spec's backend.kind)."""
+    p.add_argument(
+        "--backend",
+        choices=("local", "k8s"),
+        default=None,
+        help="where the fleet runs (default: backend.kind of the spec, else local)",
+    )
+
+
+def chosen_backend(args: argparse.Namespace) -> str:
+    """--backend, else the spec's backend.kind; 'local' when the spec cannot be read (the
+    local path then reports that as it always has). ``--backend`` also sets the spec's."""
+    from pdctl.sdk.errors import SpecError
+
+    if args.backend:
+        args.overrides = [*args.overrides, f"backend.kind={args.backend}"]
+        return str(args.backend)
+    if getattr(args, "fleet", None):
+        return "local"
+    try:
+        return load(args).spec.backend.kind
+    except SpecError:
+        return "local"
+
+
+def open_chosen_backend(
+    args: argparse.Namespace, *, ready_timeout: float = 180.0, grace: float = 10.0
+) -> Backend:
+    """The backend of a non-local ``--backend``/``backend.kind`` (``--fleet`` names it)."""
+    from pdctl.sdk.backends import open_backend
+
+    if getattr(args, "fleet", None):
+        args.overrides = [*args.overrides, f"fleet.name={args.fleet}"]
+    loaded = load(args)
+    return open_backend(loaded.spec, source=loaded.source, ready_timeout=ready_timeout, grace=grace)
+
+
+def print_backend_status(st: BackendStatus, out: Console) -> None:
+    """The instance table, then why each instance that is not ready is not."""
+    from rich.markup import escape
+
+    from pdctl.cli.fleetview import status_table
+
+    out.print(status_table(st.instances, title=f"fleet {st.fleet} — {st.backend} {st.where}"))
+    for i in st.instances:
+        if i.log_tail:
+            out.print(f"[bold]{i.name}[/] {i.state}: {escape(i.log_tail[-1])}")
+            out.print(f"  logs: {i.log}", markup=False, highlight=False)
 
 
 def run(args: argparse.Namespace) -> int:
     from pdctl.sdk.errors import SpecError
     from pdctl.sdk.lint import lint
 
+    if chosen_backend(args) != "local":
+        return _manifests(args)
     try:
         loaded = load(args)
     except SpecError as e:
@@ -83,4 +151,28 @@ def run(args: argparse.Namespace) -> int:
         out.print(f"[bold]router[/] {plan.router.host}:{plan.router.port}")
     for f in report.warnings:
         out.print(f"[yellow]warning[/] {f.code} {f.field}: {f.message}")
+    return 0
+
+
+def _manifests(args: argparse.Namespace) -> int:
+    """The backend's manifests instead of command lines (k8s: YAML or a JSON List)."""
+    from pdctl.cli.common import summary_line
+    from pdctl.sdk.backends.k8s import render_manifests, to_json, to_yaml
+    from pdctl.sdk.lint import lint
+
+    if args.shell:
+        console(stderr=True).print("[bold red]error[/]: --shell is for the local backend")
+        return 2
+    loaded = load(args)
+    report = lint(loaded.spec, check_bound_ports=False)
+    err = console(stderr=True)
+    if report.errors or report.plan is None:
+        print_findings(report.errors, err)
+        err.print(f"[bold red]error[/]: {summary_line(report, loaded.source)}; nothing rendered")
+        return 2
+    docs = render_manifests(loaded.spec, report.plan)
+    as_json = args.json or args.output == "json"
+    sys.stdout.write(to_json(docs) if as_json else to_yaml(docs))
+    for f in report.warnings:
+        err.print(f"[yellow]warning[/] {f.code} {f.field}: {f.message}")
     return 0

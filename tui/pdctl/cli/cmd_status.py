@@ -9,6 +9,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 
+from pdctl.cli.cmd_render import (
+    add_backend_argument,
+    chosen_backend,
+    open_chosen_backend,
+    print_backend_status,
+)
 from pdctl.cli.common import add_fleet_arguments, console, print_json, resolve_fleet_name
 
 
@@ -16,6 +22,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     from pdctl.cli.cmd_metrics import add_monitor_arguments
 
     add_fleet_arguments(p)
+    add_backend_argument(p)
     p.add_argument("--json", action="store_true", help="machine-readable status")
     p.add_argument(
         "--once",
@@ -28,6 +35,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.once:
         return _once(args)
+    if chosen_backend(args) != "local":
+        bst = asyncio.run(open_chosen_backend(args).status())
+        if args.json:
+            print_json(bst.as_dict())
+        else:
+            print_backend_status(bst, console())
+        return 0 if bst.all_ready else 1
     from pdctl.cli.fleetview import status_table
     from pdctl.sdk.fleet import fleet_status
 

@@ -14,11 +14,18 @@ import subprocess
 import sys
 import time
 
-from pdctl.cli.common import add_spec_arguments, console, load
+from pdctl.cli.cmd_render import (
+    add_backend_argument,
+    chosen_backend,
+    open_chosen_backend,
+    print_backend_status,
+)
+from pdctl.cli.common import add_spec_arguments, console, load, print_json
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     add_spec_arguments(p)
+    add_backend_argument(p)
     p.add_argument(
         "--timeout",
         type=float,
@@ -50,6 +57,8 @@ def _fleet(args: argparse.Namespace):  # type: ignore[no-untyped-def]
 
 
 def run(args: argparse.Namespace) -> int:
+    if chosen_backend(args) != "local":
+        return _on_backend(args)
     if args.detach:
         return _detach(args)
     return asyncio.run(_foreground(args))
@@ -145,4 +154,21 @@ def _detach(args: argparse.Namespace) -> int:
         )
     )
     out.print("stop it with `pdctl down`; logs: `pdctl logs INSTANCE -f`")
+    return 0
+
+
+def _on_backend(args: argparse.Namespace) -> int:
+    """Apply the fleet to its backend (e.g. a cluster), which then supervises it; wait
+    until every instance is ready unless ``--detach``."""
+    backend = open_chosen_backend(args, ready_timeout=args.timeout, grace=args.grace)
+    name = backend.spec.fleet.name
+    out = console(stderr=args.json)
+    with out.status(f"starting fleet {name} on {backend.kind}…"):
+        asyncio.run(backend.up(wait=not args.detach))
+    st = asyncio.run(backend.status())
+    if args.json:
+        print_json(st.as_dict())
+        return 0
+    print_backend_status(st, out)
+    out.print(f"stop it with `pdctl down --backend {backend.kind}`")
     return 0

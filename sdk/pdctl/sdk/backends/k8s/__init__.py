@@ -1,0 +1,20 @@
+"""Kubernetes: manifests rendered from the spec, applied and read back with ``kubectl``."""
+
+from pdctl.sdk.backends.k8s.backend import K8sBackend
+from pdctl.sdk.backends.k8s.kubectl import Kubectl, KubectlError
+from pdctl.sdk.backends.k8s.manifests import (
+    cluster_plan,
+    render_manifests,
+    to_json,
+    to_yaml,
+)
+
+__all__ = [
+    "K8sBackend",
+    "Kubectl",
+    "KubectlError",
+    "cluster_plan",
+    "render_manifests",
+    "to_json",
+    "to_yaml",
+]

@@ -1,0 +1,61 @@
+"""``python -m pdctl.sdk.backends.k8s.router --spec-json FILE``: the router in its pod.
+
+The same router as on one machine, given the cluster's view of the plan: each instance at
+its stable DNS name (a headless Service, or a LeaderWorkerSet leader), with the engine
+ids, ports, TP and PP the spec renders. So in push mode decode is told the prefill's
+identity before prefill answers, from the first request on. The side-channel host it
+first names is that DNS name (it resolves to the prefill pod's IP); each prefill then
+reports its pod IP in its response, the router adopts it (counted in
+``pdctl_router_identity_changes_total``) and re-sends that one decode leg. A prefill pod
+that is recreated gets a new IP and is learned the same way. The lint step is skipped:
+the router pod has no model files, and the spec was linted before it was applied.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from pdctl.sdk.backends.k8s.manifests import cluster_plan
+from pdctl.sdk.router.app import ApiKeyError, RouterApp, load_api_key
+from pdctl.sdk.router.core import ROUTER_MODES, Router
+from pdctl.sdk.router.server import serve
+from pdctl.sdk.spec import FleetSpec, RouterSpec
+
+BIND = "0.0.0.0"
+
+
+def build(spec: FleetSpec, mode: str | None = None) -> RouterApp:
+    """The router app over the cluster plan; ValueError/ApiKeyError when it cannot run."""
+    chosen = next((m for m in ROUTER_MODES if m == mode), None)
+    if mode is not None and chosen is None:
+        raise ValueError(f"unknown mode {mode!r}; use one of {', '.join(ROUTER_MODES)}")
+    router = Router(spec, cluster_plan(spec), mode=chosen)
+    return RouterApp(router, api_key=load_api_key(router))
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m pdctl.sdk.backends.k8s.router")
+    ap.add_argument("--spec-json", required=True)
+    ap.add_argument("--mode", default=None)
+    args = ap.parse_args(argv)
+    spec = FleetSpec.model_validate_json(Path(args.spec_json).read_text())
+    try:
+        app = build(spec, args.mode)
+    except (ValueError, ApiKeyError) as e:
+        print(f"pdctl router: {e}", file=sys.stderr)
+        return 2
+    port = (spec.router or RouterSpec()).port
+    r = app.router
+    print(
+        f"pdctl router: {r.mode} mode on http://{BIND}:{port} → "
+        f"{len(r.prefills)} prefill, {len(r.decodes)} decode instance(s)",
+        flush=True,
+    )
+    serve(app, BIND, port)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
