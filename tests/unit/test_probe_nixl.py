@@ -77,7 +77,10 @@ SRC = tuple(range(16))
 
 
 def _received(p: Pair, rid: str) -> bool:
-    return any(r.request_id == rid for r in p.of(m.Received))
+    """The target counted every notification and every rank saw its WRITE complete (the
+    notification can arrive before the writer polls its handle)."""
+    writes = [d for d in p.of(WriteDone) if d.request_id == rid]
+    return any(r.request_id == rid for r in p.of(m.Received)) and len(writes) == len(p.ranks)
 
 
 def test_registration_first(pair1):

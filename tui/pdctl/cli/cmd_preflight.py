@@ -7,6 +7,7 @@ cannot work, unreadable input).
 from __future__ import annotations
 
 import argparse
+import functools
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -88,6 +89,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default=[],
         help="vLLM/nixlbench/NCCL/UCX log with measured transfers (repeatable)",
     )
+    p.add_argument(
+        "--probe",
+        action="store_true",
+        help="also push this prompt's KV through NIXL between two local processes (pdctl "
+        "probe; needs the cpu or gpu extra) and compare measured with expected bandwidth",
+    )
     p.add_argument("--json", action="store_true", help="machine-readable report")
 
 
@@ -108,14 +115,14 @@ def run(args: argparse.Namespace) -> int:
             return 2
         spec, source = loaded.spec, loaded.source
     prompt_len, p95 = args.prompt_len
-    report = run_preflight(
+    preflight = functools.partial(
+        run_preflight,
         spec,
         model=args.model,
         prompt_len=prompt_len,
         prompt_len_p95=p95,
         rate=args.rate,
         ttft_colocated_s=args.ttft_colocated,
-        measured_transfer_s=args.measured_transfer,
         peak_tflops=args.peak_tflops,
         kv_dtype=args.kv_dtype,
         mode=args.mode,
@@ -123,11 +130,25 @@ def run(args: argparse.Namespace) -> int:
         sysfs_root=args.sysfs_root,
         logs=args.log,
     )
+    report = preflight(measured_transfer_s=args.measured_transfer)
+    probe, line = None, ""
+    if args.probe:
+        from pdctl.cli.cmd_probe import measured_vs_expected, probe_for_preflight
+
+        worst = report.worst_pair()
+        model = args.model or (spec.model.path if spec else None)
+        probe = probe_for_preflight(model, prompt_len, worst.tp if worst else 1, args.kv_dtype)
+        if args.measured_transfer is None and probe["transfer_ms"]["p50"]:
+            measured_s = probe["transfer_ms"]["p50"] / 1e3
+            report = preflight(measured_transfer_s=measured_s, inventory=report.inventory)
+        line, probe["degraded"] = measured_vs_expected(probe, worst.expected_bps if worst else None)
     report.source = source
     if args.json:
-        print_json(report.as_dict())
+        print_json({**report.as_dict(), **({"probe": probe} if probe else {})})
     else:
         render(report, console())
+        if probe:
+            console().print(line, style="bold yellow" if probe["degraded"] else None)
     return report.exit_code
 
 

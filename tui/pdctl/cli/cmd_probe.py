@@ -161,3 +161,46 @@ def _f(v: float | None) -> str:
 
 def _ms(v: float | None) -> str:
     return "-" if v is None else f"{v:.2f} ms"
+
+
+# ------------------------------------------------------------------- preflight --probe
+
+DEGRADED_FRACTION = 0.3
+
+
+def probe_for_preflight(
+    model: str | None, prompt_len: int, tp: int, kv_dtype: str | None
+) -> dict[str, Any]:
+    """One short probe run at the intended prompt's KV size between two local processes
+    (GPU memory when CUDA is available); raises :class:`ProbeFailed` when it cannot run."""
+    if not model:
+        raise ProbeFailed("--probe needs the model's config.json for the KV size: pass --model")
+    argv = [sys.executable, "-m", "pdctl.connector.probe", "--model", model]
+    argv += ["--prompt-len", str(prompt_len), "--tp", str(tp), "--device", "auto"]
+    argv += ["--count", "5", "--warmup", "2", "--progress"]
+    if kv_dtype:
+        argv += ["--kv-dtype", kv_dtype]
+    result = run_probe(argv, timeout_s=900.0)
+    if result.get("error"):
+        raise ProbeFailed(f"--probe: {_explain(str(result['error']))}")
+    return result
+
+
+def measured_vs_expected(result: dict[str, Any], expected_bps: float | None) -> tuple[str, bool]:
+    """A one-line comparison, and whether the software path looks degraded
+    (measured < 0.3 x expected)."""
+    gbps = result.get("gbps_per_request_p50")
+    lanes = result["ucx"]["transports"]
+    lanes = ", ".join(lanes) if isinstance(lanes, list) else str(lanes)
+    if gbps is None:
+        return f"probe: no completed transfer ({'; '.join(result['errors'][:2])})", True
+    line = (
+        f"probe: measured {gbps:.2f} GB/s per rank (transfer p50 "
+        f"{result['transfer_ms']['p50']:.1f} ms, UCX {lanes}, local processes)"
+    )
+    if expected_bps is None:
+        return line + "; no expected figure to compare (no planned GPU pair)", False
+    ratio = gbps * 1e9 / expected_bps
+    degraded = ratio < DEGRADED_FRACTION
+    line += f" vs {expected_bps / 1e9:.2f} GB/s expected ({ratio:.0%})"
+    return line + ("; software path degraded" if degraded else ""), degraded

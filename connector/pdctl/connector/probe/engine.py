@@ -395,7 +395,8 @@ class TargetEngine:
     ) -> None:
         self.geo, self.tp, self.engine_id = geo, tp, engine_id
         self.agent = make_agent(name, ucx_params)
-        self.pools = [Pool(geo, device, seed=None, index=r) for r in range(tp)]
+        # device index tp + r: on a multi-GPU host the two ends sit on different GPUs
+        self.pools = [Pool(geo, device, seed=None, index=tp + r) for r in range(tp)]
         for p in self.pools:
             p.register(self.agent)
         self.allocator = RingAllocator(geo.pool_blocks)
