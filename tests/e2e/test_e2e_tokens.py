@@ -124,6 +124,13 @@ def test_tokens_path_text_equals_text_path_and_decode_alone(fleet: Fleet, text_r
         )
 
 
+def test_default_max_tokens_is_honoured(fleet: Fleet):
+    """16 is SamplingParams' default: vLLM's render drops it, the router must not."""
+    r = httpx.post(router_url(fleet) + "/v1/completions", json=body(LONG[2], max_tokens=16))
+    assert r.status_code == 200, r.text
+    assert r.json()["usage"]["completion_tokens"] == 16
+
+
 def test_tokens_path_streams_the_same_text(fleet: Fleet):
     with httpx.Client(timeout=120) as c:
         for prompt in (SHORT[0], LONG[0]):

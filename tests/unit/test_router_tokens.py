@@ -21,7 +21,7 @@ LONG = "one two three four five six"  # 6 tokens in the mock render server
 SHORT = "one two"  # 2 tokens
 
 
-def body(prompt: str, **kw: Any) -> dict[str, Any]:
+def body(prompt: str | list[str], **kw: Any) -> dict[str, Any]:
     return {"model": "tiny", "prompt": prompt, "max_tokens": 3, **kw}
 
 
@@ -120,8 +120,16 @@ async def test_render_server_down(fallback: str):
             assert tl["route_path"] == "text-fallback"
 
 
+async def test_max_tokens_dropped_by_render_is_restored():
+    async with rig("push", router=TOKENS, render=True) as t, httpx.AsyncClient() as c:
+        r = await c.post(t.url + "/v1/completions", json=body(LONG, max_tokens=16))
+        assert r.status_code == 200, r.text
+        (dreq,) = t.d.state.requests
+        assert dreq["body"]["sampling_params"]["max_tokens"] == 16
+
+
 def test_prefill_generate_body_keeps_the_request_but_one_token():
-    gen = {
+    gen: dict[str, Any] = {
         "token_ids": [1, 2],
         "sampling_params": {"max_tokens": 9, "min_tokens": 3, "temperature": 0},
         "stream": True,

@@ -214,7 +214,11 @@ class MockServer:
                 {
                     "request_id": "cmpl-render",
                     "token_ids": list(range(10, 10 + max(1, len(p.split())))),
-                    "sampling_params": {"max_tokens": req.get("max_tokens") or 16},
+                    # like vLLM's render: a value equal to SamplingParams' default
+                    # (16) is left out
+                    "sampling_params": {"max_tokens": req["max_tokens"]}
+                    if req.get("max_tokens") not in (None, 16)
+                    else {},
                     "model": self.config.served_name,
                     "stream": bool(req.get("stream")),
                 }

@@ -100,6 +100,16 @@ async def _render(
     return u, gen
 
 
+def _keep_max_tokens(gen: dict[str, Any], body: dict[str, Any]) -> None:
+    """vLLM's render leaves ``max_tokens`` out of the sampling parameters when it equals
+    SamplingParams' default (16), and ``/inference/v1/generate`` then treats it as unset
+    (the rest of the context window). Carry the client's value explicitly."""
+    want = body.get("max_completion_tokens", body.get("max_tokens"))
+    sampling = gen.get("sampling_params")
+    if isinstance(want, int) and isinstance(sampling, dict) and "max_tokens" not in sampling:
+        gen["sampling_params"] = {**sampling, "max_tokens": want}
+
+
 async def route_tokens(
     router: Router, path: str, body: dict[str, Any], tl: Timeline
 ) -> Reply | StreamReply:
@@ -117,6 +127,7 @@ async def route_tokens(
         router.m_decisions.inc(tl.decision, tl.route_path)
         return await router.route_text(path, body, tl)
     tl.route_path = "tokens"
+    _keep_max_tokens(gen, body)
     ids: list[int] = gen["token_ids"]
     tl.prompt_tokens = len(ids)
     stream = bool(body.get("stream"))
