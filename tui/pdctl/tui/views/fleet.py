@@ -1,4 +1,4 @@
-"""The home view: router → prefill → decode, one row per instance."""
+"""The home view: router → render → prefill → decode, one row per instance."""
 
 from __future__ import annotations
 
@@ -12,9 +12,15 @@ from pdctl.tui import fmt
 from pdctl.tui.views.base import Frame, View
 from pdctl.tui.widgets import Cell, Column, SyncTable
 
-ROLE_ORDER = {"router": 0, "prefill": 1, "colocated": 1, "decode": 2}
-ROLE_STYLE = {"router": "bold", "prefill": "cyan", "decode": "magenta", "colocated": "blue"}
-TREE = {"router": "◆ ", "prefill": "├ ", "colocated": "├ ", "decode": "└ "}
+ROLE_ORDER = {"router": 0, "render": 1, "prefill": 2, "colocated": 2, "decode": 3}
+ROLE_STYLE = {
+    "router": "bold",
+    "render": "green",
+    "prefill": "cyan",
+    "decode": "magenta",
+    "colocated": "blue",
+}
+TREE = {"router": "◆ ", "render": "├ ", "prefill": "├ ", "colocated": "├ ", "decode": "└ "}
 
 COLUMNS = (
     Column("name", "instance", 16),
