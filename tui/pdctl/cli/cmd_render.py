@@ -91,7 +91,7 @@ def run(args: argparse.Namespace) -> int:
     from pdctl.sdk.errors import SpecError
     from pdctl.sdk.lint import lint
 
-    if chosen_backend(args) != "local":
+    if chosen_backend(args) != "local" and not (args.json or args.shell):
         return _manifests(args)
     try:
         loaded = load(args)
@@ -155,14 +155,12 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _manifests(args: argparse.Namespace) -> int:
-    """The backend's manifests instead of command lines (k8s: YAML or a JSON List)."""
+    """The backend's manifests (k8s: YAML or a JSON List); --json and --shell still give
+    the instances' command lines."""
     from pdctl.cli.common import summary_line
     from pdctl.sdk.backends.k8s import render_manifests, to_json, to_yaml
     from pdctl.sdk.lint import lint
 
-    if args.shell:
-        console(stderr=True).print("[bold red]error[/]: --shell is for the local backend")
-        return 2
     loaded = load(args)
     report = lint(loaded.spec, check_bound_ports=False)
     err = console(stderr=True)
@@ -171,8 +169,7 @@ def _manifests(args: argparse.Namespace) -> int:
         err.print(f"[bold red]error[/]: {summary_line(report, loaded.source)}; nothing rendered")
         return 2
     docs = render_manifests(loaded.spec, report.plan)
-    as_json = args.json or args.output == "json"
-    sys.stdout.write(to_json(docs) if as_json else to_yaml(docs))
+    sys.stdout.write(to_json(docs) if args.output == "json" else to_yaml(docs))
     for f in report.warnings:
         err.print(f"[yellow]warning[/] {f.code} {f.field}: {f.message}")
     return 0

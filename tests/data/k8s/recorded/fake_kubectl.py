@@ -46,7 +46,7 @@ elif verb == "get":
     sys.stdout.write(pages[min(n, len(pages) - 1)].read_text() if pages else '{"items": []}')
 elif verb == "delete":
     out = text("delete.txt")
-    targets = [a for a in argv[1:] if "/" in a and not a.startswith("-")]
+    targets = [] if "-l" in argv else [a for a in argv[1:] if "/" in a and a[0] != "-"]
     sys.stdout.write(out or "".join(t + "\n" for t in targets))
 else:
     print(f"fake kubectl: unknown command {argv}", file=sys.stderr)
