@@ -72,7 +72,9 @@ def pdctl_cmd(*args: str, rc_file: Path) -> str:
     }
     exports = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
     cmd = shlex.join([sys.executable, "-m", "pdctl.cli.main", *args])
-    return f"env {exports} {cmd}; echo $? > {shlex.quote(str(rc_file))}"
+    # COLUMNS/LINES can leak in from the test runner's environment (80x24) and would
+    # override the pane's real size
+    return f"env -u COLUMNS -u LINES {exports} {cmd}; echo $? > {shlex.quote(str(rc_file))}"
 
 
 def test_demo_opens_the_ui_with_live_values(
@@ -88,7 +90,8 @@ def test_demo_opens_the_ui_with_live_values(
     text = wait_for("demo", lambda s: MOVED.search(s) is not None, "KV bytes moved", 180)
     assert "UP" in text
     assert "decode-0" in text
-    assert "router push" in text  # the router's mode, read from its control API
+    # the router's mode, read from its control API (on a later round than the first figures)
+    wait_for("demo", lambda s: "router push" in s, "the router's mode", 30)
 
     tmux("send-keys", "-t", "demo", "3")  # transfers: the initiator's row with a real rate
     text = wait_for("demo", lambda s: "initiator" in s and "prefill-0" in s, "transfers", 30)

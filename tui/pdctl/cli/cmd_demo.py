@@ -263,6 +263,15 @@ async def _ui_body(f: AsyncFleet, stats: Traffic, args: argparse.Namespace, rela
             app.exit()
         await ui
     finally:
+        # also on SIGINT/SIGTERM/SIGHUP (this task is cancelled): the UI must end, or its
+        # threads keep the process alive after the fleet is down
+        if not ui.done():
+            app.exit()
+            with contextlib.suppress(asyncio.CancelledError, TimeoutError, Exception):
+                await asyncio.wait_for(asyncio.shield(ui), 5)
+            ui.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await ui
         relay.release()
         traffic.cancel()
         with contextlib.suppress(asyncio.CancelledError):
