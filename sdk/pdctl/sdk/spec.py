@@ -390,10 +390,58 @@ class K8sSpec(_Strict):
         return max(1, -(-ranks // self.gpus_per_node)) if self.uses_lws(ranks) else 1
 
 
-class RaySpec(_Strict):
-    """Ray cluster settings (the Ray backend)."""
+RAY_MANAGED_RESOURCES = ("CPU", "GPU", "memory", "object_store_memory")
 
-    address: str | None = Field(default=None, description="Ray address; default: auto.")
+
+class RayGroup(_Strict):
+    """Where the instances of one group (or the router) go on a Ray cluster."""
+
+    resources: dict[str, float] = Field(
+        default_factory=dict,
+        description="Custom Ray resources each instance needs, e.g. {node_a = 1} to pick "
+        "the node started with `ray start --resources '{\"node_a\": 1}'`.",
+    )
+    num_cpus: float | None = Field(
+        default=None, ge=0, description="CPUs Ray reserves per instance; default backend.ray's."
+    )
+    num_gpus: float | None = Field(
+        default=None,
+        ge=0,
+        description="GPUs per instance; default tp*pp*dp on the GPU platform, 0 on CPU.",
+    )
+
+    @field_validator("resources")
+    @classmethod
+    def _custom_only(cls, v: dict[str, float]) -> dict[str, float]:
+        for name, n in v.items():
+            if name in RAY_MANAGED_RESOURCES:
+                knob = {"CPU": "num_cpus", "GPU": "num_gpus"}.get(name)
+                how = f"set {knob} instead" if knob else "pdctl does not reserve it"
+                raise ValueError(f"{name!r} is not a custom resource: {how}")
+            if not name.strip() or n < 0:
+                raise ValueError(f"{name!r} = {n}: name a resource and ask for >= 0 of it")
+        return v
+
+
+class RaySpec(_Strict):
+    """Ray cluster settings (the Ray backend): every instance and the router become a
+    detached Ray actor on a node that has what its group asks for."""
+
+    address: str | None = Field(
+        default=None,
+        description="Ray address (GCS host:port or 'auto'); default: RAY_ADDRESS, else auto.",
+    )
+    namespace: str = Field(
+        default="pdctl", min_length=1, description="Ray namespace of the fleet's actors."
+    )
+    num_cpus: float = Field(default=1.0, ge=0, description="CPUs Ray reserves per instance.")
+    groups: dict[str, RayGroup] = Field(
+        default_factory=dict,
+        description="Placement per group name ('prefill', 'decode-a', … or 'router').",
+    )
+    start_timeout_s: float = Field(
+        default=120.0, gt=0, description="How long Ray may take to place and start an actor."
+    )
 
 
 class BackendSpec(_Strict):

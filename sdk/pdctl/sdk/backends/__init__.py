@@ -35,7 +35,13 @@ def _k8s(spec: FleetSpec, **kw: Any) -> Backend:
     return K8sBackend(spec, **kw)
 
 
-FACTORIES: dict[str, BackendFactory] = {"local": _local, "k8s": _k8s}
+def _ray(spec: FleetSpec, **kw: Any) -> Backend:
+    from pdctl.sdk.backends.ray import RayBackend
+
+    return RayBackend(spec, **kw)
+
+
+FACTORIES: dict[str, BackendFactory] = {"local": _local, "k8s": _k8s, "ray": _ray}
 """Backend kind → factory(spec, *, source, ready_timeout, grace)."""
 
 
