@@ -22,9 +22,10 @@ from pdctl.sdk.spec import FleetSpec
 DEFAULT_PROMPT_LEN = 8192
 MFU = 0.4
 MEASURE_HINT = (
-    "measure for real: start the pair (pdctl up), send prompts of the intended length, and "
-    "read the prefill log's 'KV Transfer metrics:' line (or run nixlbench between the "
-    "planned GPUs); pass that log back with --log FILE"
+    "measure for real: add --probe (moves the intended prompt's KV through NIXL between "
+    "two local processes; pdctl probe --listen/--connect across hosts), or start the pair "
+    "(pdctl up), send prompts of the intended length and pass the prefill log's 'KV "
+    "Transfer metrics:' line back with --log FILE"
 )
 
 
