@@ -30,31 +30,18 @@ import httpx
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _bench import free_port
 
+from pdctl.cli.cmd_demo import DEMO_WORDS
 from pdctl.sdk.fleet import AsyncFleet
 from pdctl.sdk.fleet.procs import cpu_seconds, instance_pids
 from pdctl.sdk.paths import demo_spec_text, tiny_model_dir
 from pdctl.sdk.spec import FleetSpec
 from pdctl.sdk.specload import load_spec
 
-WORDS = [
-    "cache",
-    "block",
-    "prefill",
-    "decode",
-    "router",
-    "token",
-    "engine",
-    "fleet",
-    "push",
-    "write",
-    "quiet",
-    "green",
-]
-
 
 def prompts(n: int) -> list[str]:
     return [
-        " ".join(WORDS[(i * 7 + j) % len(WORDS)] for j in range(8 + (i * 13) % 120)) + f" #{i}"
+        " ".join(DEMO_WORDS[(i * 7 + j) % len(DEMO_WORDS)] for j in range(8 + (i * 13) % 120))
+        + f" #{i}"
         for i in range(n)
     ]
 

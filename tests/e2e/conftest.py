@@ -22,6 +22,22 @@ from tests.conftest import free_ports
 
 pytestmark = pytest.mark.e2e
 
+WORDS = [
+    "cache",
+    "block",
+    "prefill",
+    "decode",
+    "router",
+    "token",
+    "engine",
+    "fleet",
+    "push",
+    "write",
+    "quiet",
+    "green",
+]
+"""The vocabulary of the e2e tests' greedy prompts."""
+
 
 @pytest.fixture(scope="session")
 def tiny_model() -> Path:

@@ -22,29 +22,11 @@ from pdctl.sdk.metrics.derive import Scrape
 from pdctl.sdk.metrics.monitor import FleetMonitor
 from pdctl.sdk.metrics.promtext import parse_text
 from pdctl.sdk.metrics.rendezvous import Rendezvous
-from tests.e2e.conftest import demo_spec, extra_router, running_fleet
+from tests.e2e.conftest import WORDS, demo_spec, extra_router, running_fleet
 
 pytestmark = pytest.mark.e2e
 
 NAME = "e2e-router"
-WORDS = [
-    "cache",
-    "block",
-    "prefill",
-    "decode",
-    "router",
-    "token",
-    "engine",
-    "fleet",
-    "push",
-    "write",
-    "quiet",
-    "green",
-    "small",
-    "fast",
-    "early",
-    "late",
-]
 PROMPTS = [
     " ".join(WORDS[(i * 7 + j) % len(WORDS)] for j in range(8 + i)) + f" #{i}" for i in range(16)
 ]

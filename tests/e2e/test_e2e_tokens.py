@@ -21,26 +21,12 @@ from pdctl.sdk.metrics.monitor import FleetMonitor
 from pdctl.sdk.metrics.promtext import parse
 from pdctl.sdk.spec import FleetSpec
 from tests.conftest import free_ports
-from tests.e2e.conftest import demo_spec, extra_router, running_fleet
+from tests.e2e.conftest import WORDS, demo_spec, extra_router, running_fleet
 
 pytestmark = pytest.mark.e2e
 
 NAME = "e2e-tokens"
 THRESHOLD = 24
-WORDS = [
-    "cache",
-    "block",
-    "prefill",
-    "decode",
-    "router",
-    "token",
-    "engine",
-    "fleet",
-    "push",
-    "write",
-    "quiet",
-    "green",
-]
 # 8 prompts well under the threshold, 8 well over it (token counts checked below)
 SHORT = [" ".join(WORDS[(i + j) % len(WORDS)] for j in range(2 + i % 3)) for i in range(8)]
 LONG = [

@@ -7,10 +7,9 @@ import argparse
 from pdctl.cli.common import (
     add_spec_arguments,
     console,
-    load,
+    load_or_report,
     print_findings,
     print_json,
-    spec_error_json,
     summary_line,
 )
 
@@ -28,7 +27,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from pdctl.sdk.errors import SpecError
     from pdctl.sdk.lint import RULES, lint
 
     if args.rules:
@@ -39,13 +37,8 @@ def run(args: argparse.Namespace) -> int:
             for r in RULES:
                 out.print(f"{r.code}  {r.title}")
         return 0
-    try:
-        loaded = load(args)
-    except SpecError as e:
-        if args.json:
-            print_json(spec_error_json(e))
-        else:
-            console(stderr=True).print(f"[bold red]error[/]: {e}", markup=True)
+    loaded = load_or_report(args)
+    if loaded is None:
         return 2
     report = lint(loaded.spec, check_bound_ports=not args.no_port_check)
     code = report.exit_code(strict=args.strict)

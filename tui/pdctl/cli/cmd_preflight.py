@@ -11,7 +11,7 @@ import functools
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from pdctl.cli.common import add_spec_arguments, console, load, print_json, spec_error_json
+from pdctl.cli.common import add_spec_arguments, console, load_or_report, print_json
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -99,19 +99,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from pdctl.sdk.errors import SpecError
     from pdctl.sdk.preflight import run_preflight
 
     spec = None
     source = None
     if args.file is not None or args.overrides or Path("pdctl.toml").is_file():
-        try:
-            loaded = load(args)
-        except SpecError as e:
-            if args.json:
-                print_json(spec_error_json(e))
-            else:
-                console(stderr=True).print(f"[bold red]error[/]: {e}", markup=True)
+        loaded = load_or_report(args)
+        if loaded is None:
             return 2
         spec, source = loaded.spec, loaded.source
     prompt_len, p95 = args.prompt_len

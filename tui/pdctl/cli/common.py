@@ -20,6 +20,21 @@ def load(args: argparse.Namespace) -> LoadedSpec:
     return load_spec(args.file, args.overrides)
 
 
+def load_or_report(args: argparse.Namespace) -> LoadedSpec | None:
+    """The spec, or None after printing why it is invalid (JSON with ``--json``); the
+    caller then exits 2."""
+    from pdctl.sdk.errors import SpecError
+
+    try:
+        return load(args)
+    except SpecError as e:
+        if getattr(args, "json", False):
+            print_json(spec_error_json(e))
+        else:
+            console(stderr=True).print(f"[bold red]error[/]: {e}", markup=True)
+        return None
+
+
 def print_json(obj: Any) -> None:
     json.dump(obj, sys.stdout, indent=2, sort_keys=False)
     sys.stdout.write("\n")
