@@ -198,9 +198,9 @@ def test_api_errors_carry_kubectl_stderr(kubectl):
         Kubectl("default").run(["frobnicate"])
 
 
-def test_ray_is_not_available_yet():
-    with pytest.raises(BackendError, match="'ray' backend is not available"):
-        open_backend(k8s_example(GPU), "ray")
+def test_unknown_backend_is_refused():
+    with pytest.raises(BackendError, match=r"'nomad' backend is not available.*k8s, local, ray"):
+        open_backend(k8s_example(GPU), "nomad")  # type: ignore[arg-type]
 
 
 # ---------------------------------------------------------------------- CLI

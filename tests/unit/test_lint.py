@@ -61,6 +61,13 @@ def _kube(k8s: dict[str, Any] | None = None, **kw: Any) -> dict[str, Any]:
     return d
 
 
+def _on_ray(groups: dict[str, Any] | None = None, **kw: Any) -> dict[str, Any]:
+    """A spec on the ray backend (``groups``: backend.ray.groups)."""
+    d = _gpu(**kw)
+    d["backend"] = {"kind": "ray", "ray": {"groups": groups or {}}}
+    return d
+
+
 # code -> (triggering spec, clean spec); model_dir passed for rules that read config.json
 CASES: dict[str, tuple[Callable[[Any], dict[str, Any]], Callable[[Any], dict[str, Any]]]] = {
     "PD001": (
@@ -199,6 +206,22 @@ CASES: dict[str, tuple[Callable[[Any], dict[str, Any]], Callable[[Any], dict[str
     "PD031": (
         lambda md: _kube(model={"path": "~/models/tiny"}),
         lambda md: _kube(model={"path": "/models/tiny"}),
+    ),
+    "PD032": (
+        lambda md: _on_ray(prefill=[{"side_channel_host": "127.0.0.1"}]),
+        lambda md: _on_ray(prefill=[{"host": "127.0.0.1"}]),
+    ),
+    "PD033": (
+        lambda md: _on_ray({"decode": {"num_gpus": 0}}),
+        lambda md: _on_ray({"decode": {"num_gpus": 0.5}}),
+    ),
+    "PD034": (
+        lambda md: _on_ray({"decode-a": {"resources": {"node_b": 1}}}),
+        lambda md: _on_ray({"decode": {"resources": {"node_b": 1}}}),
+    ),
+    "PD035": (
+        lambda md: _on_ray(prefill=[{}], decode=[{"devices": [1]}]),
+        lambda md: _on_ray(prefill=[{}], decode=[{}]),
     ),
 }
 

@@ -5,12 +5,14 @@ from __future__ import annotations
 import argparse
 
 from pdctl.cli.cmd_render import add_backend_argument, chosen_backend, open_chosen_backend
+from pdctl.cli.cmd_up import add_address_argument, apply_address
 from pdctl.cli.common import add_fleet_arguments, console, resolve_fleet_name
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     add_fleet_arguments(p)
     add_backend_argument(p)
+    add_address_argument(p)
     p.add_argument(
         "--grace", type=float, default=10.0, help="seconds between SIGTERM and SIGKILL (default 10)"
     )
@@ -21,6 +23,7 @@ def run(args: argparse.Namespace) -> int:
     from pdctl.sdk.fleet import remote_down
 
     out = console()
+    apply_address(args)
     if chosen_backend(args) != "local":
         import asyncio
 

@@ -40,7 +40,7 @@ def add_backend_argument(p: argparse.ArgumentParser) -> None:
     """``--backend``, shared by render/up/down/status (default: the spec's backend.kind)."""
     p.add_argument(
         "--backend",
-        choices=("local", "k8s"),
+        choices=("local", "k8s", "ray"),
         default=None,
         help="where the fleet runs (default: backend.kind of the spec, else local)",
     )
@@ -91,7 +91,7 @@ def run(args: argparse.Namespace) -> int:
     from pdctl.sdk.errors import SpecError
     from pdctl.sdk.lint import lint
 
-    if chosen_backend(args) != "local" and not (args.json or args.shell):
+    if chosen_backend(args) == "k8s" and not (args.json or args.shell):
         return _manifests(args)
     try:
         loaded = load(args)

@@ -15,6 +15,7 @@ from pdctl.cli.cmd_render import (
     open_chosen_backend,
     print_backend_status,
 )
+from pdctl.cli.cmd_up import add_address_argument, apply_address
 from pdctl.cli.common import add_fleet_arguments, console, print_json, resolve_fleet_name
 
 
@@ -23,6 +24,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
     add_fleet_arguments(p)
     add_backend_argument(p)
+    add_address_argument(p)
     p.add_argument("--json", action="store_true", help="machine-readable status")
     p.add_argument(
         "--once",
@@ -35,6 +37,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.once:
         return _once(args)
+    apply_address(args)
     if chosen_backend(args) != "local":
         bst = asyncio.run(open_chosen_backend(args).status())
         if args.json:

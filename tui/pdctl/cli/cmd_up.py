@@ -23,9 +23,33 @@ from pdctl.cli.cmd_render import (
 from pdctl.cli.common import add_spec_arguments, console, load, print_json
 
 
+def add_address_argument(p: argparse.ArgumentParser) -> None:
+    """``--address`` of the ray backend, shared by up/down/status."""
+    p.add_argument(
+        "--address",
+        default=None,
+        metavar="HOST:PORT",
+        help="ray backend: the Ray cluster to use (its GCS address, or 'auto'); sets "
+        "backend.ray.address and implies --backend ray",
+    )
+
+
+def apply_address(args: argparse.Namespace) -> None:
+    """``--address`` → ``--backend ray`` and ``backend.ray.address``."""
+    from pdctl.sdk.errors import PdctlError
+
+    if not getattr(args, "address", None):
+        return
+    if args.backend not in (None, "ray"):
+        raise PdctlError(f"--address is for the ray backend, not --backend {args.backend}")
+    args.backend = "ray"
+    args.overrides = [*args.overrides, f"backend.ray.address={args.address}"]
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     add_spec_arguments(p)
     add_backend_argument(p)
+    add_address_argument(p)
     p.add_argument(
         "--timeout",
         type=float,
@@ -57,6 +81,7 @@ def _fleet(args: argparse.Namespace):  # type: ignore[no-untyped-def]
 
 
 def run(args: argparse.Namespace) -> int:
+    apply_address(args)
     if chosen_backend(args) != "local":
         return _on_backend(args)
     if args.detach:

@@ -7,6 +7,7 @@ this boundary (Ray ships partial type information).
 from __future__ import annotations
 
 import os
+import socket
 from typing import Any
 
 from pdctl.sdk.backends.base import BackendError
@@ -15,6 +16,10 @@ from pdctl.sdk.backends.ray.placement import Node
 
 INSTALL_HINT = "pip install 'pdctl[ray]' (the same Ray version as the cluster's)"
 CALL_TIMEOUT_S = 10.0
+CONNECT_TIMEOUT_S = 5.0
+JOIN_HINT = (
+    "start a cluster (`ray start --head`) or point backend.ray.address (or --address) at one"
+)
 
 
 def import_ray() -> Any:
@@ -45,6 +50,7 @@ class RayCluster:
             return self.ray
         ray = import_ray()
         if not ray.is_initialized():
+            self._check_reachable()
             try:
                 ray.init(
                     address=self.address,
@@ -54,11 +60,27 @@ class RayCluster:
                 )
             except (ConnectionError, RuntimeError, ValueError) as e:
                 raise BackendError(
-                    f"cannot join the Ray cluster at {self.address!r}: {e}. Start one "
-                    "(`ray start --head`) or point backend.ray.address (or --address) at it"
+                    f"cannot join the Ray cluster at {self.address!r}: {e}; {JOIN_HINT}"
                 ) from None
         self.ray = ray
         return ray
+
+    def _check_reachable(self) -> None:
+        """Fail fast on an address nothing listens at (Ray itself retries for minutes)."""
+        if self.address == "local":
+            raise BackendError(
+                f"backend.ray.address = 'local' would start a new cluster: {JOIN_HINT}"
+            )
+        host, sep, port = self.address.removeprefix("ray://").rpartition(":")
+        if not sep or not port.isdigit():
+            return  # 'auto' and the like: Ray finds the cluster (or says it cannot) at once
+        try:
+            socket.create_connection((host.strip("[]"), int(port)), CONNECT_TIMEOUT_S).close()
+        except OSError as e:
+            raise BackendError(
+                f"cannot join the Ray cluster at {self.address!r}: nothing answers there "
+                f"({e.strerror or e}); {JOIN_HINT}"
+            ) from None
 
     def nodes(self) -> list[Node]:
         return [Node.from_ray(n) for n in self.connect().nodes()]

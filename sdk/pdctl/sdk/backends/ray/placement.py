@@ -19,7 +19,15 @@ from typing import Any
 
 from pdctl.sdk.backends.base import BackendError
 from pdctl.sdk.render import is_loopback, is_wildcard
-from pdctl.sdk.spec import FleetSpec, RayGroup, RaySpec, group_name, render_group_name
+from pdctl.sdk.spec import (
+    FleetSpec,
+    InstanceGroup,
+    RayGroup,
+    RaySpec,
+    Role,
+    group_name,
+    render_group_name,
+)
 
 ROUTER = "router"
 HEAD_RESOURCE = "node:__internal_head__"
@@ -110,20 +118,25 @@ def ray_options(spec: FleetSpec, group: str, ranks: int = 1) -> dict[str, float]
     return {"CPU": cpus, "GPU": gpus, **g.resources}
 
 
+def named_groups(spec: FleetSpec) -> list[tuple[str, Role, int, InstanceGroup]]:
+    """(group name, role, index in its role, group) of every prefill and decode group."""
+    n_by_role = {"prefill": len(spec.prefill), "decode": len(spec.decode)}
+    return [
+        (group_name(role, gi, g, n_by_role[role]), role, gi, g) for role, gi, g in spec.groups()
+    ]
+
+
 def demands(spec: FleetSpec) -> list[Demand]:
     """One demand per prefill/decode group, then render groups, then the router."""
-    out: list[Demand] = []
-    n_by_role = {"prefill": len(spec.prefill), "decode": len(spec.decode)}
-    for role, gi, g in spec.groups():
-        name = group_name(role, gi, g, n_by_role[role])
-        out.append(
-            Demand(
-                name,
-                tuple(f"{name}-{i}" for i in range(g.count)),
-                ray_options(spec, name, g.ranks),
-                _pin(g.host),
-            )
+    out = [
+        Demand(
+            name,
+            tuple(f"{name}-{i}" for i in range(g.count)),
+            ray_options(spec, name, g.ranks),
+            _pin(g.host),
         )
+        for name, _role, _gi, g in named_groups(spec)
+    ]
     for ri, r in enumerate(spec.render):
         name = render_group_name(ri, r, len(spec.render))
         out.append(
@@ -196,9 +209,8 @@ def resolve(spec: FleetSpec, placement: Placement) -> FleetSpec:
     """The spec as it runs on the placed nodes: loopback/wildcard hosts (and side-channel
     hosts) become the node's address; GPU indices are Ray's to choose, so pins go."""
     data = spec.model_dump(mode="python")
-    n_by_role = {"prefill": len(spec.prefill), "decode": len(spec.decode)}
-    for role, gi, g in spec.groups():
-        ip = placement.node_of(group_name(role, gi, g, n_by_role[role])).ip
+    for name, role, gi, g in named_groups(spec):
+        ip = placement.node_of(name).ip
         entry = data[role][gi]
         if _pin(g.host) is None:
             entry["host"] = ip
