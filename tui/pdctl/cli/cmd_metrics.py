@@ -39,11 +39,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def make_monitor(args: argparse.Namespace, interval: float = 1.0) -> FleetMonitor:
-    from pdctl.sdk.lint import lint, require_clean
+    from pdctl.sdk.backends import observed
     from pdctl.sdk.metrics.monitor import FleetMonitor
 
-    spec = load(args).spec
-    plan = require_clean(lint(spec, check_bound_ports=False))
+    spec, plan = observed(load(args).spec)
     return FleetMonitor.for_fleet(
         spec,
         plan,

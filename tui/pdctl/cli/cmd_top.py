@@ -71,11 +71,10 @@ def make_source(args: argparse.Namespace, spec: FleetSpec | None = None) -> Sour
             decodes=n - n // 2,
             interval_s=args.interval,
         )
-    from pdctl.sdk.lint import lint, require_clean
+    from pdctl.sdk.backends import observed
     from pdctl.tui.source import LiveSource
 
-    spec = spec or load(args).spec
-    plan = require_clean(lint(spec, check_bound_ports=False))
+    spec, plan = observed(spec or load(args).spec)
     return LiveSource(
         spec,
         plan,

@@ -17,6 +17,7 @@ from pdctl.sdk.backends.base import (
     BackendError,
     BackendStatus,
 )
+from pdctl.sdk.render import FleetPlan
 from pdctl.sdk.spec import BackendKind, FleetSpec
 
 BackendFactory = Callable[..., Backend]
@@ -67,5 +68,20 @@ __all__ = [
     "Backend",
     "BackendError",
     "BackendStatus",
+    "observed",
     "open_backend",
 ]
+
+
+def observed(spec: FleetSpec) -> tuple[FleetSpec, FleetPlan]:
+    """The spec and plan to watch a running fleet with (metrics stream, UI): the spec as
+    written on this machine; where the backend put it otherwise (Ray: node addresses;
+    k8s: in-cluster DNS names, reachable from inside the cluster or a port-forward)."""
+    from pdctl.sdk.lint import lint, require_clean
+
+    if spec.backend.kind == "local":
+        return spec, require_clean(lint(spec, check_bound_ports=False))
+    backend = open_backend(spec)
+    resolved = getattr(backend, "resolved", None)
+    placed = resolved() if callable(resolved) else spec
+    return (placed if isinstance(placed, FleetSpec) else spec), backend.endpoints()
