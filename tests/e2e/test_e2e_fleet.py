@@ -122,7 +122,7 @@ def test_logs_from_another_shell(fleet: Fleet):
     r = cli("logs", "prefill-0", "-n", "400")
     assert r.returncode == 0
     assert "=== pdctl: starting prefill-0" in r.stdout
-    assert "pdctl: NIXL progress thread disabled" in r.stdout
+    assert "pdctl: NIXL agent created without its progress thread" in r.stdout
 
 
 def test_sigkill_of_an_instance_is_reported_within_two_seconds(fleet: Fleet, state_root: Path):
