@@ -35,6 +35,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorRole
 from vllm.distributed.kv_transfer.kv_connector.v1.metrics import KVConnectorStats
 from vllm.distributed.kv_transfer.kv_connector.v1.nixl.base_worker import (
     NixlBaseConnectorWorker,
@@ -77,8 +78,12 @@ def _extra(vllm_config: Any, key: str, default: bool) -> bool:
 
 
 @contextlib.contextmanager
-def _cpu_knobs(vllm_config: Any) -> Iterator[None]:
-    """Apply the knobs while vLLM constructs the connector worker, and only then."""
+def _cpu_knobs(vllm_config: Any, role: Any) -> Iterator[None]:
+    """Apply the knobs while vLLM constructs the connector worker, and only then (the
+    scheduler-side connector creates no NIXL agent)."""
+    if role != KVConnectorRole.WORKER:
+        yield
+        return
     module: Any = sys.modules[NixlBaseConnectorWorker.__module__]
     original: Any = getattr(module, "nixl_agent_config", None)
     no_thread = not _extra(vllm_config, PROGRESS_THREAD, True) and original is not None
@@ -304,7 +309,7 @@ class PdctlPushConnector(NixlPushConnector):
     """vLLM's push connector with rendezvous telemetry and the small-machine knobs."""
 
     def __init__(self, vllm_config: Any, role: Any, kv_cache_config: Any = None) -> None:
-        with _cpu_knobs(vllm_config):
+        with _cpu_knobs(vllm_config, role):
             super().__init__(vllm_config, role, kv_cache_config)
         worker = self.connector_worker
         if type(worker) is NixlPushConnectorWorker and _hooks_fit():
@@ -329,5 +334,5 @@ class PdctlPullConnector(NixlPullConnector):
     """vLLM's pull connector with the small-machine knobs (no push rendezvous)."""
 
     def __init__(self, vllm_config: Any, role: Any, kv_cache_config: Any = None) -> None:
-        with _cpu_knobs(vllm_config):
+        with _cpu_knobs(vllm_config, role):
             super().__init__(vllm_config, role, kv_cache_config)
