@@ -1,0 +1,43 @@
+"""The pre-launch linter: every way a P/D fleet spec is known to fail, found before launch.
+
+Each rule has a stable code, names the offending field, says what the problem costs in
+production and how to fix it. Rules are plain functions over a :class:`LintContext`;
+:data:`RULES` lists them in code order (``pdctl lint --rules`` prints the table).
+"""
+
+from __future__ import annotations
+
+from pdctl.sdk.lint import k8s as _k8s_rules
+from pdctl.sdk.lint import local as _local_rules
+from pdctl.sdk.lint import ray as _ray_rules
+from pdctl.sdk.lint.core import (
+    MACHINE_RULES,
+    RAY_MACHINE_RULES,
+    RULES,
+    SEVERITY_ORDER,
+    Finding,
+    LintContext,
+    LintReport,
+    RuleInfo,
+    Severity,
+    lint,
+    require_clean,
+    rule,
+)
+
+_REGISTERED = (_local_rules, _k8s_rules, _ray_rules)  # importing them registers the rules
+
+__all__ = [
+    "MACHINE_RULES",
+    "RAY_MACHINE_RULES",
+    "RULES",
+    "SEVERITY_ORDER",
+    "Finding",
+    "LintContext",
+    "LintReport",
+    "RuleInfo",
+    "Severity",
+    "lint",
+    "require_clean",
+    "rule",
+]
