@@ -3,6 +3,8 @@ router's real control API; the replayed fleet's stop/restart)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from textual.command import CommandList
 
 from pdctl.tui.app import PdctlApp
@@ -114,6 +116,14 @@ async def test_readonly_refuses_every_change(clock):
     app = PdctlApp(src, readonly=True)
     async with app.run_test(size=(140, 36)) as pilot:
         main = await live(pilot, app)
+        said: list[str] = []
+        notify = main.notify
+
+        def record(message: str, **kw: Any) -> None:
+            said.append(message)  # notifications expire on screen; keep every one
+            notify(message, **kw)
+
+        main.notify = record  # type: ignore[method-assign]
         fleet_row(main, "decode-0")
         for key in ("X", "R", "D", "M"):
             await pilot.press(key)
@@ -123,7 +133,7 @@ async def test_readonly_refuses_every_change(clock):
         assert not src.restarts
         assert src.router_core.mode == "push"
         assert not any(u.drained for u in src.router_core.upstreams)
-        assert sum("read-only" in n.message for n in app._notifications) == 4
+        assert sum("read-only" in m for m in said) == 4, said
 
 
 async def test_palette_lists_actions_for_the_fleet(clock):
