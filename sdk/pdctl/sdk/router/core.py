@@ -654,16 +654,24 @@ class Router:
             tl.completion_tokens = events
             self.finish(tl, "ok", 200)
         except UpstreamError as e:
-            msg = f"decode {d.name} failed mid-answer: {e}"
-            self.finish(tl, "error", 502, msg)
-            yield b"data: " + error_body(502, msg, "upstream_error") + b"\n\n"
-            yield b"data: [DONE]\n\n"
+            for part in self.stream_failed(tl, f"decode {d.name} failed mid-answer: {e}"):
+                yield part
         finally:
-            d.outstanding -= 1
-            r.release()
-            if tl.done is None:  # the client went away
-                tl.completion_tokens = events
-                self.finish(tl, "cancelled", 499, "client disconnected")
+            self.stream_closed(d, r, tl, events)
+
+    def stream_failed(self, tl: Timeline, msg: str) -> tuple[bytes, bytes]:
+        """Settle a stream that broke mid-answer; the two SSE events that end it cleanly
+        for the client (an OpenAI-style error, then ``[DONE]``)."""
+        self.finish(tl, "error", 502, msg)
+        return b"data: " + error_body(502, msg, "upstream_error") + b"\n\n", b"data: [DONE]\n\n"
+
+    def stream_closed(self, d: Upstream, r: Response, tl: Timeline, events: int) -> None:
+        """A relayed stream ended (or its client went away): release decode's leg."""
+        d.outstanding -= 1
+        r.release()
+        if tl.done is None:  # the client went away
+            tl.completion_tokens = events
+            self.finish(tl, "cancelled", 499, "client disconnected")
 
     # ------------------------------------------------------------------ operator control
 

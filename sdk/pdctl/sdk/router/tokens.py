@@ -30,7 +30,6 @@ from pdctl.sdk.router.core import (
     StreamReply,
     Timeline,
     Upstream,
-    error_body,
 )
 from pdctl.sdk.router.upstream import Response, UpstreamError
 
@@ -247,13 +246,7 @@ async def _derender_stream(
         tl.completion_tokens = events
         router.finish(tl, "ok", 200)
     except (UpstreamError, ValueError) as e:
-        msg = f"tokens stream failed mid-answer: {e}"
-        router.finish(tl, "error", 502, msg)
-        yield b"data: " + error_body(502, msg, "upstream_error") + b"\n\n"
-        yield b"data: [DONE]\n\n"
+        for part in router.stream_failed(tl, f"tokens stream failed mid-answer: {e}"):
+            yield part
     finally:
-        d.outstanding -= 1
-        r.release()
-        if tl.done is None:  # the client went away
-            tl.completion_tokens = events
-            router.finish(tl, "cancelled", 499, "client disconnected")
+        router.stream_closed(d, r, tl, events)
