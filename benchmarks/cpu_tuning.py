@@ -26,20 +26,15 @@ import httpx
 
 from pdctl.sdk.fleet import AsyncFleet
 from pdctl.sdk.fleet.procs import cpu_seconds, instance_pids
-from pdctl.sdk.paths import demo_spec_text, tiny_model_dir
+from pdctl.sdk.paths import tiny_model_dir
 from pdctl.sdk.pd import PrefillIdentity, push_request
-from pdctl.sdk.specload import load_spec
+from pdctl.sdk.specload import load_demo_spec
 
 
 async def measure(tuning: bool, args: argparse.Namespace) -> dict[str, Any]:
-    spec = load_spec(
-        "<demo>",
-        [
-            f"model.path={tiny_model_dir()}",
-            f"fleet.cpu_tuning={str(tuning).lower()}",
-            "fleet.name=bench-cpu-tuning",
-        ],
-        text=demo_spec_text(),
+    spec = load_demo_spec(
+        tiny_model_dir(),
+        [f"fleet.cpu_tuning={str(tuning).lower()}", "fleet.name=bench-cpu-tuning"],
     ).spec
     fleet = AsyncFleet(spec, ready_timeout=400, grace=5)
     t0 = time.perf_counter()

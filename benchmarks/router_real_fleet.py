@@ -29,8 +29,8 @@ from _bench import find_vllm_router, free_port, vllm_router_argv
 
 from pdctl.cli.cmd_demo import DEMO_WORDS
 from pdctl.sdk.fleet import Fleet
-from pdctl.sdk.paths import demo_spec_text, tiny_model_dir
-from pdctl.sdk.specload import load_spec
+from pdctl.sdk.paths import tiny_model_dir
+from pdctl.sdk.specload import load_demo_spec
 
 
 def wait_health(url: str, timeout: float = 60) -> None:
@@ -77,14 +77,8 @@ def main() -> int:
     ap.add_argument("--out", default="router_real_fleet.json")
     args = ap.parse_args()
     os.environ.setdefault("PDCTL_STATE_DIR", tempfile.mkdtemp(prefix="pdctl-bench-"))
-    spec = load_spec(
-        "<demo>",
-        [
-            f"model.path={tiny_model_dir()}",
-            "fleet.name=bench-routers",
-            f"router.port={free_port()}",
-        ],
-        text=demo_spec_text(),
+    spec = load_demo_spec(
+        tiny_model_dir(), ["fleet.name=bench-routers", f"router.port={free_port()}"]
     ).spec
     assert spec.router is not None
     procs: list[subprocess.Popen[bytes]] = []

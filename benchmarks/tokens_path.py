@@ -33,9 +33,9 @@ from _bench import free_port
 from pdctl.cli.cmd_demo import DEMO_WORDS
 from pdctl.sdk.fleet import AsyncFleet
 from pdctl.sdk.fleet.procs import cpu_seconds, instance_pids
-from pdctl.sdk.paths import demo_spec_text, tiny_model_dir
+from pdctl.sdk.paths import tiny_model_dir
 from pdctl.sdk.spec import FleetSpec
-from pdctl.sdk.specload import load_spec
+from pdctl.sdk.specload import load_demo_spec
 
 
 def prompts(n: int) -> list[str]:
@@ -95,10 +95,8 @@ async def one(c: httpx.AsyncClient, url: str, prompt: str, stream: bool) -> floa
 
 
 async def main_async(args: argparse.Namespace) -> dict[str, Any]:
-    d: dict[str, Any] = load_spec(
-        "<demo>",
-        [f"model.path={tiny_model_dir()}", "fleet.name=bench-tokens"],
-        text=demo_spec_text(),
+    d: dict[str, Any] = load_demo_spec(
+        tiny_model_dir(), ["fleet.name=bench-tokens"]
     ).spec.model_dump()
     d["render"] = [{"host": "127.0.0.1", "http_port": free_port()}]
     d["router"].update(path="tokens", disaggregate_min_tokens=args.threshold, port=free_port())

@@ -313,3 +313,13 @@ def _inner_model(annotation: Any) -> type[BaseModel] | None:
         if found is not None:
             return found
     return None
+
+
+def load_demo_spec(model: str | Path, overrides: Sequence[str] = ()) -> LoadedSpec:
+    """The embedded CPU demo spec (``examples/cpu-1p1d.toml``) with ``model.path`` set to
+    ``model`` and ``overrides`` (``KEY=VALUE``) on top."""
+    from pdctl.sdk.paths import demo_spec_text
+
+    return load_spec(
+        "<embedded demo spec>", [f"model.path={model}", *overrides], text=demo_spec_text()
+    )

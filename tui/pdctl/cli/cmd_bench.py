@@ -95,8 +95,7 @@ def build_plan(args: argparse.Namespace) -> BenchPlan:
 
 
 def _spec(args: argparse.Namespace) -> tuple[FleetSpec, str]:
-    from pdctl.sdk.paths import demo_spec_text
-    from pdctl.sdk.specload import load_spec
+    from pdctl.sdk.specload import load_demo_spec, load_spec
 
     if args.file or os.path.exists("pdctl.toml"):
         loaded = load_spec(args.file, args.overrides)
@@ -104,8 +103,7 @@ def _spec(args: argparse.Namespace) -> tuple[FleetSpec, str]:
     from pdctl.cli.cmd_model import ensure_tiny_model
 
     model = ensure_tiny_model(quiet=args.json)
-    text = demo_spec_text()
-    spec = load_spec("<demo>", [f"model.path={model}", *args.overrides], text=text).spec
+    spec = load_demo_spec(model, args.overrides).spec
     return spec, "<embedded CPU demo spec>"
 
 

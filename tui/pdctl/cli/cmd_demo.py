@@ -283,12 +283,9 @@ async def _main(args: argparse.Namespace, model: str) -> int:
 
     from pdctl.cli.supervise import supervise
     from pdctl.sdk.fleet import AsyncFleet
-    from pdctl.sdk.paths import demo_spec_text
-    from pdctl.sdk.specload import load_spec
+    from pdctl.sdk.specload import load_demo_spec
 
-    loaded = load_spec(
-        "<embedded demo spec>", [f"model.path={model}", *args.overrides], text=demo_spec_text()
-    )
+    loaded = load_demo_spec(model, args.overrides)
     fleet = AsyncFleet(loaded.spec, source=loaded.source, ready_timeout=args.timeout)
     stats = Traffic()
     tui = _wants_tui(args)
