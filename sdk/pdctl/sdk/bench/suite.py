@@ -15,6 +15,7 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from pdctl.sdk.bench.arrivals import arrival_offsets
@@ -78,7 +79,7 @@ def _vocab_size(spec: FleetSpec) -> int:
     return vocab
 
 
-def _server_figures(before: Snapshot | None, after: Snapshot) -> dict[str, Any]:
+def _server_figures(after: Snapshot) -> dict[str, Any]:
     """KV bytes moved and NIXL transfer times during the cell (the monitor's window
     spans exactly the two scrapes taken around it)."""
     moved = 0.0
@@ -121,8 +122,6 @@ class BenchSuite:
 
     def _prompts(self, input_len: int, count: int) -> list[Prompt]:
         if self.dataset is not None:
-            from pathlib import Path
-
             return dataset_prompts(Path(self.dataset), count)
         assert self._vocab is not None
         out = synthetic_prompts(
@@ -180,7 +179,7 @@ class BenchSuite:
         prompts = self._prompts(cell.input_len, n + plan.warmup)
         self.progress.on_cell_start(cell, n)
         monitor = FleetMonitor.for_fleet(spec, fleet.plan, window_s=1e9)
-        before = await monitor.poll()
+        await monitor.poll()  # opens the window the figures after the cell are taken over
         if plan.concurrency is None:
             offsets = arrival_offsets(
                 cell.rate, len(prompts), burstiness=plan.burstiness, seed=plan.seed + n
@@ -219,7 +218,7 @@ class BenchSuite:
             "num_prompts": n,
         }
         rec.update(summarize(run.results, run.duration_s, plan.slo))
-        rec.update(_server_figures(before, after))
+        rec.update(_server_figures(after))
         rec.update(await self._verify(run.results, run.outputs, prompts, reference, model))
         self.progress.on_cell_done(rec)
         return rec
