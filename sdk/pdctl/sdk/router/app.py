@@ -4,7 +4,10 @@ Endpoints: ``POST /v1/completions`` and ``/v1/chat/completions`` (JSON or SSE),
 ``GET /v1/models``, ``/health``, ``/metrics`` and ``/v1/pdctl/requests``; operator
 control: ``GET /v1/pdctl/state`` (mode, per-instance in-flight legs and drained flags),
 ``POST /v1/pdctl/drain`` ``{"instance": NAME, "drain": true|false}`` and
-``POST /v1/pdctl/mode`` ``{"mode": MODE}`` (these need the API key when one is set).
+``POST /v1/pdctl/mode`` ``{"mode": MODE}`` and ``POST /v1/pdctl/instance``
+``{"instance": NAME, "event": "up"|"down"}`` (the supervisor's word that an instance was
+restarted and is ready, or stopped/failed: no waiting for the next health check); these
+need the API key when one is set.
 Errors use OpenAI's shape. The request body is capped (413), an optional API key is
 checked in constant time and never logged, and a client that disconnects cancels both
 legs.
@@ -32,7 +35,7 @@ Send = Callable[[Message], Awaitable[None]]
 
 DEFAULT_MAX_BODY = 8 * 1024 * 1024
 _COMPLETION_PATHS = ("/v1/completions", "/v1/chat/completions")
-_CONTROL_PATHS = ("/v1/pdctl/drain", "/v1/pdctl/mode")
+_CONTROL_PATHS = ("/v1/pdctl/drain", "/v1/pdctl/mode", "/v1/pdctl/instance")
 
 
 class ApiKeyError(ValueError):
@@ -211,6 +214,18 @@ class RouterApp:
             except ValueError as e:
                 await _send_error(send, 400, str(e), "invalid_request_error")
                 return
+        elif path.endswith("/instance"):
+            name, event = req.get("instance"), req.get("event")
+            if event not in ("up", "down"):
+                await _send_error(
+                    send, 400, "'event' must be \"up\" or \"down\"", "invalid_request_error"
+                )
+                return
+            try:
+                router.set_health(str(name), event == "up")
+            except KeyError:
+                await self._no_such_instance(send, name)
+                return
         else:
             name, drain = req.get("instance"), req.get("drain", True)
             if not isinstance(drain, bool):
@@ -221,12 +236,15 @@ class RouterApp:
             try:
                 router.set_drained(str(name), drain)
             except KeyError:
-                names = ", ".join(u.name for u in router.upstreams)
-                await _send_error(
-                    send, 404, f"no instance named {name!r} (have: {names})", "not_found_error"
-                )
+                await self._no_such_instance(send, name)
                 return
         await _send(send, 200, json.dumps(router.control_state()).encode())
+
+    async def _no_such_instance(self, send: Send, name: object) -> None:
+        names = ", ".join(u.name for u in self.router.upstreams)
+        await _send_error(
+            send, 404, f"no instance named {name!r} (have: {names})", "not_found_error"
+        )
 
     async def _completion(self, scope: Scope, receive: Receive, send: Send, path: str) -> None:
         try:

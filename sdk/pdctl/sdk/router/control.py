@@ -123,6 +123,12 @@ class RouterControl:
         data = await self._call("POST", "/v1/pdctl/drain", {"instance": instance, "drain": drain})
         return RouterState.from_json(data)
 
+    async def notify(self, instance: str, event: str) -> RouterState:
+        """Tell the router an instance is ``"up"`` (ready again) or ``"down"`` (stopped,
+        failed or restarting), so it stops waiting for its next health check."""
+        data = await self._call("POST", "/v1/pdctl/instance", {"instance": instance, "event": event})
+        return RouterState.from_json(data)
+
     async def set_mode(self, mode: str) -> RouterState:
         return RouterState.from_json(await self._call("POST", "/v1/pdctl/mode", {"mode": mode}))
 

@@ -21,103 +21,47 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
-import random
 import re
 import time
 import uuid
 from collections import deque
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 from pdctl.sdk.pd import PrefillIdentity, prefill_body, push_decode_body
 from pdctl.sdk.render import FleetPlan, InstancePlan
-from pdctl.sdk.router.promreg import Registry
-from pdctl.sdk.router.upstream import Pool, Pools, Response, UpstreamError
+from pdctl.sdk.router.instances import Breaker, Upstream, choose
+from pdctl.sdk.router.replies import (
+    ROUTER_MODES,
+    JSON_HEADERS,
+    Reply,
+    RouteError,
+    RouterMode,
+    StreamReply,
+    error_body,
+    mode_of,
+)
+from pdctl.sdk.router.timeline import RouterMetrics, Timeline
+from pdctl.sdk.router.upstream import Pools, Response, UpstreamError
 from pdctl.sdk.spec import FleetSpec, RouterSpec
 
-RouterMode = Literal["push", "push-sequential", "pull", "colocated"]
-ROUTER_MODES: tuple[RouterMode, ...] = ("push", "push-sequential", "pull", "colocated")
-_JSON = [("Content-Type", "application/json")]
+__all__ = [
+    "ROUTER_MODES",
+    "JSON_HEADERS",
+    "Breaker",
+    "Reply",
+    "RouteError",
+    "Router",
+    "RouterMode",
+    "StreamReply",
+    "Timeline",
+    "Upstream",
+    "error_body",
+    "mode_of",
+]
+
 _USAGE_RE = re.compile(rb'"completion_tokens"\s*:\s*(\d+)')
 _PROMPT_RE = re.compile(rb'"prompt_tokens"\s*:\s*(\d+)')
-
-
-class RouteError(Exception):
-    """Becomes an OpenAI-style error response."""
-
-    def __init__(self, status: int, message: str, kind: str = "upstream_error") -> None:
-        super().__init__(message)
-        self.status = status
-        self.kind = kind
-
-
-def error_body(status: int, message: str, kind: str) -> bytes:
-    return json.dumps(
-        {"error": {"message": message, "type": kind, "param": None, "code": status}}
-    ).encode()
-
-
-def mode_of(spec: FleetSpec) -> RouterMode:
-    mode = spec.fleet.mode
-    if mode == "push":
-        concurrent = spec.router.concurrent if spec.router is not None else True
-        return "push" if concurrent else "push-sequential"
-    return mode
-
-
-# ---------------------------------------------------------------------- instances
-
-
-class Breaker:
-    """Per-instance circuit breaker: opens after ``threshold`` consecutive failures,
-    lets one trial through after ``cooldown_s``, closes after ``close_after`` successes."""
-
-    def __init__(self, threshold: int = 5, cooldown_s: float = 10.0, close_after: int = 2):
-        self.threshold, self.cooldown_s, self.close_after = threshold, cooldown_s, close_after
-        self.failures = 0
-        self.successes = 0
-        self.opened_at: float | None = None
-
-    @property
-    def state(self) -> str:
-        if self.opened_at is None:
-            return "closed"
-        return "half-open" if time.monotonic() - self.opened_at >= self.cooldown_s else "open"
-
-    def allows(self) -> bool:
-        return self.state != "open"
-
-    def success(self) -> None:
-        self.failures = 0
-        if self.opened_at is not None:
-            self.successes += 1
-            if self.successes >= self.close_after:
-                self.opened_at = None
-                self.successes = 0
-
-    def failure(self) -> None:
-        self.failures += 1
-        self.successes = 0
-        if self.opened_at is not None or self.failures >= self.threshold:
-            self.opened_at = time.monotonic()
-
-
-@dataclass
-class Upstream:
-    name: str
-    role: str
-    url: str
-    pool: Pool
-    identity: PrefillIdentity | None = None
-    outstanding: int = 0
-    healthy: bool = True
-    drained: bool = False
-    """Set by an operator: no new requests go here; those in flight finish."""
-    breaker: Breaker = field(default_factory=Breaker)
-
-    def eligible(self) -> bool:
-        return self.healthy and self.breaker.allows()
 
 
 async def _cancel(task: asyncio.Task[tuple[Upstream, Response]]) -> None:
@@ -129,94 +73,6 @@ async def _cancel(task: asyncio.Task[tuple[Upstream, Response]]) -> None:
         u, r = res
         u.outstanding -= 1
         r.release()
-
-
-# ---------------------------------------------------------------------- timelines
-
-
-@dataclass
-class Timeline:
-    """One request's path through the fleet; times are seconds since ``received``."""
-
-    id: str
-    mode: str
-    path: str
-    stream: bool
-    received: float
-    t0: float
-    prefill: str | None = None
-    decode: str | None = None
-    prefill_sent: float | None = None
-    prefill_done: float | None = None
-    decode_sent: float | None = None
-    decode_first_byte: float | None = None
-    done: float | None = None
-    prompt_tokens: int | None = None
-    completion_tokens: int | None = None
-    outcome: str = "running"
-    status: int | None = None
-    error: str | None = None
-    retries: int = 0
-    redispatched: bool = False
-    route_path: str = "text"
-    """text | tokens | text-fallback (tokens asked for, no render server answered)."""
-    decision: str | None = None
-    """tokens path: disaggregated | decode-only (prompt under the threshold) | colocated."""
-    render: str | None = None
-    render_done: float | None = None
-
-    def mark(self) -> float:
-        return time.perf_counter() - self.t0
-
-    def as_dict(self) -> dict[str, Any]:
-        ms = {
-            k: None if v is None else round(v * 1000, 3)
-            for k, v in (
-                ("prefill_sent_ms", self.prefill_sent),
-                ("prefill_done_ms", self.prefill_done),
-                ("decode_sent_ms", self.decode_sent),
-                ("decode_first_byte_ms", self.decode_first_byte),
-                ("render_done_ms", self.render_done),
-                ("done_ms", self.done),
-            )
-        }
-        return {
-            "id": self.id,
-            "mode": self.mode,
-            "path": self.path,
-            "stream": self.stream,
-            "received": self.received,
-            "prefill": self.prefill,
-            "decode": self.decode,
-            **ms,
-            "prompt_tokens": self.prompt_tokens,
-            "completion_tokens": self.completion_tokens,
-            "outcome": self.outcome,
-            "status": self.status,
-            "error": self.error,
-            "retries": self.retries,
-            "redispatched": self.redispatched,
-            "route_path": self.route_path,
-            "decision": self.decision,
-            "render": self.render,
-        }
-
-
-# ---------------------------------------------------------------------- replies
-
-
-@dataclass
-class Reply:
-    status: int
-    body: bytes
-    headers: list[tuple[str, str]] = field(default_factory=lambda: list(_JSON))
-
-
-@dataclass
-class StreamReply:
-    status: int
-    chunks: AsyncIterator[bytes]
-    headers: list[tuple[str, str]]
 
 
 # ---------------------------------------------------------------------- the router
@@ -254,75 +110,12 @@ class Router:
         self._rr = itertools.count()
         self.history: deque[Timeline] = deque(maxlen=history)
         self._health_task: asyncio.Task[None] | None = None
-        self._init_metrics()
+        self.metrics = RouterMetrics(self.upstreams)
+        self.registry = self.metrics.registry
 
     def _upstream(self, inst: InstancePlan) -> Upstream:
         ident = PrefillIdentity.from_plan(inst) if inst.role == "prefill" else None
         return Upstream(inst.name, inst.role, inst.url, self.pools.get(inst.url), ident)
-
-    # ------------------------------------------------------------------ metrics
-
-    def _init_metrics(self) -> None:
-        r = self.registry = Registry()
-        self.m_requests = r.counter(
-            "pdctl_router_requests_total", "Requests by mode and outcome.", ("mode", "outcome")
-        )
-        self.m_retries = r.counter(
-            "pdctl_router_retries_total", "Legs re-sent after a connection failure.", ("role",)
-        )
-        self.m_identity = r.counter(
-            "pdctl_router_prefill_identity_changes_total",
-            "Prefill responses whose identity differed from the one decode was given.",
-            ("instance",),
-        )
-        self.m_ttft = r.histogram(
-            "pdctl_router_ttft_seconds",
-            "Router-side time to first byte of the answer.",
-            ("mode",),
-        )
-        self.m_e2e = r.histogram(
-            "pdctl_router_e2e_seconds", "Router-side request duration.", ("mode",)
-        )
-        self.m_prefill_leg = r.histogram(
-            "pdctl_router_prefill_leg_seconds", "Prefill leg duration.", ("instance",)
-        )
-        self.m_after_prefill = r.histogram(
-            "pdctl_router_decode_first_byte_after_prefill_seconds",
-            "Decode first byte minus prefill done (transfer + decode admission).",
-            ("mode",),
-        )
-        self.m_overlap = r.histogram(
-            "pdctl_router_leg_overlap_seconds",
-            "Time both legs were in flight together (0 when sequential).",
-            ("mode",),
-        )
-        self.m_decisions = r.counter(
-            "pdctl_router_disaggregation_decisions_total",
-            "tokens path: requests by decision (disaggregated, decode-only under "
-            "router.disaggregate_min_tokens, colocated) and route (tokens, text-fallback).",
-            ("decision", "route"),
-        )
-        self.m_render = r.histogram(
-            "pdctl_router_render_seconds", "tokens path: time to render a request.", ("instance",)
-        )
-        r.gauge(
-            "pdctl_router_outstanding",
-            "Requests in flight per instance.",
-            ("instance", "role"),
-            lambda: {(u.name, u.role): float(u.outstanding) for u in self.upstreams},
-        )
-        r.gauge(
-            "pdctl_router_instance_up",
-            "1 when the instance passes health checks.",
-            ("instance", "role"),
-            lambda: {(u.name, u.role): float(u.healthy) for u in self.upstreams},
-        )
-        r.gauge(
-            "pdctl_router_breaker_open",
-            "1 while the instance's circuit breaker is open.",
-            ("instance",),
-            lambda: {(u.name,): float(u.breaker.state == "open") for u in self.upstreams},
-        )
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -362,25 +155,7 @@ class Router:
     # ------------------------------------------------------------------ selection
 
     def select(self, pool: list[Upstream], exclude: tuple[Upstream, ...] = ()) -> Upstream:
-        cands = [u for u in pool if u.eligible() and not u.drained and u not in exclude]
-        if not cands:
-            role = pool[0].role if pool else "instance"
-            drained = [u.name for u in pool if u.drained]
-            why = f" (drained: {', '.join(drained)})" if drained else ""
-            raise RouteError(
-                503, f"no healthy {role} instance available{why}", "service_unavailable"
-            )
-        if len(cands) == 1:
-            return cands[0]
-        policy = self.settings.policy
-        if policy == "round_robin":
-            return cands[next(self._rr) % len(cands)]
-        if policy == "power_of_two":
-            a, b = random.sample(cands, 2)
-            return a if a.outstanding <= b.outstanding else b
-        low = min(u.outstanding for u in cands)
-        best = [u for u in cands if u.outstanding == low]
-        return best[next(self._rr) % len(best)]
+        return choose(pool, self.settings.policy, self._rr, exclude)
 
     # ------------------------------------------------------------------ legs
 
@@ -423,7 +198,7 @@ class Router:
                 except RouteError:
                     raise e from None
                 tl.retries += 1
-                self.m_retries.inc(role)
+                self.metrics.retries.inc(role)
                 if role == "prefill":
                     tl.prefill = u.name
                 else:
@@ -460,7 +235,7 @@ class Router:
         except UpstreamError as e:
             raise RouteError(502, f"prefill {tl.prefill} failed: {e}") from None
         tl.prefill_done = tl.mark()
-        self.m_prefill_leg.observe(tl.prefill_done - tl.prefill_sent, used.name)
+        self.metrics.prefill_leg.observe(tl.prefill_done - tl.prefill_sent, used.name)
         if r.status != 200:
             if r.status >= 500:
                 used.breaker.failure()
@@ -494,7 +269,7 @@ class Router:
             return False
         if new != p.identity:
             p.identity = new
-            self.m_identity.inc(p.name)
+            self.metrics.identity.inc(p.name)
             return True
         return False
 
@@ -699,6 +474,18 @@ class Router:
                 return u
         raise KeyError(name)
 
+    def set_health(self, name: str, healthy: bool) -> Upstream:
+        """The supervisor says an instance is up (restarted and ready) or down (stopped,
+        failed, restarting): take it at its word now instead of at the next health check.
+        An instance said to be up also gets a fresh circuit breaker."""
+        for u in self.upstreams:
+            if u.name == name:
+                u.healthy = healthy
+                if healthy:
+                    u.breaker = Breaker()
+                return u
+        raise KeyError(name)
+
     def control_state(self) -> dict[str, Any]:
         return {
             "mode": self.mode,
@@ -727,17 +514,7 @@ class Router:
         tl.status = status
         if error:
             tl.error = error
-        self.m_requests.inc(self.mode, outcome)
-        if outcome == "ok":
-            self.m_e2e.observe(tl.done, self.mode)
-            if tl.decode_first_byte is not None:
-                self.m_ttft.observe(tl.decode_first_byte, self.mode)
-                if tl.prefill_done is not None:
-                    self.m_after_prefill.observe(
-                        max(0.0, tl.decode_first_byte - tl.prefill_done), self.mode
-                    )
-            if tl.prefill_done is not None and tl.decode_sent is not None:
-                self.m_overlap.observe(max(0.0, tl.prefill_done - tl.decode_sent), self.mode)
+        self.metrics.finished(tl, self.mode, outcome)
         self.history.append(tl)
 
     def recent(

@@ -79,7 +79,7 @@ async def _render(
     except UpstreamError as e:
         raise RenderUnavailable(f"render server {u.name} failed: {e}") from None
     tl.render_done = tl.mark()
-    router.m_render.observe(tl.render_done - t, u.name)
+    router.metrics.render.observe(tl.render_done - t, u.name)
     if status != 200:
         # the request itself is bad (unknown model, too long, malformed): tell the client
         msg = (data.get("error") or {}).get("message") if isinstance(data, dict) else None
@@ -123,7 +123,7 @@ async def route_tokens(
             ) from None
         tl.route_path = "text-fallback"
         tl.decision = "colocated" if router.mode == "colocated" else "disaggregated"
-        router.m_decisions.inc(tl.decision, tl.route_path)
+        router.metrics.decisions.inc(tl.decision, tl.route_path)
         return await router.route_text(path, body, tl)
     tl.route_path = "tokens"
     _keep_max_tokens(gen, body)
@@ -138,7 +138,7 @@ async def route_tokens(
         tl.decision = "colocated"
     else:
         tl.decision = "decode-only" if decode_only else "disaggregated"
-    router.m_decisions.inc(tl.decision, tl.route_path)
+    router.metrics.decisions.inc(tl.decision, tl.route_path)
     d, r = await router.legs(GENERATE_PATH, gen, tl, prefill_generate_body, decode_only=decode_only)
     context = {"prompt_token_ids": ids, "body": body, "path": path, "render": rs}
     if stream and r.status == 200:

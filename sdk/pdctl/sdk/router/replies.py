@@ -1,0 +1,51 @@
+"""What the router answers: OpenAI-style errors and replies, and the dispatch modes."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Literal
+
+from pdctl.sdk.spec import FleetSpec
+
+RouterMode = Literal["push", "push-sequential", "pull", "colocated"]
+ROUTER_MODES: tuple[RouterMode, ...] = ("push", "push-sequential", "pull", "colocated")
+JSON_HEADERS = [("Content-Type", "application/json")]
+
+
+class RouteError(Exception):
+    """Becomes an OpenAI-style error response."""
+
+    def __init__(self, status: int, message: str, kind: str = "upstream_error") -> None:
+        super().__init__(message)
+        self.status = status
+        self.kind = kind
+
+
+def error_body(status: int, message: str, kind: str) -> bytes:
+    return json.dumps(
+        {"error": {"message": message, "type": kind, "param": None, "code": status}}
+    ).encode()
+
+
+def mode_of(spec: FleetSpec) -> RouterMode:
+    mode = spec.fleet.mode
+    if mode == "push":
+        concurrent = spec.router.concurrent if spec.router is not None else True
+        return "push" if concurrent else "push-sequential"
+    return mode
+
+
+@dataclass
+class Reply:
+    status: int
+    body: bytes
+    headers: list[tuple[str, str]] = field(default_factory=lambda: list(JSON_HEADERS))
+
+
+@dataclass
+class StreamReply:
+    status: int
+    chunks: AsyncIterator[bytes]
+    headers: list[tuple[str, str]]

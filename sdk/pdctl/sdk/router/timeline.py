@@ -1,0 +1,158 @@
+"""Each request's timeline and the router's own metrics."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from pdctl.sdk.router.instances import Upstream
+from pdctl.sdk.router.promreg import Registry
+
+
+@dataclass
+class Timeline:
+    """One request's path through the fleet; times are seconds since ``received``."""
+
+    id: str
+    mode: str
+    path: str
+    stream: bool
+    received: float
+    t0: float
+    prefill: str | None = None
+    decode: str | None = None
+    prefill_sent: float | None = None
+    prefill_done: float | None = None
+    decode_sent: float | None = None
+    decode_first_byte: float | None = None
+    done: float | None = None
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    outcome: str = "running"
+    status: int | None = None
+    error: str | None = None
+    retries: int = 0
+    redispatched: bool = False
+    route_path: str = "text"
+    """text | tokens | text-fallback (tokens asked for, no render server answered)."""
+    decision: str | None = None
+    """tokens path: disaggregated | decode-only (prompt under the threshold) | colocated."""
+    render: str | None = None
+    render_done: float | None = None
+
+    def mark(self) -> float:
+        return time.perf_counter() - self.t0
+
+    def as_dict(self) -> dict[str, Any]:
+        ms = {
+            k: None if v is None else round(v * 1000, 3)
+            for k, v in (
+                ("prefill_sent_ms", self.prefill_sent),
+                ("prefill_done_ms", self.prefill_done),
+                ("decode_sent_ms", self.decode_sent),
+                ("decode_first_byte_ms", self.decode_first_byte),
+                ("render_done_ms", self.render_done),
+                ("done_ms", self.done),
+            )
+        }
+        return {
+            "id": self.id,
+            "mode": self.mode,
+            "path": self.path,
+            "stream": self.stream,
+            "received": self.received,
+            "prefill": self.prefill,
+            "decode": self.decode,
+            **ms,
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": self.completion_tokens,
+            "outcome": self.outcome,
+            "status": self.status,
+            "error": self.error,
+            "retries": self.retries,
+            "redispatched": self.redispatched,
+            "route_path": self.route_path,
+            "decision": self.decision,
+            "render": self.render,
+        }
+
+
+class RouterMetrics:
+    """The router's ``/metrics`` series (``pdctl_router_*``)."""
+
+    def __init__(self, upstreams: list[Upstream]) -> None:
+        r = self.registry = Registry()
+        self.requests = r.counter(
+            "pdctl_router_requests_total", "Requests by mode and outcome.", ("mode", "outcome")
+        )
+        self.retries = r.counter(
+            "pdctl_router_retries_total", "Legs re-sent after a connection failure.", ("role",)
+        )
+        self.identity = r.counter(
+            "pdctl_router_prefill_identity_changes_total",
+            "Prefill responses whose identity differed from the one decode was given.",
+            ("instance",),
+        )
+        self.ttft = r.histogram(
+            "pdctl_router_ttft_seconds",
+            "Router-side time to first byte of the answer.",
+            ("mode",),
+        )
+        self.e2e = r.histogram(
+            "pdctl_router_e2e_seconds", "Router-side request duration.", ("mode",)
+        )
+        self.prefill_leg = r.histogram(
+            "pdctl_router_prefill_leg_seconds", "Prefill leg duration.", ("instance",)
+        )
+        self.after_prefill = r.histogram(
+            "pdctl_router_decode_first_byte_after_prefill_seconds",
+            "Decode first byte minus prefill done (transfer + decode admission).",
+            ("mode",),
+        )
+        self.overlap = r.histogram(
+            "pdctl_router_leg_overlap_seconds",
+            "Time both legs were in flight together (0 when sequential).",
+            ("mode",),
+        )
+        self.decisions = r.counter(
+            "pdctl_router_disaggregation_decisions_total",
+            "tokens path: requests by decision (disaggregated, decode-only under "
+            "router.disaggregate_min_tokens, colocated) and route (tokens, text-fallback).",
+            ("decision", "route"),
+        )
+        self.render = r.histogram(
+            "pdctl_router_render_seconds", "tokens path: time to render a request.", ("instance",)
+        )
+        r.gauge(
+            "pdctl_router_outstanding",
+            "Requests in flight per instance.",
+            ("instance", "role"),
+            lambda: {(u.name, u.role): float(u.outstanding) for u in upstreams},
+        )
+        r.gauge(
+            "pdctl_router_instance_up",
+            "1 when the instance passes health checks.",
+            ("instance", "role"),
+            lambda: {(u.name, u.role): float(u.healthy) for u in upstreams},
+        )
+        r.gauge(
+            "pdctl_router_breaker_open",
+            "1 while the instance's circuit breaker is open.",
+            ("instance",),
+            lambda: {(u.name,): float(u.breaker.state == "open") for u in upstreams},
+        )
+
+    def finished(self, tl: Timeline, mode: str, outcome: str) -> None:
+        """Count a settled request and observe its latencies."""
+        self.requests.inc(mode, outcome)
+        if outcome == "ok":
+            self.e2e.observe(tl.done, mode)
+            if tl.decode_first_byte is not None:
+                self.ttft.observe(tl.decode_first_byte, mode)
+                if tl.prefill_done is not None:
+                    self.after_prefill.observe(
+                        max(0.0, tl.decode_first_byte - tl.prefill_done), mode
+                    )
+            if tl.prefill_done is not None and tl.decode_sent is not None:
+                self.overlap.observe(max(0.0, tl.prefill_done - tl.decode_sent), mode)
