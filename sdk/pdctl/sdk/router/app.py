@@ -218,7 +218,7 @@ class RouterApp:
             name, event = req.get("instance"), req.get("event")
             if event not in ("up", "down"):
                 await _send_error(
-                    send, 400, "'event' must be \"up\" or \"down\"", "invalid_request_error"
+                    send, 400, '\'event\' must be "up" or "down"', "invalid_request_error"
                 )
                 return
             try:

@@ -126,7 +126,9 @@ class RouterControl:
     async def notify(self, instance: str, event: str) -> RouterState:
         """Tell the router an instance is ``"up"`` (ready again) or ``"down"`` (stopped,
         failed or restarting), so it stops waiting for its next health check."""
-        data = await self._call("POST", "/v1/pdctl/instance", {"instance": instance, "event": event})
+        data = await self._call(
+            "POST", "/v1/pdctl/instance", {"instance": instance, "event": event}
+        )
         return RouterState.from_json(data)
 
     async def set_mode(self, mode: str) -> RouterState:

@@ -32,8 +32,8 @@ from pdctl.sdk.pd import PrefillIdentity, prefill_body, push_decode_body
 from pdctl.sdk.render import FleetPlan, InstancePlan
 from pdctl.sdk.router.instances import Breaker, Upstream, choose
 from pdctl.sdk.router.replies import (
-    ROUTER_MODES,
     JSON_HEADERS,
+    ROUTER_MODES,
     Reply,
     RouteError,
     RouterMode,
@@ -46,8 +46,8 @@ from pdctl.sdk.router.upstream import Pools, Response, UpstreamError
 from pdctl.sdk.spec import FleetSpec, RouterSpec
 
 __all__ = [
-    "ROUTER_MODES",
     "JSON_HEADERS",
+    "ROUTER_MODES",
     "Breaker",
     "Reply",
     "RouteError",

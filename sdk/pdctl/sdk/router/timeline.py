@@ -147,7 +147,8 @@ class RouterMetrics:
         """Count a settled request and observe its latencies."""
         self.requests.inc(mode, outcome)
         if outcome == "ok":
-            self.e2e.observe(tl.done, mode)
+            if tl.done is not None:
+                self.e2e.observe(tl.done, mode)
             if tl.decode_first_byte is not None:
                 self.ttft.observe(tl.decode_first_byte, mode)
                 if tl.prefill_done is not None:
