@@ -50,15 +50,18 @@ async def rig(
     *,
     prefill: MockConfig | None = None,
     decodes: list[MockConfig] | None = None,
+    prefills: list[MockConfig] | None = None,
     router: dict[str, Any] | None = None,
     health_interval_s: float = 0.2,
     api_key: bytes | None = None,
     max_body: int = 1 << 20,
     render: bool = False,
 ) -> AsyncIterator[Rig]:
-    pcfg = prefill or MockConfig(role="prefill", engine_id="prefill-0", side_channel_port=5600)
+    pcfgs = prefills or [
+        prefill or MockConfig(role="prefill", engine_id="prefill-0", side_channel_port=5600)
+    ]
     dcfgs = decodes or [MockConfig(role="decode")]
-    p = await MockServer(pcfg).start()
+    ps = [await MockServer(c).start() for c in pcfgs]
     ds = [await MockServer(c).start() for c in dcfgs]
     rs = [await MockServer(MockConfig(role="render")).start()] if render else []
     (rport,) = free_ports(1)
@@ -66,7 +69,15 @@ async def rig(
     spec = FleetSpec(
         model={"path": "org/m", "served_name": "tiny"},
         fleet={"mode": fleet_mode, "platform": "gpu"},
-        prefill=[{"http_port": p.port, "side_channel_port": 5600, "devices": [0]}],
+        prefill=[
+            {
+                "name": f"prefill{'' if i == 0 else i}",
+                "http_port": pm.port,
+                "side_channel_port": 5600 + i,
+                "devices": [10 + i],
+            }
+            for i, pm in enumerate(ps)
+        ],
         decode=[
             {
                 "name": f"decode{'' if i == 0 else i}",
@@ -92,7 +103,8 @@ async def rig(
     )
     task = asyncio.create_task(server.serve())
     await wait_started(server)
-    mocks = {"prefill-0": p}
+    prefill_insts = [i for i in plan.instances if i.group_role == "prefill"]
+    mocks = {inst.name: pm for inst, pm in zip(prefill_insts, ps, strict=True)}
     decode_insts = [i for i in plan.instances if i.group_role == "decode"]
     for inst, d in zip(decode_insts, ds, strict=True):
         mocks[inst.name] = d
@@ -103,7 +115,7 @@ async def rig(
     finally:
         server.should_exit = True
         await task
-        for m in [p, *ds, *rs]:
+        for m in [*ps, *ds, *rs]:
             await m.stop()
 
 

@@ -279,6 +279,28 @@ class RouterSpec(_Strict):
         description="tokens path, no render server answering: 'error' (503) or 'text' "
         "(route the request on the text path instead).",
     )
+    unavailable_wait_s: float = Field(
+        default=10.0,
+        ge=0,
+        description="When no healthy instance of a role is available (one restarting, "
+        "say), hold a request up to this long for one to come back before answering 503; "
+        "0 answers at once.",
+    )
+    prefill_retries: int = Field(
+        default=1,
+        ge=0,
+        le=3,
+        description="A prefill that fails before answering (connection lost, 5xx) is "
+        "retried this many times on another prefill, with a fresh decode registration.",
+    )
+    migration_limit: int = Field(
+        default=1,
+        ge=0,
+        le=8,
+        description="A decode that fails mid-answer: continue the request on another "
+        "decode from the prompt plus the tokens already sent, at most this many times per "
+        "request (text path, one choice); 0 ends the stream with an error event.",
+    )
 
 
 BackendKind = Literal["local", "k8s", "ray"]

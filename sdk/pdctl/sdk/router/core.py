@@ -19,6 +19,7 @@ legs (closing their connections makes vLLM abort them).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import json
 import re
@@ -31,6 +32,7 @@ from typing import Any
 from pdctl.sdk.pd import PrefillIdentity, prefill_body, push_decode_body
 from pdctl.sdk.render import FleetPlan, InstancePlan
 from pdctl.sdk.router.instances import Breaker, Upstream, choose
+from pdctl.sdk.router.migrate import migratable, tracker_for, with_token_ids
 from pdctl.sdk.router.replies import (
     JSON_HEADERS,
     ROUTER_MODES,
@@ -60,6 +62,31 @@ __all__ = [
     "mode_of",
 ]
 
+
+class LegFailed(RouteError):
+    """A leg's instance failed (connection lost, 5xx): worth another instance."""
+
+    def __init__(self, status: int, message: str, upstream: Upstream) -> None:
+        super().__init__(status, message)
+        self.upstream = upstream
+
+
+def passthrough(role: str, name: str, status: int, raw: bytes) -> RouteError:
+    """A 4xx from vLLM keeps its status and message (OpenAI's error shape): the client
+    sent something no instance will accept, and retrying it cannot help."""
+    message, kind = raw[:500].decode(errors="replace"), "invalid_request_error"
+    try:
+        err = json.loads(raw).get("error")
+        if isinstance(err, dict):
+            message = str(err.get("message") or message)
+            kind = str(err.get("type") or kind)
+        elif isinstance(err, str):
+            message = err
+    except (ValueError, AttributeError):
+        pass
+    return RouteError(status, f"{message} ({role} {name})", kind)
+
+
 _USAGE_RE = re.compile(rb'"completion_tokens"\s*:\s*(\d+)')
 _PROMPT_RE = re.compile(rb'"prompt_tokens"\s*:\s*(\d+)')
 
@@ -73,6 +100,20 @@ async def _cancel(task: asyncio.Task[tuple[Upstream, Response]]) -> None:
         u, r = res
         u.outstanding -= 1
         r.release()
+
+
+def _refused(d_task: asyncio.Task[tuple[Upstream, Response]]) -> bool:
+    """Decode's leg is done and answered with an error status (or failed)."""
+    if not d_task.done() or d_task.cancelled():
+        return False
+    if d_task.exception() is not None:
+        return False  # raised when awaited, after prefill settles
+    return d_task.result()[1].status != 200
+
+
+async def _cancel_prefill(task: asyncio.Task[tuple[Upstream, dict[str, Any]]]) -> None:
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
 
 
 # ---------------------------------------------------------------------- the router
@@ -110,6 +151,9 @@ class Router:
         self._rr = itertools.count()
         self.history: deque[Timeline] = deque(maxlen=history)
         self._health_task: asyncio.Task[None] | None = None
+        self._changed = asyncio.Event()
+        """Set (and replaced) whenever an instance's health changes."""
+        self._checking: dict[str, asyncio.Task[None]] = {}
         self.metrics = RouterMetrics(self.upstreams)
         self.registry = self.metrics.registry
 
@@ -139,9 +183,22 @@ class Router:
             async with asyncio.timeout(2.0):
                 r = await u.pool.request("GET", "/health")
                 await r.read()
-            u.healthy = r.status == 200
+            healthy = r.status == 200
         except (UpstreamError, TimeoutError, OSError):
-            u.healthy = False
+            healthy = False
+        self._set(u, healthy)
+
+    async def _recheck(self, u: Upstream) -> None:
+        try:
+            await self._check(u)
+        finally:
+            self._checking.pop(u.name, None)
+
+    def _set(self, u: Upstream, healthy: bool) -> None:
+        if u.healthy != healthy:
+            u.healthy = healthy
+            self._changed.set()
+            self._changed = asyncio.Event()
 
     def health(self) -> tuple[bool, str]:
         roles = [("decode", self.decodes)] + ([("prefill", self.prefills)] if self.prefills else [])
@@ -156,6 +213,38 @@ class Router:
 
     def select(self, pool: list[Upstream], exclude: tuple[Upstream, ...] = ()) -> Upstream:
         return choose(pool, self.settings.policy, self._rr, exclude)
+
+    async def acquire(
+        self, pool: list[Upstream], tl: Timeline, exclude: tuple[Upstream, ...] = ()
+    ) -> Upstream:
+        """:meth:`select`, but when no instance of the role is available, hold the
+        request up to ``router.unavailable_wait_s`` for one to come back (re-checking the
+        role's unhealthy instances meanwhile) before answering 503."""
+        try:
+            return self.select(pool, exclude)
+        except RouteError as e:
+            wait = self.settings.unavailable_wait_s
+            if e.status != 503 or wait <= 0 or all(u.drained for u in pool if u not in exclude):
+                raise
+            first = e
+        t = time.perf_counter()
+        deadline = t + wait
+        while (left := deadline - time.perf_counter()) > 0:
+            changed = self._changed
+            for u in pool:
+                if not u.healthy and u not in exclude and u.name not in self._checking:
+                    self._checking[u.name] = asyncio.create_task(self._recheck(u))
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(min(left, 0.5)):
+                    await changed.wait()
+            with contextlib.suppress(RouteError):
+                u = self.select(pool, exclude)
+                tl.note(f"waited {time.perf_counter() - t:.2f} s for a healthy {u.role}")
+                return u
+        tl.note(f"no healthy instance within router.unavailable_wait_s = {wait:g} s")
+        raise RouteError(
+            503, f"{first} (waited {wait:g} s: router.unavailable_wait_s)", "service_unavailable"
+        )
 
     # ------------------------------------------------------------------ legs
 
@@ -233,15 +322,19 @@ class Router:
                 "timeout",
             ) from None
         except UpstreamError as e:
-            raise RouteError(502, f"prefill {tl.prefill} failed: {e}") from None
+            failed = next((u for u in self.prefills if u.name == tl.prefill), p)
+            self._set(failed, False)
+            raise LegFailed(502, f"prefill {tl.prefill} failed: {e}", failed) from None
         tl.prefill_done = tl.mark()
         self.metrics.prefill_leg.observe(tl.prefill_done - tl.prefill_sent, used.name)
+        if 400 <= r.status < 500:
+            raise passthrough("prefill", used.name, r.status, raw)
         if r.status != 200:
-            if r.status >= 500:
-                used.breaker.failure()
-            raise RouteError(
+            used.breaker.failure()
+            raise LegFailed(
                 502,
                 f"prefill {used.name} answered {r.status}: {raw[:500].decode(errors='replace')}",
+                used,
             )
         try:
             resp = json.loads(raw)
@@ -274,12 +367,21 @@ class Router:
         return False
 
     async def _decode(
-        self, d: Upstream, path: str, body: dict[str, Any], rid: str, tl: Timeline
+        self,
+        d: Upstream,
+        path: str,
+        body: dict[str, Any],
+        rid: str,
+        tl: Timeline,
+        *,
+        first: bool = True,
     ) -> tuple[Upstream, Response]:
         """Send the decode leg; returns once its response head is in (still outstanding:
-        the answer is relayed by :meth:`_finish_decode`)."""
+        the answer is relayed by :meth:`reply`). ``first`` False: a continuation (the
+        request's own send and first-byte times stay)."""
         data = json.dumps(body).encode()
-        tl.decode_sent = tl.mark()
+        if first:
+            tl.decode_sent = tl.mark()
         try:
             async with asyncio.timeout(self.settings.request_timeout_s):
                 used, r = await self._send(self.decodes, d, path, data, rid, tl, "decode")
@@ -291,8 +393,11 @@ class Router:
                 "timeout",
             ) from None
         except UpstreamError as e:
-            raise RouteError(502, f"decode {tl.decode} failed: {e}") from None
-        tl.decode_first_byte = tl.mark()
+            failed = next((u for u in self.decodes if u.name == tl.decode), d)
+            self._set(failed, False)
+            raise LegFailed(502, f"decode {tl.decode} failed: {e}", failed) from None
+        if first:
+            tl.decode_first_byte = tl.mark()
         return used, r
 
     async def _push(
@@ -305,13 +410,47 @@ class Router:
         tl: Timeline,
         make_prefill: Callable[[dict[str, Any]], dict[str, Any]] = prefill_body,
     ) -> tuple[Upstream, Response]:
-        """Both legs at once; re-send decode if prefill's identity turns out different."""
+        """Both legs at once; re-send decode if prefill's identity turns out different.
+        A decode that refuses the request (4xx) before prefill is done cancels prefill at
+        once (so prefill never holds KV nobody will read); a prefill that fails before
+        answering is retried on another prefill with a fresh decode registration."""
         assert p.identity is not None
         d_task = asyncio.create_task(
             self._decode(d, path, push_decode_body(body, p.identity, rid), rid, tl)
         )
+        attempt = 0
         try:
-            used_p, presp = await self._prefill(p, path, body, rid, tl, make_prefill)
+            while True:
+                p_task = asyncio.create_task(self._prefill(p, path, body, rid, tl, make_prefill))
+                try:
+                    await asyncio.wait({p_task, d_task}, return_when=asyncio.FIRST_COMPLETED)
+                    if not p_task.done() and _refused(d_task):
+                        await _cancel_prefill(p_task)
+                        tl.note("decode refused the request; prefill cancelled")
+                        return d_task.result()
+                    used_p, presp = await p_task
+                    break
+                except LegFailed as e:
+                    if attempt >= self.settings.prefill_retries:
+                        raise
+                    try:
+                        p = self.select(self.prefills, exclude=(e.upstream,))
+                    except RouteError:
+                        raise e from None
+                    attempt += 1
+                    await _cancel(d_task)
+                    rid = f"{tl.id}-retry{attempt}"
+                    tl.retries += 1
+                    tl.prefill = p.name
+                    tl.note(f"{e}; retried on prefill {p.name} as {rid}")
+                    self.metrics.retries.inc("prefill")
+                    assert p.identity is not None
+                    d_task = asyncio.create_task(
+                        self._decode(d, path, push_decode_body(body, p.identity, rid), rid, tl)
+                    )
+                finally:
+                    if not p_task.done():
+                        await _cancel_prefill(p_task)
             if self._learn_identity(used_p, presp) or used_p is not p:
                 # decode was told the wrong prefill: cancel it and send it again
                 await _cancel(d_task)
@@ -324,6 +463,33 @@ class Router:
         except BaseException:
             await _cancel(d_task)
             raise
+
+    async def _prefill_retrying(
+        self,
+        p: Upstream,
+        path: str,
+        body: dict[str, Any],
+        tl: Timeline,
+        make_prefill: Callable[[dict[str, Any]], dict[str, Any]],
+    ) -> tuple[Upstream, dict[str, Any]]:
+        """Sequential modes: the prefill leg, retried on another prefill if it fails."""
+        attempt = 0
+        while True:
+            rid = tl.id if not attempt else f"{tl.id}-retry{attempt}"
+            try:
+                return await self._prefill(p, path, body, rid, tl, make_prefill)
+            except LegFailed as e:
+                if attempt >= self.settings.prefill_retries:
+                    raise
+                try:
+                    p = self.select(self.prefills, exclude=(e.upstream,))
+                except RouteError:
+                    raise e from None
+                attempt += 1
+                tl.retries += 1
+                tl.prefill = p.name
+                tl.note(f"{e}; retried on prefill {p.name}")
+                self.metrics.retries.inc("prefill")
 
     # ------------------------------------------------------------------ entry point
 
@@ -349,9 +515,48 @@ class Router:
     async def route_text(
         self, path: str, body: dict[str, Any], tl: Timeline
     ) -> Reply | StreamReply:
-        """The text path: the OpenAI body goes to the engines as it is."""
-        d, r = await self.legs(path, body, tl, prefill_body)
-        return await self.reply(d, r, tl, stream=bool(body.get("stream")))
+        """The text path: the OpenAI body goes to the engines as it is. A streamed
+        answer asks decode for its token ids so that it can be migrated."""
+        stream = bool(body.get("stream"))
+        sent = with_token_ids(body) if stream and self._migrates(body) else body
+        try:
+            d, r = await self.legs(path, sent, tl, prefill_body)
+        except LegFailed as e:
+            if e.upstream.role != "decode" or not self._migrates(body):
+                raise
+            # decode died before answering: nothing reached the client, start it over
+            # on another decode, which computes the prompt itself
+            d, r = await self._migrate(path, sent, tl, (e.upstream,), str(e))
+        return await self.reply(d, r, tl, stream=stream, body=body, path=path)
+
+    def _migrates(self, body: dict[str, Any]) -> bool:
+        return self.settings.migration_limit > 0 and migratable(body) and len(self.decodes) > 1
+
+    async def _migrate(
+        self,
+        path: str,
+        body: dict[str, Any],
+        tl: Timeline,
+        exclude: tuple[Upstream, ...],
+        why: str,
+        sent_tokens: int = 0,
+    ) -> tuple[Upstream, Response]:
+        """Continue (or restart) a request on another decode, decode-only."""
+        if len(tl.migrations) >= self.settings.migration_limit:
+            raise RouteError(502, f"{why} (router.migration_limit reached)")
+        d = await self.acquire(self.decodes, tl, exclude)
+        tl.migrations.append(
+            {
+                "from": exclude[-1].name,
+                "to": d.name,
+                "at_ms": round(tl.mark() * 1000, 3),
+                "tokens_sent": sent_tokens,
+                "why": why[:300],
+            }
+        )
+        self.metrics.migrations.inc(exclude[-1].name)
+        tl.decode = d.name
+        return await self._decode(d, path, body, tl.id, tl, first=False)
 
     async def legs(
         self,
@@ -365,17 +570,17 @@ class Router:
         """Run the mode's legs; returns decode's instance and response head (still
         outstanding). ``decode_only`` skips prefill (decode computes the prompt)."""
         rid = tl.id
-        d = self.select(self.decodes)
+        d = await self.acquire(self.decodes, tl)
         tl.decode = d.name
         if self.mode == "colocated" or decode_only:
             d, r = await self._decode(d, path, body, rid, tl)
         else:
-            p = self.select(self.prefills)
+            p = await self.acquire(self.prefills, tl)
             tl.prefill = p.name
             if self.mode == "push":
                 d, r = await self._push(p, d, path, body, rid, tl, make_prefill)
             else:
-                p, presp = await self._prefill(p, path, body, rid, tl, make_prefill)
+                p, presp = await self._prefill_retrying(p, path, body, tl, make_prefill)
                 if self.mode == "pull":
                     d_body = dict(body)
                     d_body["kv_transfer_params"] = presp.get("kv_transfer_params")
@@ -391,15 +596,37 @@ class Router:
         return d, r
 
     async def reply(
-        self, d: Upstream, r: Response, tl: Timeline, *, stream: bool
+        self,
+        d: Upstream,
+        r: Response,
+        tl: Timeline,
+        *,
+        stream: bool,
+        body: dict[str, Any] | None = None,
+        path: str = "",
     ) -> Reply | StreamReply:
-        """Relay decode's answer (streamed, or read whole) and settle the timeline."""
+        """Relay decode's answer (streamed, or read whole) and settle the timeline. With
+        ``body`` (the client's request) a decode that fails mid-answer is migrated."""
         ctype = (r.header(b"content-type") or b"application/json").decode()
+        migrate = body is not None and self._migrates(body)
         if stream and r.status == 200:
-            return StreamReply(
-                200, self._relay(d, r, tl), [("Content-Type", ctype), ("Cache-Control", "no-cache")]
+            chunks = (
+                self._relay_migrating(d, r, tl, path, body)
+                if migrate and body is not None
+                else self._relay(d, r, tl)
             )
-        raw = await self.read_decode(d, r)
+            return StreamReply(
+                200, chunks, [("Content-Type", ctype), ("Cache-Control", "no-cache")]
+            )
+        while True:
+            try:
+                raw = await self.read_decode(d, r)
+                break
+            except RouteError as e:
+                if not migrate or body is None:
+                    raise
+                self._set(d, False)
+                d, r = await self._migrate(path, body, tl, (d,), str(e))
         m = _USAGE_RE.search(raw)
         if m:
             tl.completion_tokens = int(m.group(1))
@@ -433,6 +660,68 @@ class Router:
                 yield part
         finally:
             self.stream_closed(d, r, tl, events)
+
+    async def _relay_migrating(
+        self, d: Upstream, r: Response, tl: Timeline, path: str, body: dict[str, Any]
+    ) -> AsyncIterator[bytes]:
+        """:meth:`_relay`, one whole event at a time, knowing which tokens the client has:
+        when decode fails mid-stream the stream continues on another decode
+        (:mod:`pdctl.sdk.router.migrate`), at most ``router.migration_limit`` times."""
+        tr = tracker_for(path, body)
+        first = True
+        leg: tuple[Upstream, Response] | None = (d, r)
+        tried: tuple[Upstream, ...] = ()
+        try:
+            while leg is not None:
+                d, r = leg
+                try:
+                    async for chunk in r.iter_chunks():
+                        out = tr.feed(chunk)
+                        if out:
+                            if first:  # a stream's first token, not its response head
+                                tl.decode_first_byte, first = tl.mark(), False
+                            yield out
+                        if tr.failure is not None:
+                            raise UpstreamError(f"decode sent an error event: {tr.failure}")
+                    if not (tr.done or tr.finished):
+                        raise UpstreamError("the stream ended before its last event")
+                    if not tr.done:
+                        yield b"data: [DONE]\n\n"
+                    tl.completion_tokens = len(tr.sent_ids) or tr.events
+                    self.finish(tl, "ok", 200)
+                    return
+                except UpstreamError as e:
+                    why = f"decode {d.name} failed mid-answer: {e}"
+                    d.outstanding -= 1
+                    r.release()
+                    leg = None
+                    self._set(d, False)
+                    tried += (d,)
+                    cont = tr.continuation(body) if tr.can_continue() else None
+                    if cont is None:
+                        for part in self.stream_failed(tl, why):
+                            yield part
+                        return
+                    cpath, cbody = cont
+                    try:
+                        leg = await self._migrate(
+                            cpath or path, cbody, tl, tried, why, len(tr.sent_ids)
+                        )
+                    except RouteError as e2:
+                        for part in self.stream_failed(tl, f"{why}; {e2}"):
+                            yield part
+                        return
+                    if leg[1].status != 200:
+                        nd, nr = leg
+                        leg = None
+                        raw = await self.read_decode(nd, nr)
+                        msg = f"{why}; {nd.name} answered {nr.status}: {raw[:300]!r}"
+                        for part in self.stream_failed(tl, msg):
+                            yield part
+                        return
+        finally:
+            if leg is not None:
+                self.stream_closed(leg[0], leg[1], tl, tr.events)
 
     def stream_failed(self, tl: Timeline, msg: str) -> tuple[bytes, bytes]:
         """Settle a stream that broke mid-answer; the two SSE events that end it cleanly

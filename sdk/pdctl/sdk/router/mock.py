@@ -38,6 +38,8 @@ class MockConfig:
     status: int = 200
     metrics_text: str = ""
     """What ``GET /metrics`` serves (e.g. a recorded vLLM payload)."""
+    healthy: bool = True
+    """``GET /health`` answers 200 (else 503: an engine that is down)."""
     die_after_chunks: int | None = None
     """Drop the connection after this many streamed chunks (a crashing decode)."""
 
@@ -137,7 +139,7 @@ class MockServer:
         path = url.split(b"?", 1)[0]
         if method == b"GET":
             if path == b"/health":
-                conn.write(_response(200, b""))
+                conn.write(_response(200 if self.config.healthy else 503, b""))
             elif path == b"/metrics":
                 conn.write(_response(200, self.config.metrics_text.encode(), b"text/plain"))
             elif path == b"/v1/models":
@@ -158,7 +160,9 @@ class MockServer:
             if self.config.delay_s:
                 await asyncio.sleep(self.config.delay_s)
             if self.config.status != 200:
-                conn.write(_response(self.config.status, b'{"error": "mock failure"}'))
+                err: dict[str, Any] = {"message": "mock failure", "type": "BadRequestError"}
+                err.update(param=None, code=self.config.status)
+                conn.write(_response(self.config.status, json.dumps({"error": err}).encode()))
             elif self.config.role == "render":
                 conn.write(_response(200, self._render(path.decode(), req)))
             elif self.config.role == "prefill":
@@ -282,21 +286,40 @@ class MockServer:
             b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
             b"transfer-encoding: chunked\r\n\r\n"
         )
-        for i in range(self.config.chunks):
+        ids = req.get("return_token_ids")
+        context = _prompt_ids(req.get("prompt")) if ids else []
+        n = int(req.get("max_tokens") or self.config.chunks) if ids else self.config.chunks
+        for i in range(n):
             if i == self.config.die_after_chunks and conn.transport is not None:
                 conn.transport.abort()
                 return
             if self.config.chunk_delay_s:
                 await asyncio.sleep(self.config.chunk_delay_s)
-            choice = (
-                {"index": 0, "token_ids": [i]}
-                if "token_ids" in req
-                else {"index": 0, "text": f" t{i}"}
-            )
-            ev = b"data: " + json.dumps({"choices": [choice]}).encode() + b"\n\n"
+            choice: dict[str, Any]
+            if "token_ids" in req:
+                choice = {"index": 0, "token_ids": [i]}
+            elif ids:
+                # a deterministic "model": the token at position k of the sequence is k
+                tok = len(context)
+                choice = {"index": 0, "text": f" t{tok}", "token_ids": [tok]}
+                choice["finish_reason"] = "length" if i == n - 1 else None
+                if i == 0:
+                    choice["prompt_token_ids"] = list(context)
+                context.append(tok)
+            else:
+                choice = {"index": 0, "text": f" t{i}"}
+            ev = b"data: " + json.dumps({"id": "cmpl-mock", "choices": [choice]}).encode()
+            ev += b"\n\n"
             conn.write(b"%x\r\n%s\r\n" % (len(ev), ev))
         done = b"data: [DONE]\n\n"
         conn.write(b"%x\r\n%s\r\n0\r\n\r\n" % (len(done), done))
+
+
+def _prompt_ids(prompt: Any) -> list[int]:
+    """Token ids of a prompt: given as ids, or one id (100, 101, …) per word of text."""
+    if isinstance(prompt, list) and all(isinstance(t, int) for t in prompt):
+        return list(prompt)
+    return list(range(100, 100 + max(1, len(str(prompt or "").split()))))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from pdctl.sdk.router.instances import Upstream
@@ -40,6 +40,13 @@ class Timeline:
     """tokens path: disaggregated | decode-only (prompt under the threshold) | colocated."""
     render: str | None = None
     render_done: float | None = None
+    notes: list[str] = field(default_factory=list)
+    """What the router did beyond the plain path: waits, retries, cancellations."""
+    migrations: list[dict[str, Any]] = field(default_factory=list)
+    """Decode migrations: from, to, at_ms, tokens_sent, why."""
+
+    def note(self, text: str) -> None:
+        self.notes.append(f"{self.mark() * 1000:.1f} ms: {text}")
 
     def mark(self) -> float:
         return time.perf_counter() - self.t0
@@ -75,6 +82,8 @@ class Timeline:
             "route_path": self.route_path,
             "decision": self.decision,
             "render": self.render,
+            "notes": list(self.notes),
+            "migrations": list(self.migrations),
         }
 
 
@@ -120,6 +129,11 @@ class RouterMetrics:
             "tokens path: requests by decision (disaggregated, decode-only under "
             "router.disaggregate_min_tokens, colocated) and route (tokens, text-fallback).",
             ("decision", "route"),
+        )
+        self.migrations = r.counter(
+            "pdctl_router_migrations_total",
+            "Requests continued on another decode after theirs failed, by failed instance.",
+            ("instance",),
         )
         self.render = r.histogram(
             "pdctl_router_render_seconds", "tokens path: time to render a request.", ("instance",)

@@ -1,0 +1,219 @@
+"""Decode migration: continue a stream on another decode when its decode dies mid-answer.
+
+The router asks vLLM for the token ids of every streamed event (``return_token_ids``;
+removed again before the client sees the event unless the client asked for them) and
+relays the stream one whole SSE event at a time, so at any moment it knows exactly which
+tokens the client has received. When the decode fails mid-stream, the request continues
+on another decode as a plain completion whose prompt is the original prompt's token ids
+plus the tokens already sent, with ``max_tokens`` reduced by as many; the new decode
+computes that prefix itself (decode-only: no prefill, no KV transfer). Its events are
+rewritten into the original stream's shape (id, object, chat deltas), so the client sees
+one uninterrupted stream with no token lost or repeated.
+
+Limits: one choice (``n == 1``) and no ``echo``. A stop string vLLM held back when the
+decode died may be found again (the held-back text is recomputed). Recomputing the KV of
+already-sent tokens can make a greedy continuation differ numerically from what the dead
+decode would have produced.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+CONTINUE_PATH = "/v1/completions"
+"""Continuations are token-id completions, whatever the original endpoint."""
+
+# Sampling fields a continuation keeps from the original request (both endpoints).
+_CARRIED = (
+    "temperature",
+    "top_p",
+    "top_k",
+    "min_p",
+    "seed",
+    "stop",
+    "stop_token_ids",
+    "ignore_eos",
+    "presence_penalty",
+    "frequency_penalty",
+    "repetition_penalty",
+    "skip_special_tokens",
+    "spaces_between_special_tokens",
+    "include_stop_str_in_output",
+    "min_tokens",
+)
+
+
+def migratable(body: dict[str, Any]) -> bool:
+    """Whether a request's stream can be continued elsewhere."""
+    n = body.get("n", 1)
+    return (n in (None, 1)) and not body.get("echo") and not body.get("use_beam_search")
+
+
+def with_token_ids(body: dict[str, Any]) -> dict[str, Any]:
+    """The request as sent to decode: vLLM also returns the token ids of every event."""
+    if body.get("return_token_ids"):
+        return body
+    return {**body, "return_token_ids": True}
+
+
+def _max_tokens(body: dict[str, Any]) -> int | None:
+    for key in ("max_completion_tokens", "max_tokens"):
+        v = body.get(key)
+        if isinstance(v, int) and not isinstance(v, bool):
+            return v
+    return None
+
+
+@dataclass
+class StreamTracker:
+    """Follows a relayed SSE stream one whole event at a time.
+
+    :meth:`feed` takes raw bytes from decode and returns the bytes to send the client:
+    only complete events, rewritten (token ids hidden unless asked for; a continuation's
+    events put in the original's shape). What was returned is what the client has."""
+
+    chat: bool
+    client_wants_ids: bool
+    include_usage: bool = False
+    stream_id: str | None = None
+    prompt_ids: list[int] | None = None
+    sent_ids: list[int] = field(default_factory=list)
+    finished: bool = False
+    """A finish_reason was sent: nothing is left to continue."""
+    done: bool = False
+    """``[DONE]`` was sent."""
+    events: int = 0
+    failure: str | None = None
+    """An error event decode sent instead of tokens (an engine that died under it)."""
+    continuing: bool = False
+    """The events now come from a continuation (a token-id completion)."""
+    _sent_before: int = 0
+    """Tokens sent before the current continuation started (for usage)."""
+    _buf: bytes = b""
+
+    def feed(self, chunk: bytes) -> bytes:
+        self._buf += chunk
+        out: list[bytes] = []
+        while True:
+            end = self._buf.find(b"\n\n")
+            if end < 0:
+                break
+            event, self._buf = self._buf[:end], self._buf[end + 2 :]
+            rewritten = self._event(event)
+            if rewritten is not None:
+                out.append(rewritten)
+        return b"".join(out)
+
+    def _event(self, event: bytes) -> bytes | None:
+        data = b"\n".join(
+            line[5:].lstrip() for line in event.split(b"\n") if line.startswith(b"data:")
+        )
+        if not data:
+            return event + b"\n\n"
+        if data == b"[DONE]":
+            self.done = True
+            return b"data: [DONE]\n\n"
+        try:
+            obj = json.loads(data)
+        except ValueError:
+            return event + b"\n\n"
+        if not isinstance(obj, dict):
+            return event + b"\n\n"
+        if "error" in obj and "choices" not in obj:
+            err = obj.get("error")
+            code = err.get("code") if isinstance(err, dict) else None
+            if not isinstance(code, int) or code >= 500:
+                self.failure = json.dumps(err)[:300]
+                return None  # the caller decides: continue elsewhere or end the stream
+            return event + b"\n\n"
+        return self._tokens_event(obj)
+
+    def _tokens_event(self, obj: dict[str, Any]) -> bytes:
+        if self.stream_id is None:
+            self.stream_id = obj.get("id")
+        ptoks = obj.pop("prompt_token_ids", None)  # chat: top level, first event
+        for ch in obj.get("choices") or []:
+            if not isinstance(ch, dict):
+                continue
+            ptoks = ch.pop("prompt_token_ids", None) or ptoks  # completions: in the choice
+            ids = ch.get("token_ids")
+            if isinstance(ids, list):
+                self.sent_ids.extend(i for i in ids if isinstance(i, int))
+            if not self.client_wants_ids:
+                ch.pop("token_ids", None)
+            if ch.get("finish_reason") is not None:
+                self.finished = True
+            if self.continuing and self.chat:
+                text = ch.pop("text", "")
+                ch["delta"] = {"content": text} if text else {}
+                ch.pop("prompt_logprobs", None)
+        if isinstance(ptoks, list) and self.prompt_ids is None and not self.continuing:
+            self.prompt_ids = [i for i in ptoks if isinstance(i, int)]
+            if self.client_wants_ids:
+                obj["prompt_token_ids"] = self.prompt_ids
+        obj.pop("prompt_text", None)
+        if self.continuing:
+            if self.stream_id is not None:
+                obj["id"] = self.stream_id
+            if self.chat:
+                obj["object"] = "chat.completion.chunk"
+            usage = obj.get("usage")
+            if isinstance(usage, dict) and self.prompt_ids is not None:
+                done = int(usage.get("completion_tokens") or 0) + self._sent_before
+                usage["prompt_tokens"] = len(self.prompt_ids)
+                usage["completion_tokens"] = done
+                usage["total_tokens"] = len(self.prompt_ids) + done
+        self.events += 1
+        return b"data: " + json.dumps(obj, separators=(",", ":")).encode() + b"\n\n"
+
+    def can_continue(self) -> bool:
+        """Whether the stream can go on elsewhere: the prompt's ids are known (or nothing
+        was sent yet) and it had not finished."""
+        return (
+            not self.finished
+            and not self.done
+            and (self.prompt_ids is not None or not self.sent_ids)
+        )
+
+    def continuation(self, body: dict[str, Any]) -> tuple[str | None, dict[str, Any]] | None:
+        """The request that continues this stream on another decode: ``(path, body)``
+        (``path`` None: the original endpoint), or None when nothing is left to generate.
+        Resets the tracker for the continuation's events."""
+        self._buf = b""
+        self.failure = None
+        if self.prompt_ids is None:  # nothing reached the client: start over elsewhere
+            return None, with_token_ids(body)
+        limit = _max_tokens(body)
+        left = None if limit is None else limit - len(self.sent_ids)
+        if left is not None and left <= 0:
+            return None
+        new: dict[str, Any] = {k: body[k] for k in _CARRIED if k in body}
+        new.update(
+            model=body.get("model"),
+            prompt=self.prompt_ids + self.sent_ids,
+            stream=True,
+            return_token_ids=True,
+        )
+        if left is not None:
+            new["max_tokens"] = left
+        if self.include_usage:
+            new["stream_options"] = {"include_usage": True}
+        lp = body.get("logprobs")
+        if self.chat and body.get("top_logprobs") and lp:
+            new["logprobs"] = int(body["top_logprobs"])
+        elif not self.chat and isinstance(lp, int) and not isinstance(lp, bool):
+            new["logprobs"] = lp
+        self.continuing = True
+        self._sent_before = len(self.sent_ids)
+        return CONTINUE_PATH, new
+
+
+def tracker_for(path: str, body: dict[str, Any]) -> StreamTracker:
+    opts = body.get("stream_options")
+    return StreamTracker(
+        chat=path.endswith("/chat/completions"),
+        client_wants_ids=bool(body.get("return_token_ids")),
+        include_usage=isinstance(opts, dict) and bool(opts.get("include_usage")),
+    )
