@@ -329,7 +329,7 @@ async def test_dead_decode_is_retried_elsewhere_then_dropped_by_health_checks():
 
 def test_circuit_breaker_opens_and_recovers(monkeypatch):
     now = [100.0]
-    monkeypatch.setattr("pdctl.sdk.router.core.time.monotonic", lambda: now[0])
+    monkeypatch.setattr("pdctl.sdk.router.instances.time.monotonic", lambda: now[0])
     b = Breaker(threshold=3, cooldown_s=10, close_after=2)
     for _ in range(2):
         b.failure()
