@@ -15,6 +15,7 @@ from pdctl.sdk.preflight.model import Inventory
 from pdctl.sdk.preflight.paths import PathClass
 from pdctl.sdk.preflight.report import KvSummary, PreflightReport, PreflightWarning
 from pdctl.sdk.preflight.stack import Stack, descriptor_check
+from pdctl.sdk.preflight.ucxlog import ucx_warnings
 from pdctl.sdk.preflight.verdict import PlannedPair, Workload, evaluate_pair, merge_warnings
 from pdctl.sdk.render import host_key, render_fleet
 from pdctl.sdk.spec import FleetSpec
@@ -319,30 +320,5 @@ def _global_warnings(
         w = descriptor_check(kv, tokens, block)
         if w is not None:
             out.append(w)
-    out.extend(_evidence_warnings(ev))
-    return out
-
-
-def _evidence_warnings(ev: Evidence) -> list[PreflightWarning]:
-    out: list[PreflightWarning] = []
-    if ev.ucx_no_cuda_registration:
-        mds = ", ".join(sorted(ev.ucx_no_cuda_registration))
-        out.append(
-            PreflightWarning(
-                "UCX_NO_GPU_REGISTRATION",
-                "warning",
-                f"UCX log: md {mds} cannot register cuda memory, so RDMA zero-copy of GPU "
-                "memory gets 0 lanes and falls back to bounce buffers. Do: load "
-                "nvidia_peermem (GPUDirect RDMA) or use a DMA-BUF capable UCX/driver",
-            )
-        )
-    if ev.ucx_tcp_lanes:
-        out.append(
-            PreflightWarning(
-                "UCX_TCP_LANES",
-                "warning",
-                "UCX log shows rma(tcp/...) lanes: KV moves over TCP (the fallback "
-                "signature). Do: check UCX_TLS and that UCX was built with RDMA/CUDA support",
-            )
-        )
+    out.extend(ucx_warnings(ev.ucx))
     return out
