@@ -196,7 +196,8 @@ def render(report: PreflightReport, out: Console) -> None:
 
     inv = report.inventory
     if inv.topology is None:
-        out.print("[bold yellow]No GPU found on this machine.[/]")
+        where = "this machine" if inv.host == "this host" else inv.host
+        out.print(f"[bold yellow]No GPU found on {escape(where)}.[/]")
     for w in report.warnings:
         where = f" ({', '.join(w.pairs[:3])}{' …' if len(w.pairs) > 3 else ''})" if w.pairs else ""
         out.print(

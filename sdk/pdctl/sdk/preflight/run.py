@@ -296,6 +296,10 @@ def _plan(
     return pairs
 
 
+def _where(inv: Inventory) -> str:
+    return "this machine" if inv.host == "this host" else inv.host
+
+
 def _is(inv: Inventory, host: str) -> bool:
     return host in (inv.host, *inv.addresses) or host_key(host) == host_key(inv.host)
 
@@ -334,7 +338,7 @@ def _global_warnings(
             PreflightWarning(
                 "NO_GPU",
                 "warning",
-                f"no NVIDIA GPU found on this machine. Checked: {looked}. Paths and verdicts "
+                f"no NVIDIA GPU found on {_where(inv)}. Checked: {looked}. Paths and verdicts "
                 "are unknown. Do: run pdctl preflight on a fleet host, or pass --from-topo "
                 "FILE (saved nvidia-smi topo -m) and --sysfs-root DIR",
             )

@@ -300,7 +300,7 @@ def read_evidence(paths: Sequence[str | Path]) -> list[Sources]:
             else:
                 for name, text in members.items():
                     _sniffed(loose, name, text)
-        elif p.is_file() and tarfile.is_tarfile(p):
+        elif p.is_file() and (p.name.endswith((".tar.gz", ".tgz", ".tar")) or _is_tar(p)):
             hosts.append(_from_members(_untar(p), str(p)))
         elif p.is_file():
             _sniffed(loose, p.name, _read(p))
@@ -317,6 +317,13 @@ def read_evidence(paths: Sequence[str | Path]) -> list[Sources]:
         else:
             merged[h.host] = h
     return list(merged.values())
+
+
+def _is_tar(p: Path) -> bool:
+    try:
+        return tarfile.is_tarfile(p)
+    except (OSError, EOFError, tarfile.TarError):
+        return False
 
 
 def _read(p: Path) -> str:

@@ -130,7 +130,11 @@ def evaluate_pair(
     measured = _measurement(evidence, work, per_rank)
     if measured is not None and choice.path is not PathClass.SAME_GPU:
         bandwidth, source = measured.bytes_per_s, f"measured ({measured.detail})"
-        out.extend(_measured_warnings(pair, measured, choice.expected_bps, choice, per_rank))
+        out.extend(
+            _measured_warnings(
+                pair, measured, choice.expected_bps or choice.floor_bps, choice, per_rank
+            )
+        )
     if choice.path is PathClass.SAME_GPU:
         transfer, transfer95 = 0.0, 0.0
     elif bandwidth and per_rank is not None and per_rank95 is not None:
@@ -205,7 +209,8 @@ def _measured_warnings(
                 "TCP_FALLBACK_SIGNATURE",
                 "warning",
                 f"measured {fmt_bps(m.bytes_per_s)} ({m.detail}) matches the NIXL/UCX TCP "
-                f"fallback signature ({FALLBACK_RANGE}), not the {fmt_bps(expected)} a "
+                f"fallback signature ({FALLBACK_RANGE}), not the "
+                f"{'' if choice.expected_bps else 'at least '}{fmt_bps(expected)} a "
                 f"{choice.path.value} path should give{cost}. Do: check UCX_PROTO_INFO=y logs "
                 "for rma(tcp/...) lanes; use push mode on one host, keep cuda_ipc/rc in "
                 "UCX_TLS, use the LIBFABRIC backend on EFA",
