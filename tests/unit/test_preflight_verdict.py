@@ -432,3 +432,17 @@ def test_verdict_is_monotonic_in_ratio(r1, r2, load):
 
     lo, hi = sorted((r1, r2))
     assert VERDICT_RANK[verdict_for(lo, load)] <= VERDICT_RANK[verdict_for(hi, load)]
+
+
+def test_xgmi_pair_of_mi300x():
+    # the rocm_smi_showtopo_4xAMD_PCIE_only.txt layout, with the XGMI cells of an MI300X pair
+    text = (
+        "ROCm System Management Interface\n"
+        "========================== Link Type between two GPUs ==========================\n"
+        "       GPU0         GPU1\nGPU0   0            XGMI\nGPU1   XGMI         0\n"
+    )
+    (pair,) = run_preflight(None, inventory=_inv(text, "AMD Instinct MI300X")).pairs
+    assert pair.path is PathClass.XGMI
+    assert pair.expected_bps == pytest.approx(64e9 * 0.8)
+    (unknown,) = run_preflight(None, inventory=_inv(text)).pairs
+    assert (unknown.path, unknown.expected_bps) == (PathClass.XGMI, None)
