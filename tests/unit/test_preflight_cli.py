@@ -56,8 +56,10 @@ def test_offline_json_schema_and_exit_code(tmp_path):
 def test_rich_report_puts_warnings_before_the_table(tmp_path):
     r = pdctl(
         "preflight",
-        "--from-topo",
+        "--evidence",
         str(TOPO / "topo_m_8xH100-SXM_NV18_8nic-1to1-PIX_2numa.txt"),
+        "--evidence",
+        str(TOPO / "nvidia_smi_q_8xH100-SXM_PCIe_Gen5_driver550.txt"),
         "--model",
         str(QWEN),
         "--ttft-colocated",
@@ -86,3 +88,27 @@ def test_bad_inputs_are_one_line_errors(tmp_path):
     no_heads = pdctl("preflight", "--model", str(tmp_path / "config.json"), cwd=tmp_path)
     assert no_heads.returncode == 2
     assert "num_attention_heads" in no_heads.stderr
+
+
+def test_collect_then_evidence_gives_the_live_report(tmp_path):
+    """On this (GPU-less) machine: the bundle analysed anywhere says what the live run says."""
+    bundle = tmp_path / "host.tar.gz"
+    c = pdctl("preflight", "--collect", str(bundle), "--json", cwd=tmp_path)
+    assert c.returncode == 0, c.stderr
+    collected = json.loads(c.stdout)
+    assert collected["bundle"] == str(bundle)
+    names = {s["name"]: s for s in collected["manifest"]["sources"]}
+    assert {"nvidia-smi-topo-m.txt", "ucx_info-d.txt", "fi_info-efa.txt", "sysfs.txt"} <= set(names)
+    assert all(s["state"] in ("ok", "absent", "error", "timeout") for s in names.values())
+    assert names["nvidia-smi-topo-m.txt"]["argv"] == ["nvidia-smi", "topo", "-m"]
+    live = pdctl("preflight", "--json", cwd=tmp_path)
+    recorded = pdctl("preflight", "--evidence", str(bundle), "--json", cwd=tmp_path)
+    assert recorded.returncode == live.returncode, recorded.stderr
+    assert json.loads(recorded.stdout) == json.loads(live.stdout)
+
+
+def test_bad_evidence_is_a_one_line_error(tmp_path):
+    r = pdctl("preflight", "--evidence", str(tmp_path / "missing.tar.gz"), cwd=tmp_path)
+    assert r.returncode == 2
+    assert "--evidence" in r.stderr
+    assert "Traceback" not in r.stderr

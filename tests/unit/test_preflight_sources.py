@@ -227,11 +227,11 @@ def test_nccl_topology_paths_with_bandwidth():
 
 def test_ucx_trace_cannot_register_cuda():
     ev = parse_evidence(_read("ucx_trace_nixl_rc_mlx5_cannot_register_cuda_memory.txt"))
-    assert ev.ucx_no_cuda_registration == {"mlx5_3"}
-    assert ev.ucx_lanes[0].startswith("rma(rc_mlx5/mlx5_3:1)")
-    assert not ev.ucx_tcp_lanes
+    assert ev.ucx.no_registration == {"mlx5_3"}
+    assert ev.ucx.lanes[0].text == "rma(rc_mlx5/mlx5_3:1)"
+    assert not ev.ucx.tcp_rma()
     tcp = parse_evidence("[1] UCX INFO ucp_context_0 self cfg#1 rma(tcp/eth0) am(tcp/eth0)")
-    assert tcp.ucx_tcp_lanes
+    assert [ln.text for ln in tcp.ucx.tcp_rma()] == ["rma(tcp/eth0)"]
 
 
 def test_nixl_plugin_names():

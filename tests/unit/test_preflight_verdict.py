@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 from hypothesis import given, settings
@@ -36,8 +37,15 @@ GPU1\tSYS\t X \t32-63\t1\t\tN/A
 """
 
 
-def _inv(text: str, **kw) -> Inventory:
-    return Inventory(topology=parse_topo(text), **kw)
+def _inv(text: str, name: str | None = None, **kw) -> Inventory:
+    """A topo text as an inventory; ``name``: every GPU's product name (as NVML reports)."""
+    topo = parse_topo(text)
+    topo.gpus = [replace(g, name=name) for g in topo.gpus]
+    return Inventory(topology=topo, **kw)
+
+
+def _l40s() -> Inventory:
+    return _inv(TWO_L40S_NO_P2P, "NVIDIA L40S")
 
 
 def _file_inv(name: str, **kw) -> Inventory:
@@ -59,12 +67,12 @@ def test_worked_example_do_not_disaggregate_with_tcp_fallback():
         prompt_len=8192,
         ttft_colocated_s=0.7,
         measured_transfer_s=1.3,
-        inventory=_inv(TWO_L40S_NO_P2P),
+        inventory=_l40s(),
     )
     assert report.kv.bytes_per_prompt == 469_762_048
     (pair,) = report.pairs
     assert pair.path is PathClass.HOST_STAGED
-    assert pair.expected_bps == pytest.approx(12.5e9)  # Gen4 x16 through host memory
+    assert pair.expected_bps == pytest.approx(12.5e9)  # L40S: Gen4 x16 through host memory
     assert pair.transfer_s == pytest.approx(1.3)
     assert pair.ratio == pytest.approx(1.3 / 0.7)
     assert pair.verdict is Verdict.DO_NOT
@@ -77,8 +85,70 @@ def test_worked_example_do_not_disaggregate_with_tcp_fallback():
     assert report.warnings[0].severity == "error"
 
 
+def test_unknown_part_gives_unknown_pcie_bandwidth_but_still_flags_the_fallback():
+    report = run_preflight(
+        None,
+        model=QWEN,
+        ttft_colocated_s=0.7,
+        measured_transfer_s=1.3,
+        inventory=_inv(TWO_L40S_NO_P2P),
+    )
+    (pair,) = report.pairs
+    assert pair.path is PathClass.HOST_STAGED
+    assert pair.expected_bps is None
+    assert "PCIe bandwidth unknown (GPU model unknown)" in pair.assumptions
+    sig = next(w for w in report.warnings if w.code == "TCP_FALLBACK_SIGNATURE")
+    assert "at least" in sig.message
+    unmeasured = run_preflight(
+        None, model=QWEN, ttft_colocated_s=0.7, inventory=_inv(TWO_L40S_NO_P2P)
+    )
+    assert unmeasured.pairs[0].verdict is Verdict.UNKNOWN
+
+
+@pytest.mark.parametrize(
+    ("name", "cell", "per_direction"),
+    [
+        ("NVIDIA H100 80GB HBM3", "NV18", 450e9),
+        ("NVIDIA H200", "NV18", 450e9),
+        ("NVIDIA B200", "NV18", 900e9),
+        ("NVIDIA GB200", "NV18", 900e9),
+        ("NVIDIA A100-SXM4-80GB", "NV12", 300e9),
+        ("NVIDIA RTX A6000", "NV4", 56.25e9),
+        ("NVIDIA GeForce RTX 3090", "NV4", 56.25e9),
+        ("Tesla V100-SXM2-32GB", "NV6", 150e9),
+    ],
+)
+def test_nvlink_generation_follows_the_part(name, cell, per_direction):
+    text = f"\tGPU0\tGPU1\tCPU Affinity\nGPU0\t X \t{cell}\t0-7\nGPU1\t{cell}\t X \t0-7\n"
+    (pair,) = run_preflight(None, inventory=_inv(text, name)).pairs
+    assert pair.path is PathClass.NVLINK
+    assert pair.expected_bps == pytest.approx(per_direction * 0.8)
+    assert pair.assumptions == ()
+
+
+@pytest.mark.parametrize(
+    ("name", "per_direction"),
+    [
+        ("NVIDIA GeForce RTX 5090", 50e9),
+        ("NVIDIA GeForce RTX 5060 Ti", 25e9),  # Gen5 x8
+        ("NVIDIA H100 PCIe", 50e9),
+        ("NVIDIA GeForce RTX 4090", 25e9),
+        ("NVIDIA L4", 25e9),
+        ("NVIDIA Some Future GPU", None),
+    ],
+)
+def test_pcie_generation_follows_the_part(name, per_direction):
+    (pair,) = run_preflight(None, inventory=_inv(TWO_L40S_NO_P2P, name)).pairs
+    assert pair.path is PathClass.HOST_STAGED
+    if per_direction is None:
+        assert pair.expected_bps is None
+        assert any("not in the table" in a for a in pair.assumptions)
+    else:
+        assert pair.expected_bps == pytest.approx(per_direction * 0.5)
+
+
 def test_worked_example_without_measurement_is_fine_on_the_expected_path():
-    report = run_preflight(None, model=QWEN, ttft_colocated_s=0.7, inventory=_inv(TWO_L40S_NO_P2P))
+    report = run_preflight(None, model=QWEN, ttft_colocated_s=0.7, inventory=_l40s())
     (pair,) = report.pairs
     assert pair.transfer_s == pytest.approx(469_762_048 / 12.5e9 + 0.005)
     assert pair.ratio == pytest.approx(0.0426 / 0.7, rel=1e-2)  # 43 ms vs 0.7 s
@@ -87,15 +157,13 @@ def test_worked_example_without_measurement_is_fine_on_the_expected_path():
 
 def test_pull_mode_same_host_predicts_fallback_and_uses_the_fallback_band():
     spec = _spec(fleet={"mode": "pull"}, model={"path": QWEN})
-    report = run_preflight(spec, ttft_colocated_s=0.7, inventory=_inv(TWO_L40S_NO_P2P))
+    report = run_preflight(spec, ttft_colocated_s=0.7, inventory=_l40s())
     (pair,) = report.pairs
     assert "NIXL_PULL_TCP_FALLBACK" in _codes(report)
     assert pair.expected_bps == pytest.approx(0.4e9)
     assert pair.bandwidth_source.startswith("predicted NIXL fallback")
     assert pair.verdict is Verdict.DO_NOT
-    push = run_preflight(
-        _spec(model={"path": QWEN}), ttft_colocated_s=0.7, inventory=_inv(TWO_L40S_NO_P2P)
-    )
+    push = run_preflight(_spec(model={"path": QWEN}), ttft_colocated_s=0.7, inventory=_l40s())
     assert "NIXL_PULL_TCP_FALLBACK" not in _codes(push)
 
 
@@ -253,7 +321,7 @@ def test_tls_allows(tls, transport, allowed):
 
 def test_gpu_missing_from_inventory_is_blocking():
     spec = _spec(model={"path": QWEN}, decode=[{"host": "127.0.0.1", "devices": [5]}])
-    report = run_preflight(spec, inventory=_inv(TWO_L40S_NO_P2P))
+    report = run_preflight(spec, inventory=_l40s())
     assert report.pairs[0].path is PathClass.UNKNOWN
     assert "GPU_NOT_FOUND" in _codes(report)
     assert report.exit_code == 2
@@ -270,9 +338,7 @@ def test_nixl_backend_missing_and_descriptor_count():
 
 
 def test_link_saturation_at_high_rate():
-    report = run_preflight(
-        None, model=QWEN, ttft_colocated_s=2.0, rate=30, inventory=_inv(TWO_L40S_NO_P2P)
-    )
+    report = run_preflight(None, model=QWEN, ttft_colocated_s=2.0, rate=30, inventory=_l40s())
     (pair,) = report.pairs
     assert pair.link_load is not None
     assert pair.link_load > 0.7
@@ -326,7 +392,7 @@ def test_as_dict_schema_is_json_ready():
         model=QWEN,
         ttft_colocated_s=0.7,
         measured_transfer_s=1.3,
-        inventory=_inv(TWO_L40S_NO_P2P),
+        inventory=_l40s(),
     )
     d = json.loads(json.dumps(report.as_dict()))
     assert {"gpus", "nics", "pairs", "warnings", "verdict", "exit_code", "kv"} <= set(d)
@@ -366,3 +432,17 @@ def test_verdict_is_monotonic_in_ratio(r1, r2, load):
 
     lo, hi = sorted((r1, r2))
     assert VERDICT_RANK[verdict_for(lo, load)] <= VERDICT_RANK[verdict_for(hi, load)]
+
+
+def test_xgmi_pair_of_mi300x():
+    # the rocm_smi_showtopo_4xAMD_PCIE_only.txt layout, with the XGMI cells of an MI300X pair
+    text = (
+        "ROCm System Management Interface\n"
+        "========================== Link Type between two GPUs ==========================\n"
+        "       GPU0         GPU1\nGPU0   0            XGMI\nGPU1   XGMI         0\n"
+    )
+    (pair,) = run_preflight(None, inventory=_inv(text, "AMD Instinct MI300X")).pairs
+    assert pair.path is PathClass.XGMI
+    assert pair.expected_bps == pytest.approx(64e9 * 0.8)
+    (unknown,) = run_preflight(None, inventory=_inv(text)).pairs
+    assert (unknown.path, unknown.expected_bps) == (PathClass.XGMI, None)

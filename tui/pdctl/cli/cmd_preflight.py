@@ -90,6 +90,20 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="vLLM/nixlbench/NCCL/UCX log with measured transfers (repeatable)",
     )
     p.add_argument(
+        "--collect",
+        metavar="OUT.tar.gz",
+        help="run every source here (nvidia-smi, NVML, sysfs, ucx_info, fi_info, ibv_devinfo, "
+        "lsmod, NIXL, versions) and bundle the outputs with a manifest; no analysis",
+    )
+    p.add_argument(
+        "--evidence",
+        metavar="PATH",
+        action="append",
+        default=[],
+        help="analyse recorded evidence instead of this machine: a --collect bundle (one host "
+        "each; repeat for a cross-host plan), a directory, or recorded tool outputs and logs",
+    )
+    p.add_argument(
         "--probe",
         action="store_true",
         help="also push this prompt's KV through NIXL between two local processes (pdctl "
@@ -98,9 +112,38 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="machine-readable report")
 
 
+def collect(args: argparse.Namespace) -> int:
+    """``--collect``: the texts every source gives on this host, bundled; nothing analysed."""
+    import time
+
+    from pdctl.sdk.preflight.sources import collect_sources, write_bundle
+
+    t0 = time.monotonic()
+    src = collect_sources(logs=[Path(p) for p in args.log])
+    out = write_bundle(src, Path(args.collect).expanduser())
+    took = time.monotonic() - t0
+    manifest = src.manifest()
+    if args.json:
+        print_json({"bundle": str(out), "seconds": round(took, 2), "manifest": manifest})
+        return 0
+    from rich.markup import escape
+
+    con = console()
+    con.print(f"[bold]collected[/] {escape(str(out))} from {escape(src.host)} in {took:.1f} s")
+    for rec in manifest["sources"]:
+        what = " ".join(rec["argv"]) or rec["name"]
+        rc = "" if rec["rc"] in (None, 0) else f" (exit {rec['rc']})"
+        detail = f" — {rec['detail']}" if rec["detail"] and rec["state"] != "ok" else ""
+        con.print(f"  {rec['state']:>7}  {escape(what)}{rc}{escape(detail)}")
+    con.print(f"[dim]analyse it anywhere: pdctl preflight --evidence {escape(str(out))}[/]")
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
     from pdctl.sdk.preflight import run_preflight
 
+    if args.collect:
+        return collect(args)
     spec = None
     source = None
     if args.file is not None or args.overrides or Path("pdctl.toml").is_file():
@@ -123,6 +166,7 @@ def run(args: argparse.Namespace) -> int:
         from_topo=args.from_topo,
         sysfs_root=args.sysfs_root,
         logs=args.log,
+        evidence_files=args.evidence,
     )
     report = preflight(measured_transfer_s=args.measured_transfer)
     probe, line = None, ""
@@ -152,7 +196,8 @@ def render(report: PreflightReport, out: Console) -> None:
 
     inv = report.inventory
     if inv.topology is None:
-        out.print("[bold yellow]No GPU found on this machine.[/]")
+        where = "this machine" if inv.host == "this host" else inv.host
+        out.print(f"[bold yellow]No GPU found on {escape(where)}.[/]")
     for w in report.warnings:
         where = f" ({', '.join(w.pairs[:3])}{' …' if len(w.pairs) > 3 else ''})" if w.pairs else ""
         out.print(

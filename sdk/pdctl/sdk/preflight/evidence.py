@@ -1,14 +1,17 @@
 """What logs already prove: measured transfer rates and the transports really chosen.
 
 Reads vLLM's ``KV Transfer metrics:`` line, ``nixlbench`` tables, CUDA ``simpleP2P``
-bandwidth, NCCL ``NCCL_DEBUG=INFO`` channel and topology-path lines, and UCX
-``UCX_PROTO_INFO``/trace lines. Pure and total: unknown lines are skipped.
+bandwidth, NCCL ``NCCL_DEBUG=INFO`` channel and topology-path lines, and UCX lines (lanes,
+``UCX_PROTO_INFO`` tables, registration and NVLink messages: :mod:`.ucxlog`). Pure and
+total: unknown lines are skipped.
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+
+from pdctl.sdk.preflight.ucxlog import UcxLog, parse_ucx_line
 
 MIB = 2**20
 """vLLM's "MB" in the KV Transfer metrics line is bytes / 2**20."""
@@ -22,8 +25,6 @@ _NCCL_PATH = re.compile(
     r"(GPU|NET|CPU|NVS|NIC)/([0-9A-Fa-f]+)\s*\((\d+)/(\d+(?:\.\d+)?)/([A-Z]+)\)"
 )
 _NCCL_PATH_FROM = re.compile(r"NCCL INFO (GPU/[0-9A-Fa-f]+)\s*:")
-_UCX_LANES = re.compile(r"cfg#\d+\s+(.*)")
-_UCX_NO_CUDA_REG = re.compile(r"md (\S+) cannot register cuda memory")
 
 
 @dataclass(frozen=True)
@@ -50,13 +51,7 @@ class Evidence:
     nccl_transports: set[str] = field(default_factory=set)
     """Generalised NCCL channel transports, e.g. ``NET/IB/GDRDMA``, ``P2P/CUMEM``."""
     nccl_paths: dict[str, list[NcclPath]] = field(default_factory=dict)
-    ucx_lanes: list[str] = field(default_factory=list)
-    ucx_no_cuda_registration: set[str] = field(default_factory=set)
-
-    @property
-    def ucx_tcp_lanes(self) -> bool:
-        """A UCX ``rma(tcp/…)`` lane: the TCP fallback signature."""
-        return any("rma(tcp/" in lanes for lanes in self.ucx_lanes)
+    ucx: UcxLog = field(default_factory=UcxLog)
 
     @property
     def gdr_in_use(self) -> bool | None:
@@ -73,14 +68,16 @@ class Evidence:
         self.nccl_transports |= other.nccl_transports
         for k, v in other.nccl_paths.items():
             self.nccl_paths.setdefault(k, []).extend(v)
-        self.ucx_lanes.extend(other.ucx_lanes)
-        self.ucx_no_cuda_registration |= other.ucx_no_cuda_registration
+        self.ucx.merge(other.ucx)
 
 
 def parse_evidence(text: str) -> Evidence:
     ev = Evidence()
     nixlbench: list[tuple[int, float]] = []
+    table: list[str | None] = [None]
     for line in text.splitlines():
+        if parse_ucx_line(line, ev.ucx, table):
+            continue
         if (m := _VLLM_KV.search(line)) is not None:
             vllm = _vllm_kv(m.group(1))
             if vllm is not None:
@@ -100,10 +97,6 @@ def parse_evidence(text: str) -> Evidence:
                 NcclPath(f"{p[0]}/{p[1]}", int(p[2]), float(p[3]), p[4])
                 for p in _NCCL_PATH.findall(line[m.end() :])
             )
-        elif (m := _UCX_LANES.search(line)) is not None and "UCX" in line:
-            ev.ucx_lanes.append(m.group(1).strip())
-        elif (m := _UCX_NO_CUDA_REG.search(line)) is not None:
-            ev.ucx_no_cuda_registration.add(m.group(1))
     if nixlbench:
         block, gbs = max(nixlbench, key=lambda r: r[1])
         if gbs > 0:

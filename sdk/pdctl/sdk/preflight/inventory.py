@@ -1,17 +1,24 @@
-"""The I/O edge: look at this host (or at recorded files) and build an :class:`Inventory`.
+"""Collected texts → an :class:`Inventory` of one host (live, recorded files or a bundle).
 
-Every source is optional; each one tried is listed in ``Inventory.checks`` with what it
-found, so a report can say plainly what was checked. ``--from-topo`` without
-``--sysfs-root`` is fully offline: nothing of this machine is read.
+Every source is optional; each one is listed in ``Inventory.checks`` with what it found,
+so a report says plainly what was checked. A live run goes through the same parser as a
+bundle: :func:`collect_inventory` collects the texts (:mod:`.sources`) and hands them to
+:func:`inventory_from_sources`. ``--from-topo`` without ``--sysfs-root`` is fully
+offline: nothing of this machine is read.
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from pdctl.sdk.errors import PdctlError
+from pdctl.sdk.preflight import sources as S
 from pdctl.sdk.preflight.model import (
+    GdrStatus,
+    GpuInfo,
     Inventory,
     NicInfo,
     SourceCheck,
@@ -19,9 +26,25 @@ from pdctl.sdk.preflight.model import (
     ToolsInfo,
     Topology,
 )
-from pdctl.sdk.preflight.nvml import merge_topologies, nvml_topology
-from pdctl.sdk.preflight.sysfs import LIVE_SYSFS, gdr_status, netdev_speeds, read_rdma_nics
-from pdctl.sdk.preflight.tools import nixl_info, parse_fi_info, parse_ucx_transports, run_tool
+from pdctl.sdk.preflight.nvml import merge_topologies, parse_nvml
+from pdctl.sdk.preflight.sysfs import (
+    dump_sysfs,
+    gdr_status,
+    netdev_speeds,
+    numa_nodes,
+    parse_sysfs,
+    read_rdma_nics,
+)
+from pdctl.sdk.preflight.tools import (
+    efa_devices,
+    gdr_from_lsmod,
+    nics_from_ibv,
+    parse_fi_info,
+    parse_ibv_devinfo,
+    parse_lsmod,
+    parse_nvidia_smi_q,
+    parse_ucx_transports,
+)
 from pdctl.sdk.preflight.topo import parse_topo
 
 
@@ -39,70 +62,185 @@ def read_input(path: str | Path, what: str) -> str:
         ) from None
 
 
-def collect_inventory(
-    *,
-    from_topo: str | Path | None = None,
-    sysfs_root: str | Path | None = None,
-) -> Inventory:
-    checks: list[SourceCheck] = []
-    offline = from_topo is not None
-    if from_topo is not None:
-        parsed = parse_topo(read_input(from_topo, "--from-topo"), str(from_topo))
-        checks.append(SourceCheck("topo file", "ok", f"{from_topo}: {len(parsed.gpus)} GPU(s)"))
-        topo: Topology | None = parsed
+def gather_sources(
+    *, from_topo: str | Path | None = None, sysfs_root: str | Path | None = None
+) -> S.Sources:
+    """The texts a run reads: recorded files when given, else this machine (``--sysfs-root``
+    replaces ``/sys`` and skips the tool commands)."""
+    if from_topo is None:
+        root = Path(sysfs_root) if sysfs_root is not None else None
+        return S.collect_sources(sysfs_root=root, tools=root is None)
+    src = S.Sources(origin="files")
+    src.add(S.Collected(S.TOPO, "ok", read_input(from_topo, "--from-topo"), str(from_topo)))
+    if sysfs_root is not None:
+        src.add(S.Collected(S.SYSFS, "ok", dump_sysfs(Path(sysfs_root)), str(sysfs_root)))
     else:
-        topo = _live_topology(checks, Path(sysfs_root) if sysfs_root else LIVE_SYSFS)
-    if topo is not None and not topo.gpus:
-        topo.notes.append("no GPU rows found")
-    inv = Inventory(topology=topo if topo is not None and topo.gpus else None, checks=checks)
-    if offline and sysfs_root is None:
-        checks.append(SourceCheck("sysfs", "skipped", "offline (--from-topo without --sysfs-root)"))
+        src.add(S.Collected(S.SYSFS, "skipped", None, "offline (--from-topo without --sysfs-root)"))
+    src.records["tools"] = {"name": "tools", "state": "skipped"}
+    return src
+
+
+def collect_inventory(
+    *, from_topo: str | Path | None = None, sysfs_root: str | Path | None = None
+) -> Inventory:
+    return inventory_from_sources(gather_sources(from_topo=from_topo, sysfs_root=sysfs_root))
+
+
+def _check(src: S.Sources, name: str, label: str, found: str) -> SourceCheck:
+    state = src.state(name)
+    rec = src.records.get(name, {})
+    if state == "ok" and name in src.texts:
+        return SourceCheck(label, "ok", found)
+    why = str(rec.get("detail") or "") or ("not collected" if state is None else str(state))
+    st: SourceState = (
+        "skipped" if state == "skipped" else "error" if state in ("error", "timeout") else "absent"
+    )
+    return SourceCheck(label, st, why)
+
+
+def _json(src: S.Sources, name: str) -> dict[str, Any]:
+    try:
+        data = json.loads(src.texts.get(name) or "{}")
+    except ValueError:
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def inventory_from_sources(src: S.Sources) -> Inventory:
+    """One host from its collected texts: the only place sources become an inventory."""
+    checks: list[SourceCheck] = []
+    fs = parse_sysfs(src.texts[S.SYSFS]) if S.SYSFS in src.texts else None
+    topo = _topology(src, fs, checks)
+    inv = Inventory(
+        topology=topo if topo is not None and topo.gpus else None,
+        checks=checks,
+        host=src.host,
+        addresses=src.addresses,
+        env={str(k): str(v) for k, v in _json(src, S.ENV).items()},
+    )
+    sysfs_nics = read_rdma_nics(fs) if fs is not None else []
+    ibv = parse_ibv_devinfo(src.texts.get(S.IBV, ""))
+    fi = parse_fi_info(src.texts.get(S.FI_INFO, "")) if S.FI_INFO in src.texts else None
+    nics = _nics(sysfs_nics, nics_from_ibv(ibv), efa_devices(fi or []))
+    inv.nics = _label_nics(nics, topo)
+    where = "sysfs" if sysfs_nics else "ibv_devinfo" if ibv else "fi_info" if nics else ""
+    if fs is None and not nics:
+        checks.append(_check(src, S.SYSFS, "RDMA NICs", ""))
+    else:
+        checks.append(
+            SourceCheck(
+                "RDMA NICs",
+                "ok" if nics else "absent",
+                f"{len(nics)} device(s)" + (f" ({where})" if where else " in class/infiniband"),
+            )
+        )
+    inv.gdr = _gdr(src, fs)
+    checks.append(
+        SourceCheck("GPUDirect RDMA", "ok" if inv.gdr.present else "absent", inv.gdr.evidence)
+    )
+    if fs is not None:
+        inv.netdev_speeds_mbps = netdev_speeds(fs)
+        checks.append(
+            SourceCheck(
+                "netdevs",
+                "ok" if inv.netdev_speeds_mbps else "absent",
+                f"{len(inv.netdev_speeds_mbps)} interface(s) with a link speed",
+            )
+        )
+        nodes = numa_nodes(fs)
+        if nodes:
+            layout = "; ".join(f"node{n}: {cpus}" for n, cpus in sorted(nodes.items()))
+            checks.append(SourceCheck("NUMA", "ok", layout))
+    else:
+        checks.append(_check(src, S.SYSFS, "sysfs", ""))
+    if "tools" in src.records and not any(n in src.texts for n in (S.UCX_INFO, S.FI_INFO, S.IBV)):
         checks.append(SourceCheck("tools", "skipped", "offline: fi_info/ucx_info/NIXL not run"))
         return inv
-    root = Path(sysfs_root) if sysfs_root is not None else LIVE_SYSFS
-    nics = read_rdma_nics(root)
-    inv.nics = _label_nics(nics, topo)
-    checks.append(
-        SourceCheck(
-            "RDMA NICs",
-            "ok" if nics else "absent",
-            f"{root / 'class/infiniband'}: {len(nics)} device(s)",
-        )
-    )
-    inv.gdr = gdr_status(root)
-    checks.append(SourceCheck("GPUDirect RDMA", _state(inv.gdr.present), inv.gdr.evidence))
-    inv.netdev_speeds_mbps = netdev_speeds(root)
-    checks.append(
-        SourceCheck(
-            "netdevs",
-            "ok" if inv.netdev_speeds_mbps else "absent",
-            f"{len(inv.netdev_speeds_mbps)} interface(s) with a link speed",
-        )
-    )
-    if sysfs_root is None:
-        inv.tools = _tools(checks)
+    inv.tools = _tools(src, fi, checks)
     return inv
 
 
-def _state(flag: bool | None) -> SourceState:
-    return "ok" if flag else "absent"
-
-
-def _live_topology(checks: list[SourceCheck], sysfs: Path) -> Topology | None:
-    nv, check = nvml_topology(sysfs_root=sysfs)
-    checks.append(check)
-    text = run_tool(["nvidia-smi", "topo", "-m"])
+def _topology(src: S.Sources, fs: Any, checks: list[SourceCheck]) -> Topology | None:
     smi: Topology | None = None
-    if text is None:
-        checks.append(SourceCheck("nvidia-smi", "absent", "not on PATH, or it failed"))
-    else:
-        for cap in ("r", "w"):
-            p2p = run_tool(["nvidia-smi", "topo", "-p2p", cap])
-            if p2p:
-                text += f"\n# nvidia-smi topo -p2p {cap}\n{p2p}"
+    text = src.texts.get(S.TOPO)
+    if text is not None:
+        for cap, name in S.P2P.items():
+            if src.texts.get(name):
+                text += f"\n# nvidia-smi topo -p2p {cap}\n{src.texts[name]}"
         smi = parse_topo(text, "nvidia-smi topo -m")
-        checks.append(SourceCheck("nvidia-smi", "ok", f"topo -m: {len(smi.gpus)} GPU(s)"))
-    return merge_topologies(smi, nv)
+        recorded = not src.records.get(S.TOPO, {}).get("argv")
+        label = "topo file" if recorded else "nvidia-smi"
+        detail = src.records.get(S.TOPO, {}).get("detail") or "topo -m"
+        checks.append(SourceCheck(label, "ok", f"{detail}: {len(smi.gpus)} GPU(s)"))
+    elif S.ROCM in src.texts:
+        smi = parse_topo(src.texts[S.ROCM])
+        checks.append(SourceCheck("rocm-smi", "ok", f"--showtopo: {len(smi.gpus)} GPU(s)"))
+    else:
+        checks.append(_check(src, S.TOPO, "nvidia-smi", ""))
+    nv: Topology | None = None
+    if S.NVML in src.texts:
+        nv = parse_nvml(src.texts[S.NVML], fs)
+        checks.append(SourceCheck("NVML", "ok", f"{len(nv.gpus)} GPU(s)"))
+    elif src.state(S.NVML) is not None:
+        checks.append(_check(src, S.NVML, "NVML", ""))
+    topo = merge_topologies(smi, nv)
+    if S.SMI_Q in src.texts:
+        q = parse_nvidia_smi_q(src.texts[S.SMI_Q])
+        versions = f"driver {q.driver}, CUDA {q.cuda}" if q.driver else "no driver line"
+        checks.append(SourceCheck("nvidia-smi -q", "ok", f"{len(q.gpus)} GPU(s); {versions}"))
+        topo = _with_query(topo, q.gpu_infos())
+    if topo is not None and not topo.gpus:
+        topo.notes.append("no GPU rows found")
+    return topo
+
+
+def _with_query(topo: Topology | None, infos: list[GpuInfo]) -> Topology | None:
+    """Names, bus ids and PCIe links from ``nvidia-smi -q`` where the topology lacks them."""
+    if not infos:
+        return topo
+    if topo is None:
+        return Topology(source="nvidia-smi -q", gpus=infos)
+    by_index = {g.index: g for g in infos}
+    topo.gpus = [
+        replace(
+            g,
+            name=g.name or q.name,
+            bus_id=g.bus_id or q.bus_id,
+            pcie_gen=g.pcie_gen or q.pcie_gen,
+            pcie_width=g.pcie_width or q.pcie_width,
+        )
+        if (q := by_index.get(g.index)) is not None
+        else g
+        for g in topo.gpus
+    ]
+    return topo
+
+
+def _nics(sysfs: list[NicInfo], ibv: list[NicInfo], efa: list[str]) -> list[NicInfo]:
+    """sysfs first (it has NUMA and bus ids), filled in from ibv_devinfo; else ibv_devinfo;
+    else the EFA devices fi_info lists."""
+    if sysfs:
+        by_name = {n.name: n for n in ibv}
+        return [
+            replace(
+                n,
+                rate_gbps=n.rate_gbps or (b.rate_gbps if b else None),
+                state=n.state or (b.state if b else None),
+            )
+            if (b := by_name.get(n.name)) is not None
+            else n
+            for n in sysfs
+        ]
+    if ibv:
+        return ibv
+    return [NicInfo(name=d, driver="efa", vendor="0x1d0f") for d in efa]
+
+
+def _gdr(src: S.Sources, fs: Any) -> GdrStatus:
+    status = gdr_status(fs) if fs is not None else GdrStatus(None, "sysfs not collected")
+    if status.present is None and S.LSMOD in src.texts:
+        return gdr_from_lsmod(parse_lsmod(src.texts[S.LSMOD]))
+    return status
 
 
 def _label_nics(nics: list[NicInfo], topo: Topology | None) -> list[NicInfo]:
@@ -113,40 +251,35 @@ def _label_nics(nics: list[NicInfo], topo: Topology | None) -> list[NicInfo]:
     return [replace(n, label=label_of.get(n.name)) for n in nics]
 
 
-def _tools(checks: list[SourceCheck]) -> ToolsInfo:
-    nixl = nixl_info()
+def _tools(src: S.Sources, fi: Any, checks: list[SourceCheck]) -> ToolsInfo:
+    nixl = _json(src, S.NIXL)
+    installed = bool(nixl.get("installed")) if nixl else None
+    backends = nixl.get("backends")
     checks.append(
-        SourceCheck(
-            "NIXL",
-            "ok" if nixl.installed else "absent",
-            f"nixl {nixl.version}, backends {list(nixl.backends or [])}"
-            if nixl.installed
-            else "python package nixl not importable here",
-        )
+        SourceCheck("NIXL", "ok", f"nixl {nixl.get('version')}, backends {list(backends or [])}")
+        if installed
+        else _check(src, S.NIXL, "NIXL", "")
+        if not nixl
+        else SourceCheck("NIXL", "absent", "python package nixl not importable there")
     )
-    ucx = run_tool(["ucx_info", "-d"])
+    ucx = src.texts.get(S.UCX_INFO)
     transports = tuple(sorted({t for t, _ in parse_ucx_transports(ucx)})) if ucx else None
-    checks.append(
-        SourceCheck(
-            "ucx_info",
-            "ok" if ucx else "absent",
-            f"transports {list(transports)}" if transports else "not on PATH, or it failed",
-        )
-    )
-    fi = run_tool(["fi_info", "-p", "efa", "-t", "FI_EP_RDM"])
-    entries = parse_fi_info(fi) if fi else []
-    checks.append(
-        SourceCheck(
-            "fi_info",
-            "ok" if fi else "absent",
-            f"{len(entries)} EFA RDM domain(s)" if fi else "not on PATH, or no EFA provider",
-        )
-    )
+    checks.append(_check(src, S.UCX_INFO, "ucx_info", f"transports {list(transports or [])}"))
+    entries = fi or []
+    devices = efa_devices(entries)
+    checks.append(_check(src, S.FI_INFO, "fi_info", f"{len(devices)} EFA device(s)"))
+    if S.IBV in src.texts or src.state(S.IBV) is not None:
+        n = len(parse_ibv_devinfo(src.texts.get(S.IBV, "")))
+        checks.append(_check(src, S.IBV, "ibv_devinfo", f"{n} device(s)"))
+    versions = _json(src, S.VERSIONS)
+    if versions:
+        found = ", ".join(f"{k} {v}" for k, v in versions.items() if v)
+        checks.append(SourceCheck("versions", "ok", found))
     return ToolsInfo(
-        nixl_installed=nixl.installed,
-        nixl_version=nixl.version,
-        nixl_backends=nixl.backends,
+        nixl_installed=installed,
+        nixl_version=nixl.get("version") if nixl else None,
+        nixl_backends=tuple(backends) if isinstance(backends, list) else None,
         ucx_transports=transports,
-        fi_providers=tuple(sorted({e.provider for e in entries})) if fi else None,
-        efa_domains=len(entries) if fi else None,
+        fi_providers=tuple(sorted({e.provider for e in entries})) if fi is not None else None,
+        efa_domains=len(devices) if fi is not None else None,
     )

@@ -149,6 +149,11 @@ class Inventory:
     netdev_speeds_mbps: dict[str, int] = field(default_factory=dict)
     tools: ToolsInfo = field(default_factory=ToolsInfo)
     checks: list[SourceCheck] = field(default_factory=list)
+    host: str = "this host"
+    """The host's name as collected (``hostname``), or ``this host``."""
+    addresses: tuple[str, ...] = ()
+    env: dict[str, str] = field(default_factory=dict)
+    """``UCX_*``/``NIXL_*``/``FI_*``/``NCCL_*`` variables where it was collected."""
 
     @property
     def gpus(self) -> list[GpuInfo]:

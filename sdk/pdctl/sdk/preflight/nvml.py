@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import json
 from pathlib import Path
 from typing import Any
 
 from pdctl.sdk.preflight.model import GpuInfo, SourceCheck, Topology
-from pdctl.sdk.preflight.sysfs import LIVE_SYSFS, pci_numa
+from pdctl.sdk.preflight.sysfs import LIVE_SYSFS, Sysfs, dump_sysfs, parse_sysfs, pci_numa
 
 P2P_CAPS = {"r": 0, "w": 1, "n": 2, "a": 3, "p": 4}
 P2P_RESULT = {0: "OK", 1: "CNS", 2: "GNS", 3: "TNS", 4: "DR", 5: "NS", 6: "U"}
@@ -38,10 +39,8 @@ def normalise_bus_id(bus: str) -> str:
     return f"{head}:{tail}" if tail else b
 
 
-def nvml_topology(
-    module: Any | None = None, sysfs_root: Path = LIVE_SYSFS
-) -> tuple[Topology | None, SourceCheck]:
-    """Topology from NVML, or None with the reason."""
+def nvml_dump(module: Any | None = None) -> tuple[str | None, SourceCheck]:
+    """What NVML says, as JSON text (parsed by :func:`parse_nvml`), or None with the reason."""
     nv = module
     if nv is None:
         try:
@@ -55,13 +54,24 @@ def nvml_topology(
     except Exception as e:  # NVMLError_LibraryNotFound, DriverNotLoaded, …
         return None, SourceCheck("NVML", "absent", f"nvmlInit failed: {type(e).__name__} {e}")
     try:
-        topo = _read(nv, sysfs_root)
+        data = _read(nv)
     except Exception as e:  # a driver that answers some calls and not others
         return None, SourceCheck("NVML", "error", f"NVML query failed: {type(e).__name__} {e}")
     finally:
         with contextlib.suppress(Exception):  # best effort on a half-working NVML
             nv.nvmlShutdown()
-    return topo, SourceCheck("NVML", "ok", f"{len(topo.gpus)} GPU(s)")
+    return json.dumps(data, indent=1), SourceCheck("NVML", "ok", f"{len(data['gpus'])} GPU(s)")
+
+
+def nvml_topology(
+    module: Any | None = None, sysfs_root: Path | Sysfs = LIVE_SYSFS
+) -> tuple[Topology | None, SourceCheck]:
+    """Topology from NVML, or None with the reason (dump, then parse)."""
+    text, check = nvml_dump(module)
+    if text is None:
+        return None, check
+    fs = sysfs_root if isinstance(sysfs_root, Sysfs) else parse_sysfs(dump_sysfs(sysfs_root))
+    return parse_nvml(text, fs), check
 
 
 def _try(fn: Any, *args: Any) -> Any:
@@ -71,42 +81,29 @@ def _try(fn: Any, *args: Any) -> Any:
         return None
 
 
-def _read(nv: Any, sysfs_root: Path) -> Topology:
-    topo = Topology(source="NVML")
+def _read(nv: Any) -> dict[str, Any]:
     count = int(nv.nvmlDeviceGetCount())
     handles = [nv.nvmlDeviceGetHandleByIndex(i) for i in range(count)]
-    bus: list[str | None] = []
+    gpus: list[dict[str, Any]] = []
     for i, h in enumerate(handles):
         pci = _try(nv.nvmlDeviceGetPciInfo, h)
-        b = normalise_bus_id(_text(pci.busId)) if pci is not None else None
-        bus.append(b)
         numa = _try(getattr(nv, "nvmlDeviceGetNumaNodeId", None) or (lambda _h: None), h)
-        if not isinstance(numa, int) or numa < 0:
-            numa = pci_numa(sysfs_root, b) if b else None
         name = _try(nv.nvmlDeviceGetName, h)
-        topo.gpus.append(
-            GpuInfo(
-                index=i,
-                name=_text(name) if name is not None else None,
-                bus_id=b,
-                numa=numa,
-                pcie_gen=_try(nv.nvmlDeviceGetMaxPcieLinkGeneration, h),
-                pcie_width=_try(nv.nvmlDeviceGetMaxPcieLinkWidth, h),
-            )
-        )
-    index_of = {b: i for i, b in enumerate(bus) if b}
-    for i, h in enumerate(handles):
         peers, to_switch = _nvlinks(nv, h)
-        if to_switch:
-            topo.nvswitch = True
-        for peer_bus, n in peers.items():
-            j = index_of.get(peer_bus)
-            if j is not None and j != i:
-                topo.links[(min(i, j), max(i, j))] = f"NV{n}"
-        if to_switch:
-            for j in range(count):
-                if j != i:
-                    topo.links.setdefault((min(i, j), max(i, j)), f"NV{to_switch}")
+        gpus.append(
+            {
+                "index": i,
+                "name": _text(name) if name is not None else None,
+                "bus_id": normalise_bus_id(_text(pci.busId)) if pci is not None else None,
+                "numa": numa if isinstance(numa, int) and numa >= 0 else None,
+                "pcie_gen": _try(nv.nvmlDeviceGetMaxPcieLinkGeneration, h),
+                "pcie_width": _try(nv.nvmlDeviceGetMaxPcieLinkWidth, h),
+                "nvlink_peers": peers,
+                "nvlinks_to_switch": to_switch,
+            }
+        )
+    p2p: dict[str, dict[str, str]] = {}
+    ancestor: dict[str, str] = {}
     for i, hi in enumerate(handles):
         for j, hj in enumerate(handles):
             if i == j:
@@ -114,11 +111,58 @@ def _read(nv: Any, sysfs_root: Path) -> Topology:
             for cap in _WANTED_CAPS:
                 res = _try(nv.nvmlDeviceGetP2PStatus, hi, hj, P2P_CAPS[cap])
                 if isinstance(res, int):
-                    topo.p2p.setdefault(cap, {})[(i, j)] = P2P_RESULT.get(res, "U")
-            if i < j and (i, j) not in topo.links:
+                    p2p.setdefault(cap, {})[f"{i},{j}"] = P2P_RESULT.get(res, "U")
+            if i < j:
                 level = _try(nv.nvmlDeviceGetTopologyCommonAncestor, hi, hj)
                 if isinstance(level, int) and level in ANCESTOR:
-                    topo.links[(i, j)] = ANCESTOR[level]
+                    ancestor[f"{i},{j}"] = ANCESTOR[level]
+    return {"gpus": gpus, "p2p": p2p, "common_ancestor": ancestor}
+
+
+def parse_nvml(text: str, sysfs: Sysfs | None = None) -> Topology:
+    """The JSON of :func:`nvml_dump` → Topology (NUMA from sysfs when NVML had none)."""
+    topo = Topology(source="NVML")
+    try:
+        data = json.loads(text)
+        gpus = list(data.get("gpus", []))
+    except (ValueError, AttributeError, TypeError):
+        topo.notes.append("NVML record unreadable")
+        return topo
+    index_of = {g.get("bus_id"): int(g["index"]) for g in gpus if g.get("bus_id")}
+    for g in gpus:
+        i, bus = int(g["index"]), g.get("bus_id")
+        numa = g.get("numa")
+        if numa is None and bus and sysfs is not None:
+            numa = pci_numa(sysfs, bus)
+        topo.gpus.append(
+            GpuInfo(
+                index=i,
+                name=g.get("name"),
+                bus_id=bus,
+                numa=numa,
+                pcie_gen=g.get("pcie_gen"),
+                pcie_width=g.get("pcie_width"),
+            )
+        )
+        to_switch = int(g.get("nvlinks_to_switch") or 0)
+        if to_switch:
+            topo.nvswitch = True
+        for peer_bus, n in (g.get("nvlink_peers") or {}).items():
+            j = index_of.get(peer_bus)
+            if j is not None and j != i:
+                topo.links[(min(i, j), max(i, j))] = f"NV{n}"
+        if to_switch:
+            for o in gpus:
+                j = int(o["index"])
+                if j != i:
+                    topo.links.setdefault((min(i, j), max(i, j)), f"NV{to_switch}")
+    for cap, table in (data.get("p2p") or {}).items():
+        for key, letter in table.items():
+            a, _, b = key.partition(",")
+            topo.p2p.setdefault(cap, {})[(int(a), int(b))] = letter
+    for key, cell in (data.get("common_ancestor") or {}).items():
+        a, _, b = key.partition(",")
+        topo.links.setdefault((int(a), int(b)), cell)
     return topo
 
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 from pdctl.sdk.preflight.model import Inventory, NicInfo, Topology
+from pdctl.sdk.preflight.parts import lookup
 
 GB = 1e9
 
@@ -20,6 +21,7 @@ GB = 1e9
 class PathClass(StrEnum):
     SAME_GPU = "SAME_GPU"
     NVLINK = "NVLINK"
+    XGMI = "XGMI"
     PCIE_P2P = "PCIE_P2P"
     HOST_STAGED = "HOST_STAGED"
     RDMA_IB = "RDMA_IB"
@@ -31,10 +33,13 @@ class PathClass(StrEnum):
 
 
 NVLINK_PER_LINK = 25 * GB
-"""Per direction per link (NVLink 3/4): NV18 = 450 GB/s (H100/H200), NV12 = 300 (A100)."""
+"""Per direction per link of NVLink 2-4 (NV18 = 450 GB/s on H100/H200, NV12 = 300 on A100);
+used, and said to be assumed, when the part is not in :mod:`.parts`."""
 PCIE_X16 = {3: 12.5 * GB, 4: 25 * GB, 5: 50 * GB, 6: 100 * GB}
 """Per direction, x16, practical."""
-ASSUMED_PCIE_GEN = 4
+PCIE_FLOOR_BPS = PCIE_X16[3] / 2
+"""The least a PCIe GPU link gives (Gen3 x8): what the TCP-fallback check compares with
+when the generation is unknown."""
 NIC_DEFAULT_GBIT = {"ib": 400.0, "roce": 100.0, "efa": 100.0, "unknown": 100.0}
 ASSUMED_TCP_GBIT = 10.0
 FALLBACK_BPS = 0.4 * GB
@@ -43,6 +48,7 @@ FALLBACK_RANGE = "0.3-0.5 GB/s"
 
 EFFICIENCY: dict[PathClass, float] = {
     PathClass.NVLINK: 0.8,
+    PathClass.XGMI: 0.8,
     PathClass.PCIE_P2P: 0.8,
     PathClass.HOST_STAGED: 0.5,
     PathClass.RDMA_IB: 0.85,
@@ -67,6 +73,8 @@ class PathChoice:
     nic: str | None = None
     gdr: bool | None = None
     assumed: tuple[str, ...] = field(default_factory=tuple)
+    floor_bps: float | None = None
+    """The least this path gives on any part (when the nominal figure is unknown)."""
 
     @property
     def expected_bps(self) -> float | None:
@@ -87,15 +95,32 @@ def p2p_ok(topo: Topology, a: int, b: int) -> tuple[bool | None, str]:
     return None, "P2P status unknown"
 
 
-def pcie_bps(topo: Topology | None, gpu: int) -> tuple[float, str, tuple[str, ...]]:
+def pcie_bps(topo: Topology | None, gpu: int) -> tuple[float | None, str, tuple[str, ...]]:
+    """PCIe bandwidth of a GPU's link: NVML/nvidia-smi -q facts, else the part's table row,
+    else unknown (never an assumed generation)."""
     g = topo.gpu(gpu) if topo is not None else None
+    part = lookup(g.name if g else None)
     gen = g.pcie_gen if g and g.pcie_gen in PCIE_X16 else None
     width = g.pcie_width if g and g.pcie_width else None
+    how = "measured link"
+    if gen is None and part is not None and part.pcie_gen in PCIE_X16:
+        gen, width, how = part.pcie_gen, width or part.pcie_width, f"{part.family} part"
     if gen is None:
-        assumed = (f"PCIe generation unknown: assumed Gen{ASSUMED_PCIE_GEN} x16",)
-        return PCIE_X16[ASSUMED_PCIE_GEN], f"PCIe Gen{ASSUMED_PCIE_GEN} x16 (assumed)", assumed
+        what = f"part {g.name!r} not in the table" if g and g.name else "GPU model unknown"
+        return None, "PCIe generation unknown", (f"PCIe bandwidth unknown ({what})",)
     w = width or 16
-    return PCIE_X16[gen] * min(w, 16) / 16, f"PCIe Gen{gen} x{w}", ()
+    return PCIE_X16[gen] * min(w, 16) / 16, f"PCIe Gen{gen} x{w} ({how})", ()
+
+
+def _link_rate(topo: Topology, a: int, kind: str) -> tuple[float | None, str, tuple[str, ...]]:
+    g = topo.gpu(a)
+    part = lookup(g.name if g else None)
+    if part is not None and part.link_bps is not None:
+        return part.link_bps, f"{part.link_kind} ({part.family})", ()
+    if kind == "NVLink":
+        why = f"part {g.name!r} unknown" if g and g.name else "GPU model unknown"
+        return NVLINK_PER_LINK, "NVLink", (f"NVLink generation unknown ({why}): 25 GB/s per link",)
+    return None, kind, (f"{kind} rate unknown for this part",)
 
 
 def classify_same_host(topo: Topology, a: int, b: int) -> PathChoice:
@@ -107,13 +132,25 @@ def classify_same_host(topo: Topology, a: int, b: int) -> PathChoice:
     cell = topo.link(a, b)
     links = topo.nvlink_count(a, b)
     if links:
-        nominal = min(links * NVLINK_PER_LINK, 18 * NVLINK_PER_LINK)
+        rate, kind, assumed = _link_rate(topo, a, "NVLink")
+        nominal = links * rate if rate is not None else None
         return PathChoice(
             PathClass.NVLINK,
             nominal,
             EFFICIENCY[PathClass.NVLINK],
-            f"{cell}: {links} NVLinks x 25 GB/s per direction",
+            f"{cell}: {links} links of {kind} x {(rate or 0) / GB:g} GB/s per direction",
             cell,
+            assumed=assumed,
+        )
+    if cell == "XGMI":
+        rate, kind, assumed = _link_rate(topo, a, "xGMI")
+        return PathChoice(
+            PathClass.XGMI,
+            rate,
+            EFFICIENCY[PathClass.XGMI],
+            f"XGMI: one {kind} link" + (f" x {rate / GB:g} GB/s per direction" if rate else ""),
+            cell,
+            assumed=assumed,
         )
     pcie, basis, assumed = pcie_bps(topo, a)
     ok, why = p2p_ok(topo, a, b)
@@ -122,7 +159,13 @@ def classify_same_host(topo: Topology, a: int, b: int) -> PathChoice:
         eff = EFFICIENCY[PathClass.PCIE_P2P] if local else P2P_THROUGH_CPU_EFFICIENCY
         where = "switch-local" if local else f"through the CPU ({cell or 'path unknown'})"
         return PathChoice(
-            PathClass.PCIE_P2P, pcie, eff, f"{basis}, {why}, {where}", cell, assumed=assumed
+            PathClass.PCIE_P2P,
+            pcie,
+            eff,
+            f"{basis}, {why}, {where}",
+            cell,
+            assumed=assumed,
+            floor_bps=PCIE_FLOOR_BPS * eff,
         )
     if ok is None:
         assumed = (*assumed, f"{why}: assumed none (conservative); check nvidia-smi topo -p2p r")
@@ -133,6 +176,7 @@ def classify_same_host(topo: Topology, a: int, b: int) -> PathChoice:
         f"{basis} via host memory ({why})",
         cell,
         assumed=assumed,
+        floor_bps=PCIE_FLOOR_BPS * EFFICIENCY[PathClass.HOST_STAGED],
     )
 
 
@@ -182,7 +226,11 @@ def classify_cross_host(inv: Inventory, gpu: int) -> PathChoice:
     basis = f"{names}: {total / GB:.1f} GB/s share of NIC capacity"
     if not gdr or level not in ("PIX", "PXB"):
         pcie, _, more = pcie_bps(topo, gpu)
-        staged = min(total, pcie * EFFICIENCY[PathClass.HOST_STAGED] / EFFICIENCY[path])
+        staged = (
+            min(total, pcie * EFFICIENCY[PathClass.HOST_STAGED] / EFFICIENCY[path])
+            if pcie is not None
+            else None
+        )
         return PathChoice(
             PathClass.RDMA_HOST_STAGED,
             staged,

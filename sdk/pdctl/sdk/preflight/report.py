@@ -170,6 +170,7 @@ class PreflightReport:
             "rate": self.rate,
             "ttft_colocated_s": self.ttft_colocated_s,
             "expected_throughput_bps": self.expected_throughput_bps(),
+            "host": inv.host,
             "gpus": _gpus(topo),
             "topology_source": topo.source if topo else None,
             "nics": [{**asdict(n), "kind": n.kind, "active": n.active} for n in inv.nics],

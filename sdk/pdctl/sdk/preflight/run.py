@@ -2,19 +2,25 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from pdctl.sdk.modelinfo import ModelInfoError, read_model_info, text_config
 from pdctl.sdk.preflight.evidence import Evidence, parse_evidence
-from pdctl.sdk.preflight.inventory import PreflightInputError, collect_inventory, read_input
+from pdctl.sdk.preflight.inventory import (
+    PreflightInputError,
+    collect_inventory,
+    inventory_from_sources,
+    read_input,
+)
 from pdctl.sdk.preflight.kvsize import KvLayout, kv_layout, prefill_flops, resolve_dtype
 from pdctl.sdk.preflight.model import Inventory
 from pdctl.sdk.preflight.paths import PathClass
 from pdctl.sdk.preflight.report import KvSummary, PreflightReport, PreflightWarning
+from pdctl.sdk.preflight.sources import Sources, read_evidence
 from pdctl.sdk.preflight.stack import Stack, descriptor_check
+from pdctl.sdk.preflight.ucxlog import ucx_warnings
 from pdctl.sdk.preflight.verdict import PlannedPair, Workload, evaluate_pair, merge_warnings
 from pdctl.sdk.render import host_key, render_fleet
 from pdctl.sdk.spec import FleetSpec
@@ -45,31 +51,51 @@ def run_preflight(
     sysfs_root: str | Path | None = None,
     logs: Sequence[str | Path] = (),
     inventory: Inventory | None = None,
+    evidence_files: Sequence[str | Path] = (),
+    sources: Sequence[Sources] = (),
 ) -> PreflightReport:
     """Check whether disaggregating ``spec`` (or any GPU pair of this host) pays off.
 
-    ``inventory`` replaces the look at the machine (tests, or a TUI that already has one).
-    Raises :class:`~pdctl.sdk.errors.PdctlError` subclasses for unreadable inputs only.
+    ``inventory`` replaces the look at the machine (tests, or a TUI that already has one);
+    ``evidence_files`` (bundles of ``--collect``, or recorded tool outputs and logs) and
+    ``sources`` (already collected texts) replace it with recorded hosts, one inventory
+    per host. Raises :class:`~pdctl.sdk.errors.PdctlError` subclasses for unreadable inputs.
     """
     if prompt_len < 1:
         raise PreflightInputError("--prompt-len must be at least 1 token")
     p95 = max(prompt_len, prompt_len_p95 or prompt_len)
-    inv = inventory or collect_inventory(from_topo=from_topo, sysfs_root=sysfs_root)
+    hosts = list(sources) + (read_evidence(evidence_files) if evidence_files else [])
     evidence = Evidence()
+    for h in hosts:
+        for text in h.logs.values():
+            evidence.merge(parse_evidence(text))
+    invs = [inventory_from_sources(h) for h in hosts]
+    if inventory is not None:
+        invs = [inventory, *invs[1:]]
+    if not invs:
+        invs = [collect_inventory(from_topo=from_topo, sysfs_root=sysfs_root)]
+    inv = invs[0]
     for log in logs:
         evidence.merge(parse_evidence(read_input(log, "--log")))
     warnings: list[PreflightWarning] = []
     assumptions: list[str] = []
     cfg, cfg_source = _model_config(spec, model, warnings)
     kv = _kv(cfg, spec, kv_dtype, warnings) if cfg is not None else None
-    stack = _stack(spec, mode, assumptions)
-    pairs = _plan(spec, inv, warnings, assumptions)
+    stack = _stack(spec, mode, assumptions, inv)
+    pairs = _plan(spec, invs, warnings, assumptions)
     tp = pairs[0].tp if pairs else 1
     prefill_s, prefill_source = _prefill_time(cfg, prompt_len, ttft_colocated_s, peak_tflops, tp)
     work = Workload(kv, prompt_len, p95, rate, prefill_s, prefill_source, measured_transfer_s)
     results = []
     for pair in pairs:
-        result, ws = evaluate_pair(inv, pair, work, stack, evidence)
+        result, ws = evaluate_pair(
+            _host_inv(invs, pair.prefill_host),
+            pair,
+            work,
+            stack,
+            evidence,
+            peer=_host_inv(invs, pair.decode_host),
+        )
         results.append(result)
         warnings.extend(ws)
     warnings.extend(_global_warnings(inv, spec, kv, prompt_len, stack, evidence, results))
@@ -168,11 +194,13 @@ def _kv(
     return kv
 
 
-def _stack(spec: FleetSpec | None, mode: str | None, assumptions: list[str]) -> Stack:
+def _stack(
+    spec: FleetSpec | None, mode: str | None, assumptions: list[str], inv: Inventory
+) -> Stack:
     if spec is None:
         if mode is None:
             assumptions.append("mode assumed push (pdctl's default); pass --mode pull to check")
-        tls = os.environ.get("UCX_TLS")
+        tls = inv.env.get("UCX_TLS")
         return Stack(mode=mode or "push", backends=("UCX",), ucx_tls=tls)
     f = spec.fleet
     return Stack(
@@ -183,12 +211,18 @@ def _stack(spec: FleetSpec | None, mode: str | None, assumptions: list[str]) -> 
     )
 
 
+def _host_inv(invs: list[Inventory], host: str) -> Inventory:
+    """The inventory recorded for ``host`` (by name, address or plan label), else the first."""
+    return next((inv for inv in invs if _is(inv, host)), invs[0])
+
+
 def _plan(
     spec: FleetSpec | None,
-    inv: Inventory,
+    invs: list[Inventory],
     warnings: list[PreflightWarning],
     assumptions: list[str],
 ) -> list[PlannedPair]:
+    inv = invs[0]
     topo = inv.topology
     if spec is not None:
         if spec.fleet.platform == "cpu":
@@ -220,24 +254,54 @@ def _plan(
                 "spec device indices are read as nvidia-smi indices (set "
                 "CUDA_DEVICE_ORDER=PCI_BUS_ID so CUDA numbers GPUs the same way)"
             )
-        if any(not p.same_host for p in pairs):
+        if len(invs) == 1 and any(not p.same_host for p in pairs):
             assumptions.append("every host is assumed to match the inventoried one")
+        elif len(invs) > 1:
+            hosts = sorted({h for p in pairs for h in (p.prefill_host, p.decode_host)})
+            unmatched = [h for h in hosts if not any(_is(i, h) for i in invs)]
+            if unmatched:
+                assumptions.append(
+                    f"no evidence for {', '.join(unmatched)}: assumed to match {inv.host} "
+                    "(collect there with pdctl preflight --collect, then pass --evidence)"
+                )
         return pairs
     if topo is None:
         return []
     gpus = [g.index for g in topo.gpus]
+    here = inv.host if len(invs) > 1 else "this host"
     pairs = [
-        PlannedPair(f"GPU{a} -> GPU{b}", "this host", "this host", (a,), (b,), 1, True)
+        PlannedPair(f"GPU{a} -> GPU{b}", here, here, (a,), (b,), 1, True)
         for i, a in enumerate(gpus)
         for b in gpus[i + 1 :]
     ]
-    if inv.nics or topo.nic_labels:
+    for other in invs[1:]:
+        pairs += [
+            PlannedPair(
+                f"{inv.host} GPU{a} -> {other.host} GPU{a}",
+                inv.host,
+                other.host,
+                (a,),
+                (a,),
+                1,
+                False,
+            )
+            for a in gpus
+        ]
+    if len(invs) == 1 and (inv.nics or topo.nic_labels):
         pairs += [
             PlannedPair(f"GPU{a} -> GPU{a} (peer host)", "this host", "peer", (a,), (a,), 1, False)
             for a in gpus
         ]
         assumptions.append("the peer host is assumed to match this one")
     return pairs
+
+
+def _where(inv: Inventory) -> str:
+    return "this machine" if inv.host == "this host" else inv.host
+
+
+def _is(inv: Inventory, host: str) -> bool:
+    return host in (inv.host, *inv.addresses) or host_key(host) == host_key(inv.host)
 
 
 def _prefill_time(
@@ -274,7 +338,7 @@ def _global_warnings(
             PreflightWarning(
                 "NO_GPU",
                 "warning",
-                f"no NVIDIA GPU found on this machine. Checked: {looked}. Paths and verdicts "
+                f"no NVIDIA GPU found on {_where(inv)}. Checked: {looked}. Paths and verdicts "
                 "are unknown. Do: run pdctl preflight on a fleet host, or pass --from-topo "
                 "FILE (saved nvidia-smi topo -m) and --sysfs-root DIR",
             )
@@ -319,30 +383,5 @@ def _global_warnings(
         w = descriptor_check(kv, tokens, block)
         if w is not None:
             out.append(w)
-    out.extend(_evidence_warnings(ev))
-    return out
-
-
-def _evidence_warnings(ev: Evidence) -> list[PreflightWarning]:
-    out: list[PreflightWarning] = []
-    if ev.ucx_no_cuda_registration:
-        mds = ", ".join(sorted(ev.ucx_no_cuda_registration))
-        out.append(
-            PreflightWarning(
-                "UCX_NO_GPU_REGISTRATION",
-                "warning",
-                f"UCX log: md {mds} cannot register cuda memory, so RDMA zero-copy of GPU "
-                "memory gets 0 lanes and falls back to bounce buffers. Do: load "
-                "nvidia_peermem (GPUDirect RDMA) or use a DMA-BUF capable UCX/driver",
-            )
-        )
-    if ev.ucx_tcp_lanes:
-        out.append(
-            PreflightWarning(
-                "UCX_TCP_LANES",
-                "warning",
-                "UCX log shows rma(tcp/...) lanes: KV moves over TCP (the fallback "
-                "signature). Do: check UCX_TLS and that UCX was built with RDMA/CUDA support",
-            )
-        )
+    out.extend(ucx_warnings(ev.ucx))
     return out

@@ -18,13 +18,18 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pdctl.sdk.preflight.model import GdrStatus
+from pdctl.sdk.preflight.model import GdrStatus, GpuInfo, NicInfo
 
 TOOL_TIMEOUT_S = 3.0
 _KV = re.compile(r"^\s*([A-Za-z_]+):\s*(.*?)\s*$")
 _UCX_TRANSPORT = re.compile(r"^#\s*Transport:\s*(\S+)")
 _UCX_DEVICE = re.compile(r"^#\s*Device:\s*(\S+)")
 _PLUGIN = re.compile(r"^libplugin_([A-Za-z0-9_]+)\.so")
+_WIDTH = re.compile(r"^\s*(\d{1,2})X\b")
+_SPEED = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*Gbps")
+_EFA_DOMAIN = re.compile(r"^(.*?)(?:-(?:rdm|dgrm|direct))?$")
+_SMI_GPU = re.compile(r"^GPU\s+([0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7])\s*$")
+_SMI_KV = re.compile(r"^(\s*)([A-Za-z][A-Za-z0-9 /()._-]*?)\s*:\s*(.*?)\s*$")
 
 
 @dataclass(frozen=True)
@@ -85,6 +90,17 @@ class IbvPort:
     port: int
     state: str = ""
     link_layer: str = ""
+    fields: tuple[tuple[str, str], ...] = ()
+
+    def get(self, key: str) -> str:
+        return dict(self.fields).get(key, "")
+
+    @property
+    def rate_gbps(self) -> float | None:
+        """``active_width: 4X (2)`` x ``active_speed: 100.0 Gbps (128)`` → 400.0."""
+        w = _WIDTH.match(self.get("active_width"))
+        v = _SPEED.match(self.get("active_speed"))
+        return int(w.group(1)) * float(v.group(1)) if w and v else None
 
 
 @dataclass
@@ -107,7 +123,12 @@ def parse_ibv_devinfo(text: str) -> list[IbvDevice]:
         nonlocal port
         if port is not None and devices and port.get("port", "").isdigit():
             devices[-1].ports.append(
-                IbvPort(int(port["port"]), port.get("state", ""), port.get("link_layer", ""))
+                IbvPort(
+                    int(port["port"]),
+                    port.get("state", ""),
+                    port.get("link_layer", ""),
+                    tuple((k, v) for k, v in port.items() if k != "port"),
+                )
             )
         port = None
 
@@ -130,6 +151,114 @@ def parse_ibv_devinfo(text: str) -> list[IbvDevice]:
             devices[-1].fields[key] = value
     close_port()
     return devices
+
+
+def nics_from_ibv(devices: Sequence[IbvDevice]) -> list[NicInfo]:
+    """``ibv_devinfo`` devices as NICs (first active port), for hosts recorded without sysfs."""
+    out: list[NicInfo] = []
+    for d in devices:
+        ports = [p for p in d.ports if "ACTIVE" in p.state.upper()] or d.ports
+        p = ports[0] if ports else None
+        transport = d.fields.get("transport", "")
+        efa = d.vendor_id == "0x1d0f" or transport.upper().startswith("EFA")
+        out.append(
+            NicInfo(
+                name=d.hca_id,
+                driver="efa" if efa else None,
+                vendor=d.vendor_id,
+                state=p.state if p else None,
+                phys_state=p.get("phys_state") or None if p else None,
+                link_layer=p.link_layer or None if p else None,
+                rate_gbps=p.rate_gbps if p else None,
+            )
+        )
+    return out
+
+
+def efa_devices(entries: Sequence[FiEntry]) -> list[str]:
+    """EFA device names from ``fi_info`` domains: ``efa_0-rdm``, ``rdmap16s27-dgrm`` → device."""
+    names: list[str] = []
+    for e in entries:
+        if not e.provider.split(";")[0].startswith("efa") or not e.domain:
+            continue
+        m = _EFA_DOMAIN.match(e.domain)
+        name = m.group(1) if m else e.domain
+        if name not in names:
+            names.append(name)
+    return names
+
+
+@dataclass
+class SmiGpu:
+    bus_id: str
+    name: str | None = None
+    pcie_gen: int | None = None
+    pcie_width: int | None = None
+
+
+@dataclass
+class SmiQuery:
+    driver: str | None = None
+    cuda: str | None = None
+    gpus: list[SmiGpu] = field(default_factory=list)
+
+    def gpu_infos(self) -> list[GpuInfo]:
+        """In ``nvidia-smi -q`` order, which is nvidia-smi's index order."""
+        return [
+            GpuInfo(
+                index=i,
+                name=g.name,
+                bus_id=g.bus_id.lower()[-12:],
+                pcie_gen=g.pcie_gen,
+                pcie_width=g.pcie_width,
+            )
+            for i, g in enumerate(self.gpus)
+        ]
+
+
+def parse_nvidia_smi_q(text: str) -> SmiQuery:
+    """``nvidia-smi -q``: driver/CUDA versions and per GPU its name and max PCIe gen/width.
+
+    The effective maximum link is the smallest of ``Max``, ``Device Max`` and ``Host Max``
+    under ``PCIe Generation`` (drivers differ in which they print); width ``16x`` → 16.
+    """
+    q = SmiQuery()
+    gpu: SmiGpu | None = None
+    section: list[tuple[int, str]] = []
+    for line in text.splitlines():
+        g = _SMI_GPU.match(line.strip())
+        if g:
+            gpu = SmiGpu(g.group(1))
+            q.gpus.append(gpu)
+            section = []
+            continue
+        m = _SMI_KV.match(line)
+        if not m:
+            head = line.strip()
+            if head and gpu is not None:
+                depth = len(line) - len(line.lstrip())
+                section = [(d, n) for d, n in section if d < depth] + [(depth, head)]
+            continue
+        key, value = m.group(2), m.group(3)
+        if gpu is None:
+            if key == "Driver Version":
+                q.driver = value
+            elif key == "CUDA Version":
+                q.cuda = value
+            continue
+        where = section[-1][1] if section else ""
+        if key == "Product Name":
+            gpu.name = value
+        elif where == "PCIe Generation" and key in ("Max", "Device Max", "Host Max"):
+            if value.isdigit():
+                gen = int(value)
+                gpu.pcie_gen = gen if gpu.pcie_gen is None else min(gpu.pcie_gen, gen)
+        elif where == "Link Width" and key in ("Max", "Device Max", "Host Max"):
+            width = value.rstrip("xX")
+            if width.isdigit():
+                w = int(width)
+                gpu.pcie_width = w if gpu.pcie_width is None else min(gpu.pcie_width, w)
+    return q
 
 
 def parse_lsmod(text: str) -> dict[str, tuple[str, ...]]:

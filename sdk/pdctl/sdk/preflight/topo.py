@@ -183,5 +183,7 @@ def parse_rocm_showtopo(text: str, source: str = "rocm-smi --showtopo") -> Topol
                 topo.links.setdefault((min(a, b), max(a, b)), cell.upper())
     topo.gpus = [GpuInfo(index=i, numa=numa.get(i)) for i in sorted(gpus)]
     if any(c == "XGMI" for c in topo.links.values()):
-        topo.notes.append("XGMI links are listed but not modelled; they are treated as unknown")
+        topo.notes.append(
+            "XGMI links: the rate per link needs the GPU model (rocm-smi --showtopo names none)"
+        )
     return topo

@@ -76,20 +76,26 @@ def fmt_s(s: float) -> str:
     return f"{s:.2f} s" if s >= 1 else f"{s * 1e3:.0f} ms"
 
 
-def choose_path(inv: Inventory, pair: PlannedPair) -> PathChoice:
-    """The worst rank-to-rank path of a pair (rank r of P sends to rank r mod |D| of D)."""
+def choose_path(inv: Inventory, pair: PlannedPair, peer: Inventory | None = None) -> PathChoice:
+    """The worst rank-to-rank path of a pair (rank r of P sends to rank r mod |D| of D).
+
+    Across hosts, P's end is read from ``inv`` and D's from ``peer`` (default: ``inv``)."""
+    far = peer or inv
     if inv.topology is None or not pair.prefill_gpus or not pair.decode_gpus:
         return PathChoice(PathClass.UNKNOWN, None, 1.0, "no GPU inventory")
+    if not pair.same_host and far.topology is None:
+        return PathChoice(PathClass.UNKNOWN, None, 1.0, f"no GPU inventory of {far.host}")
     choices: list[PathChoice] = []
     for r, a in enumerate(pair.prefill_gpus):
         b = pair.decode_gpus[r % len(pair.decode_gpus)]
         if pair.same_host:
             choices.append(classify_same_host(inv.topology, a, b))
-        elif inv.topology.gpu(a) is None or inv.topology.gpu(b) is None:
+            continue
+        assert far.topology is not None
+        if inv.topology.gpu(a) is None or far.topology.gpu(b) is None:
             missing = a if inv.topology.gpu(a) is None else b
             return PathChoice(PathClass.UNKNOWN, None, 1.0, f"GPU{missing} is not in the inventory")
-        else:
-            choices.extend((classify_cross_host(inv, a), classify_cross_host(inv, b)))
+        choices.extend((classify_cross_host(inv, a), classify_cross_host(far, b)))
     unknown = [c for c in choices if c.path is PathClass.UNKNOWN]
     if unknown:
         return unknown[0]
@@ -102,8 +108,9 @@ def evaluate_pair(
     work: Workload,
     stack: Stack,
     evidence: Evidence,
+    peer: Inventory | None = None,
 ) -> tuple[PairResult, list[PreflightWarning]]:
-    choice = choose_path(inv, pair)
+    choice = choose_path(inv, pair, peer)
     out: list[PreflightWarning] = []
     kv = work.kv
     per_rank = kv.per_rank(work.prompt_len, pair.tp) if kv else None
@@ -123,7 +130,11 @@ def evaluate_pair(
     measured = _measurement(evidence, work, per_rank)
     if measured is not None and choice.path is not PathClass.SAME_GPU:
         bandwidth, source = measured.bytes_per_s, f"measured ({measured.detail})"
-        out.extend(_measured_warnings(pair, measured, choice.expected_bps, choice, per_rank))
+        out.extend(
+            _measured_warnings(
+                pair, measured, choice.expected_bps or choice.floor_bps, choice, per_rank
+            )
+        )
     if choice.path is PathClass.SAME_GPU:
         transfer, transfer95 = 0.0, 0.0
     elif bandwidth and per_rank is not None and per_rank95 is not None:
@@ -198,7 +209,8 @@ def _measured_warnings(
                 "TCP_FALLBACK_SIGNATURE",
                 "warning",
                 f"measured {fmt_bps(m.bytes_per_s)} ({m.detail}) matches the NIXL/UCX TCP "
-                f"fallback signature ({FALLBACK_RANGE}), not the {fmt_bps(expected)} a "
+                f"fallback signature ({FALLBACK_RANGE}), not the "
+                f"{'' if choice.expected_bps else 'at least '}{fmt_bps(expected)} a "
                 f"{choice.path.value} path should give{cost}. Do: check UCX_PROTO_INFO=y logs "
                 "for rma(tcp/...) lanes; use push mode on one host, keep cuda_ipc/rc in "
                 "UCX_TLS, use the LIBFABRIC backend on EFA",
