@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -133,3 +134,17 @@ def extra_router(
     finally:
         proc.terminate()
         proc.wait(10)
+
+
+def kill_api_server(state_root: Path, fleet: str, name: str) -> int:
+    """SIGKILL an instance's vLLM API server (its engine process follows it); its pid."""
+    from pdctl.sdk.fleet import read_state
+
+    rec = read_state(state_root / fleet)
+    assert rec is not None
+    (inst,) = [i for i in rec.instances if i.name == name]
+    assert inst.shepherd_pid
+    kids = Path(f"/proc/{inst.shepherd_pid}/task/{inst.shepherd_pid}/children").read_text()
+    pid = int(kids.split()[0])
+    os.kill(pid, signal.SIGKILL)
+    return pid

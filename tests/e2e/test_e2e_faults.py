@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import signal
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,11 +15,11 @@ from typing import Any
 import httpx
 import pytest
 
-from pdctl.sdk.fleet import Fleet, read_state
+from pdctl.sdk.fleet import Fleet
 from pdctl.sdk.paths import demo_spec_text
 from pdctl.sdk.spec import FleetSpec
 from pdctl.sdk.specload import load_spec
-from tests.e2e.conftest import WORDS, demo_spec, running_fleet
+from tests.e2e.conftest import WORDS, demo_spec, kill_api_server, running_fleet
 
 pytestmark = pytest.mark.e2e
 
@@ -129,16 +127,6 @@ async def stream_one(
     return ids, errors
 
 
-def kill_api_server(state_root: Path, name: str) -> None:
-    """SIGKILL an instance's API server (its engine process follows it)."""
-    rec = read_state(state_root / NAME)
-    assert rec is not None
-    (inst,) = [i for i in rec.instances if i.name == name]
-    assert inst.shepherd_pid
-    children = Path(f"/proc/{inst.shepherd_pid}/task/{inst.shepherd_pid}/children").read_text()
-    os.kill(int(children.split()[0]), signal.SIGKILL)
-
-
 def test_decode_killed_mid_stream_is_migrated(fleet: Fleet, router_url: str, state_root: Path):
     texts = [prompt(i) for i in range(16)]
     want = reference(fleet, texts)
@@ -156,7 +144,7 @@ def test_decode_killed_mid_stream_is_migrated(fleet: Fleet, router_url: str, sta
             while sum(1 for p in progress if 3 <= p < MAX_TOKENS - 8) < 6:
                 assert time.monotonic() - t0 < 120, progress
                 await asyncio.sleep(0.02)
-            kill_api_server(state_root, "decode-0")
+            kill_api_server(state_root, NAME, "decode-0")
             return await asyncio.gather(*tasks)
 
     results = asyncio.run(run())
@@ -189,4 +177,5 @@ def test_requests_right_after_a_restart_do_not_fail(fleet: Fleet, router_url: st
         while time.monotonic() < t_end:
             r = c.post(router_url + "/v1/completions", json=greedy("quiet green", max_tokens=4))
             statuses.append(r.status_code)
-    assert statuses and set(statuses) == {200}, statuses
+    assert statuses
+    assert set(statuses) == {200}, statuses

@@ -5,8 +5,6 @@ on the other prefill with a fresh decode registration."""
 from __future__ import annotations
 
 import asyncio
-import os
-import signal
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,10 +12,10 @@ from pathlib import Path
 import httpx
 import pytest
 
-from pdctl.sdk.fleet import Fleet, read_state
+from pdctl.sdk.fleet import Fleet
 from pdctl.sdk.paths import demo_spec_text
 from pdctl.sdk.specload import load_spec
-from tests.e2e.conftest import WORDS, demo_spec, running_fleet
+from tests.e2e.conftest import WORDS, demo_spec, kill_api_server, running_fleet
 
 pytestmark = pytest.mark.e2e
 
@@ -56,12 +54,7 @@ def test_prefill_killed_mid_prefill_fails_no_request(fleet: Fleet, state_root: P
                     break
                 assert time.monotonic() - t0 < 60, busy
                 await asyncio.sleep(0.005)
-            rec = read_state(state_root / NAME)
-            assert rec is not None
-            (inst,) = [i for i in rec.instances if i.name == "prefill-0"]
-            assert inst.shepherd_pid
-            kids = Path(f"/proc/{inst.shepherd_pid}/task/{inst.shepherd_pid}/children")
-            os.kill(int(kids.read_text().split()[0]), signal.SIGKILL)
+            kill_api_server(state_root, NAME, "prefill-0")
             return await asyncio.gather(*tasks)
 
     statuses = asyncio.run(run())
