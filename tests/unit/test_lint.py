@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import socket
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -222,6 +223,14 @@ CASES: dict[str, tuple[Callable[[Any], dict[str, Any]], Callable[[Any], dict[str
     "PD035": (
         lambda md: _on_ray(prefill=[{}], decode=[{"devices": [1]}]),
         lambda md: _on_ray(prefill=[{}], decode=[{}]),
+    ),
+    "PD036": (
+        lambda md: _gpu(observability={"prometheus": True, "prometheus_bin": "/no/prometheus"}),
+        lambda md: _gpu(observability={"prometheus": True, "prometheus_bin": sys.executable}),
+    ),
+    "PD037": (
+        lambda md: _kube(observability={"prometheus": True}),
+        lambda md: _kube(observability={"prometheus": False}),
     ),
 }
 
