@@ -242,7 +242,7 @@ def codes(d: dict[str, Any]) -> set[str]:
 
 
 def test_every_rule_has_a_case():
-    assert {r.code for r in RULES} == set(CASES) | {"PD002"}
+    assert {r.code for r in RULES} == set(CASES) | {"PD002", "PD038"}
 
 
 @pytest.mark.parametrize("code", sorted(CASES))
@@ -322,3 +322,13 @@ def test_require_clean_refuses_errors():
         require_clean(report)
     ok = lint(FleetSpec(**_gpu()), check_bound_ports=False)
     assert require_clean(ok) is ok.plan
+
+
+def test_pd038_router_traces_without_opentelemetry(monkeypatch):
+    import importlib.util
+
+    traced = _gpu(router={"port": 18000, "otlp_endpoint": "http://c:4318"})
+    assert "PD038" not in codes(traced)  # OpenTelemetry is installed here
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, package=None: None)
+    assert "PD038" in codes(traced)
+    assert "PD038" not in codes(_gpu(router={"port": 18000}))

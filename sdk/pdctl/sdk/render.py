@@ -418,10 +418,22 @@ def _instance(
         args += ["--kv-transfer-config", json.dumps(ktc, separators=(",", ":"))]
     if spec.router is not None and spec.router.path == "tokens":
         args.append("--enable-scale-out")  # token-in/token-out /inference/v1/generate
+    otlp = spec.router.otlp_traces_url if spec.router is not None else None
+    if otlp:
+        args += ["--otlp-traces-endpoint", otlp]
     args += fleet.vllm_args
     args += g.vllm_args
 
     env: dict[str, str] = {}
+    if otlp:
+        env.update(
+            {
+                "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL": "http/protobuf",
+                "OTEL_SERVICE_NAME": "vllm",
+                "OTEL_RESOURCE_ATTRIBUTES": f"pdctl.fleet={fleet.name},pdctl.instance={name},"
+                f"pdctl.role={role}",
+            }
+        )
     if sc_host is not None and sc_port is not None:
         env["VLLM_NIXL_SIDE_CHANNEL_HOST"] = sc_host
         env["VLLM_NIXL_SIDE_CHANNEL_PORT"] = str(sc_port)

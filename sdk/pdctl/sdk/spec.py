@@ -274,11 +274,36 @@ class RouterSpec(_Strict):
         description="tokens path: prompts with fewer tokens go to decode alone (no prefill, "
         "no KV transfer); 0 disaggregates every prompt.",
     )
+    otlp_endpoint: str | None = Field(
+        default=None,
+        description="OTLP/HTTP collector base URL (e.g. 'http://127.0.0.1:4318'): the router "
+        "exports its spans (route, legs, render, migration) to <url>/v1/traces and every vLLM "
+        "instance gets --otlp-traces-endpoint <url>/v1/traces, so one request is one trace. "
+        "Needs OpenTelemetry ('pdctl[otel]').",
+    )
     render_fallback: RenderFallback = Field(
         default="error",
         description="tokens path, no render server answering: 'error' (503) or 'text' "
         "(route the request on the text path instead).",
     )
+
+    @property
+    def otlp_traces_url(self) -> str | None:
+        """The OTLP/HTTP traces URL of ``otlp_endpoint`` (``<url>/v1/traces``)."""
+        if not self.otlp_endpoint:
+            return None
+        e = self.otlp_endpoint.rstrip("/")
+        return e if e.endswith("/v1/traces") else e + "/v1/traces"
+
+    @field_validator("otlp_endpoint")
+    @classmethod
+    def _otlp_url(cls, v: str | None) -> str | None:
+        if v is not None and not re.match(r"^https?://[^/\s]+", v):
+            raise ValueError(
+                f"{v!r} is not an http(s) URL; write the collector's OTLP/HTTP address, "
+                "e.g. 'http://127.0.0.1:4318'"
+            )
+        return v
 
 
 _DURATION_RE = re.compile(r"^([0-9]+(ms|s|m|h|d|w|y))+$")

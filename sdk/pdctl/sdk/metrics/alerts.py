@@ -89,9 +89,8 @@ RULES: tuple[AlertRule, ...] = (
         "PA008",
         "warning",
         "push rendezvous entries expire unmatched",
-        "{value} push rendezvous entr(y/ies) expired unmatched on {instance}: a decode "
-        "registration or a finished prefill waited out its lease (decode leg lost or "
-        "late, WRITE never completed)",
+        "{value} push rendezvous entr(y/ies) on {instance} expired unmatched: a decode "
+        "leg lost or late, or a WRITE that never completed",
     ),
     AlertRule(
         "PA009",

@@ -41,6 +41,7 @@ from pdctl.sdk.router.replies import (
     error_body,
     mode_of,
 )
+from pdctl.sdk.router import tracing
 from pdctl.sdk.router.timeline import RouterMetrics, Timeline
 from pdctl.sdk.router.upstream import Pools, Response, UpstreamError
 from pdctl.sdk.spec import FleetSpec, RouterSpec
@@ -111,6 +112,9 @@ class Router:
         self.history: deque[Timeline] = deque(maxlen=history)
         self._health_task: asyncio.Task[None] | None = None
         self.metrics = RouterMetrics(self.upstreams)
+        self.tracer = tracing.Tracer(
+            self.settings.otlp_traces_url, **{"pdctl.fleet": spec.fleet.name}
+        )
         self.registry = self.metrics.registry
 
     def _upstream(self, inst: InstancePlan) -> Upstream:
@@ -128,6 +132,7 @@ class Router:
             self._health_task.cancel()
             self._health_task = None
         self.pools.close()
+        self.tracer.shutdown()
 
     async def _health_loop(self) -> None:
         while True:
@@ -175,6 +180,8 @@ class Router:
         u = first
         tried: tuple[Upstream, ...] = ()
         headers = [("Content-Type", "application/json"), ("X-Request-Id", rid)]
+        if tl.trace is not None:
+            headers.append((tracing.TRACEPARENT, tl.trace.header(role)))
         while True:
             u.outstanding += 1
             try:
@@ -219,6 +226,7 @@ class Router:
         """Run the prefill leg to completion; returns the instance used and its JSON."""
         data = json.dumps(make_body(body)).encode()
         tl.prefill_sent = tl.mark()
+        tracing.open_leg(tl, "prefill", p.name)
         try:
             async with asyncio.timeout(self.settings.prefill_timeout_s):
                 used, r = await self._send(self.prefills, p, path, data, rid, tl, "prefill")
@@ -235,6 +243,7 @@ class Router:
         except UpstreamError as e:
             raise RouteError(502, f"prefill {tl.prefill} failed: {e}") from None
         tl.prefill_done = tl.mark()
+        tracing.close_leg(tl, "prefill", used.name, r.status)
         self.metrics.prefill_leg.observe(tl.prefill_done - tl.prefill_sent, used.name)
         if r.status != 200:
             if r.status >= 500:
@@ -280,6 +289,7 @@ class Router:
         the answer is relayed by :meth:`_finish_decode`)."""
         data = json.dumps(body).encode()
         tl.decode_sent = tl.mark()
+        tracing.open_leg(tl, "decode", d.name)
         try:
             async with asyncio.timeout(self.settings.request_timeout_s):
                 used, r = await self._send(self.decodes, d, path, data, rid, tl, "decode")
@@ -316,6 +326,7 @@ class Router:
                 # decode was told the wrong prefill: cancel it and send it again
                 await _cancel(d_task)
                 tl.redispatched = True
+                tracing.migrated(tl, "prefill identity changed")
                 assert used_p.identity is not None
                 d_task = asyncio.create_task(
                     self._decode(d, path, push_decode_body(body, used_p.identity, rid), rid, tl)
@@ -327,8 +338,8 @@ class Router:
 
     # ------------------------------------------------------------------ entry point
 
-    def new_timeline(self, path: str, stream: bool) -> Timeline:
-        return Timeline(
+    def new_timeline(self, path: str, stream: bool, traceparent: str | None = None) -> Timeline:
+        tl = Timeline(
             id=f"pdctl-{uuid.uuid4().hex}",
             mode=self.mode,
             path=path,
@@ -336,6 +347,8 @@ class Router:
             received=time.time(),
             t0=time.perf_counter(),
         )
+        tl.trace = self.tracer.begin(traceparent)
+        return tl
 
     async def route(self, path: str, body: dict[str, Any], tl: Timeline) -> Reply | StreamReply:
         """Dispatch one request. Raises :class:`RouteError` for OpenAI-style errors (the
@@ -515,6 +528,7 @@ class Router:
         if error:
             tl.error = error
         self.metrics.finished(tl, self.mode, outcome)
+        tracing.finished(tl)
         self.history.append(tl)
 
     def recent(

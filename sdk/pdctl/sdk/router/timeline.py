@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pdctl.sdk.router.instances import Upstream
+from pdctl.sdk.router.tracing import RequestTrace
 from pdctl.sdk.router.promreg import Registry
 
 
@@ -40,6 +41,8 @@ class Timeline:
     """tokens path: disaggregated | decode-only (prompt under the threshold) | colocated."""
     render: str | None = None
     render_done: float | None = None
+    trace: RequestTrace | None = None
+    """The request's spans (W3C trace context); None for timelines made elsewhere."""
 
     def mark(self) -> float:
         return time.perf_counter() - self.t0

@@ -1,6 +1,9 @@
-"""A real Prometheus scrapes the real CPU push fleet with the generated configuration:
-every dashboard query returns data, pdctl's figures agree with Prometheus' own, promtool
-accepts the generated rules, and the instance-down rule fires when decode is killed.
+"""The operator's stack on the real CPU push fleet. A real Prometheus, started by
+`pdctl up` (``[observability] prometheus = true``), scrapes it with the generated
+configuration: every dashboard query returns data, pdctl's figures agree with Prometheus'
+own, promtool accepts the generated rules, the instance-down rule fires when decode is
+killed, and `pdctl down` stops Prometheus. An OTLP/HTTP receiver collects the spans of
+the router and of both vLLM instances for one request: one trace, linked leg by leg.
 
 Prometheus comes from the distribution's package (scripts/install-prometheus.sh). Without
 it the module is skipped, unless ``PDCTL_REQUIRE_PROMETHEUS`` is set (CI), where that is
@@ -30,6 +33,7 @@ from pdctl.sdk.observability import dashboards
 from pdctl.sdk.observability.dashboards import expand
 from tests.conftest import free_ports
 from tests.e2e.conftest import WORDS, demo_spec, running_fleet
+from tests.otlp import OtlpReceiver
 
 pytestmark = pytest.mark.e2e
 
@@ -125,10 +129,23 @@ def send_traffic(url: str) -> None:
 
 
 @pytest.fixture(scope="module")
-def fleet(tiny_model: Path, state_root: Path) -> Iterator[Fleet]:
+def otlp() -> Iterator[OtlpReceiver]:
+    with OtlpReceiver() as rx:
+        yield rx
+
+
+@pytest.fixture(scope="module")
+def fleet(tiny_model: Path, state_root: Path, otlp: OtlpReceiver) -> Iterator[Fleet]:
     """The demo push fleet with ``[observability] prometheus = true``: `pdctl up` starts
-    the Prometheus these tests query, with the generated scrape config and rules."""
+    the Prometheus these tests query, with the generated scrape config and rules; the
+    router and the engines send their spans to the test's OTLP receiver."""
     spec = demo_spec(tiny_model, NAME)[0]
+    assert spec.router is not None
+    spec.router = spec.router.model_copy(update={"otlp_endpoint": otlp.url})
+    # export spans within half a second instead of the SDK's 5 s
+    spec.fleet = spec.fleet.model_copy(
+        update={"env": {**spec.fleet.env, "OTEL_BSP_SCHEDULE_DELAY": "500"}}
+    )
     spec.observability = spec.observability.model_copy(
         update={
             "prometheus": True,
@@ -237,6 +254,55 @@ def test_pdctl_agrees_with_prometheus(stack: Stack):
         report.append(f"{name}: pdctl {ours:.6g} prometheus {theirs:.6g} ratio {ratio:.4f}")
         assert abs(ratio - 1) <= 0.05, report[-1]
     print("\n" + "\n".join(report) + f"\nwindow {w}")
+
+
+TRACE = "5e1f0c3a9d2b4e6f8a7c1b2d3e4f5a6b"
+CLIENT_SPAN = "a1b2c3d4e5f60718"
+
+
+def test_one_request_is_one_trace(stack: Stack, otlp: OtlpReceiver):
+    """The client's trace holds the router's route span, its prefill and decode legs,
+    and each engine's own span under the leg that reached it."""
+    r = stack.fleet.fleet.spec.router
+    assert r is not None
+    resp = httpx.post(
+        f"http://{r.host}:{r.port}/v1/completions",
+        json={"model": "tiny", "prompt": PROMPTS[0], "max_tokens": 8, "temperature": 0},
+        headers={"traceparent": f"00-{TRACE}-{CLIENT_SPAN}-01"},
+        timeout=120,
+    )
+    assert resp.status_code == 200, resp.text
+
+    def engine(instance: str) -> list[Any]:
+        return [s for s in otlp.trace(TRACE) if s.resource.get("pdctl.instance") == instance]
+
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        names = {s.name for s in otlp.trace(TRACE) if s.service == "pdctl-router"}
+        if (
+            {"route", "prefill leg", "decode leg"} <= names
+            and engine("prefill-0")
+            and engine("decode-0")
+        ):
+            break
+        time.sleep(0.5)
+    spans = otlp.trace(TRACE)
+    assert otlp.errors == []
+    router = {s.name: s for s in spans if s.service == "pdctl-router"}
+    assert set(router) == {"route", "prefill leg", "decode leg"}, otlp.dump()
+    route = router["route"]
+    assert route.parent_id == CLIENT_SPAN
+    assert router["prefill leg"].parent_id == route.span_id
+    assert router["decode leg"].parent_id == route.span_id
+    for instance, leg in (("prefill-0", "prefill leg"), ("decode-0", "decode leg")):
+        mine = engine(instance)
+        assert mine, f"no span from {instance}: {otlp.dump()}"
+        assert {s.service for s in mine} == {"vllm"}
+        assert any(s.parent_id == router[leg].span_id for s in mine), (instance, mine)
+    print(
+        f"\ntrace {TRACE}: "
+        + ", ".join(f"{s.service}/{s.resource.get('pdctl.instance', '')}:{s.name}" for s in spans)
+    )
 
 
 def test_instance_down_rule_fires_when_decode_is_killed(stack: Stack, state_root: Path):
