@@ -74,6 +74,7 @@ class RequestTrace:
 
     def __init__(self, tracer: Tracer, incoming: str | None) -> None:
         self._tracer = tracer
+        self.exporting = tracer.exporting
         parent = parse_traceparent(incoming)
         self.incoming = incoming if parent is not None else None
         if parent is None:
@@ -89,14 +90,16 @@ class RequestTrace:
         if old is not None:
             old.end()
         span = self._tracer.span(role, self, self.root)
-        span.set(**attrs)
+        if self.exporting and attrs:
+            span.set(**attrs)
         self.open[role] = span
         return span
 
     def stop(self, role: str, error: str | None = None, **attrs: Any) -> None:
         span = self.open.pop(role, None)
         if span is not None:
-            span.set(**attrs)
+            if self.exporting and attrs:
+                span.set(**attrs)
             span.end(error)
 
     def header(self, role: str) -> str:
@@ -106,6 +109,9 @@ class RequestTrace:
 
     def end(self, tl: Timeline) -> None:
         """Close every open span and the route span with the request's outcome."""
+        if not self.exporting:
+            self.open.clear()  # ids only: nothing to record
+            return
         error = tl.error if tl.outcome != "ok" else None
         for role in list(self.open):
             instance = tl.decode if role == "decode" else None
@@ -130,6 +136,7 @@ class Tracer:
     def __init__(self, traces_url: str | None = None, **resource: str) -> None:
         """``traces_url``: the collector's OTLP/HTTP traces URL; None exports nothing."""
         self.traces_url = traces_url
+        self.exporting = bool(traces_url)
         self._otel: Any = None
         if traces_url:
             from pdctl.sdk.router import otel  # OpenTelemetry, only when asked for
@@ -154,21 +161,28 @@ class Tracer:
 
 
 def open_leg(tl: Timeline, role: str, instance: str | None = None) -> None:
-    if tl.trace is not None:
-        tl.trace.start(role, **({"pdctl.instance": instance} if instance else {}))
+    t = tl.trace
+    if t is not None:
+        if t.exporting and instance:
+            t.start(role, **{"pdctl.instance": instance})
+        else:
+            t.start(role)
 
 
 def close_leg(
     tl: Timeline, role: str, instance: str | None = None, status: int | None = None
 ) -> None:
-    if tl.trace is not None:
+    t = tl.trace
+    if t is not None and not t.exporting:
+        t.stop(role)
+    elif t is not None:
         attrs: dict[str, Any] = {}
         if instance:
             attrs["pdctl.instance"] = instance
         if status is not None:
             attrs["http.response.status_code"] = status
         err = f"{role} answered {status}" if status is not None and status >= 400 else None
-        tl.trace.stop(role, err, **attrs)
+        t.stop(role, err, **attrs)
 
 
 def migrated(tl: Timeline, reason: str) -> None:
