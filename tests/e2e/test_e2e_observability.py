@@ -38,6 +38,7 @@ from tests.otlp import OtlpReceiver
 pytestmark = pytest.mark.e2e
 
 NAME = "e2e-prom"
+WINDOW_S = 60.0
 PROMETHEUS, PROMTOOL = shutil.which("prometheus"), shutil.which("promtool")
 if not (PROMETHEUS and PROMTOOL):
     if os.environ.get("PDCTL_REQUIRE_PROMETHEUS"):
@@ -172,7 +173,9 @@ def stack(fleet: Fleet, state_root: Path) -> Stack:
     r = spec.router
     assert r is not None
     send_traffic(f"http://{r.host}:{r.port}")
-    time.sleep(1.0)  # the engines' last counters settle
+    # a one-minute window (the monitor's default): Prometheus' increase() extrapolates
+    # to the window's edges, by at most two scrape intervals out of sixty seconds
+    time.sleep(max(1.0, s.window_start + WINDOW_S - time.time()))
     asyncio.run(s.monitor.poll())
     wait_scraped(prom, time.time())
     s.window_end = time.time()
