@@ -30,6 +30,7 @@ from typing import Any
 
 from pdctl.sdk.pd import PrefillIdentity, prefill_body, push_decode_body
 from pdctl.sdk.render import FleetPlan, InstancePlan
+from pdctl.sdk.router import tracing
 from pdctl.sdk.router.instances import Breaker, Upstream, choose
 from pdctl.sdk.router.replies import (
     ROUTER_MODES,
@@ -41,7 +42,6 @@ from pdctl.sdk.router.replies import (
     error_body,
     mode_of,
 )
-from pdctl.sdk.router import tracing
 from pdctl.sdk.router.timeline import RouterMetrics, Timeline
 from pdctl.sdk.router.upstream import Pools, Response, UpstreamError
 from pdctl.sdk.spec import FleetSpec, RouterSpec

@@ -7,8 +7,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from pdctl.sdk.router.instances import Upstream
-from pdctl.sdk.router.tracing import RequestTrace
 from pdctl.sdk.router.promreg import Registry
+from pdctl.sdk.router.tracing import RequestTrace
 
 
 @dataclass
