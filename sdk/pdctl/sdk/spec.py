@@ -274,6 +274,13 @@ class RouterSpec(_Strict):
         description="tokens path: prompts with fewer tokens go to decode alone (no prefill, "
         "no KV transfer); 0 disaggregates every prompt.",
     )
+    otlp_endpoint: str | None = Field(
+        default=None,
+        description="OTLP/HTTP collector base URL (e.g. 'http://127.0.0.1:4318'): the router "
+        "exports its spans (route, legs, render, migration) to <url>/v1/traces and every vLLM "
+        "instance gets --otlp-traces-endpoint <url>/v1/traces, so one request is one trace. "
+        "Needs OpenTelemetry ('pdctl[otel]').",
+    )
     render_fallback: RenderFallback = Field(
         default="error",
         description="tokens path, no render server answering: 'error' (503) or 'text' "
@@ -301,6 +308,54 @@ class RouterSpec(_Strict):
         "decode from the prompt plus the tokens already sent, at most this many times per "
         "request (text path, one choice); 0 ends the stream with an error event.",
     )
+
+    @property
+    def otlp_traces_url(self) -> str | None:
+        """The OTLP/HTTP traces URL of ``otlp_endpoint`` (``<url>/v1/traces``)."""
+        if not self.otlp_endpoint:
+            return None
+        e = self.otlp_endpoint.rstrip("/")
+        return e if e.endswith("/v1/traces") else e + "/v1/traces"
+
+    @field_validator("otlp_endpoint")
+    @classmethod
+    def _otlp_url(cls, v: str | None) -> str | None:
+        if v is not None and not re.match(r"^https?://[^/\s]+", v):
+            raise ValueError(
+                f"{v!r} is not an http(s) URL; write the collector's OTLP/HTTP address, "
+                "e.g. 'http://127.0.0.1:4318'"
+            )
+        return v
+
+
+_DURATION_RE = re.compile(r"^([0-9]+(ms|s|m|h|d|w|y))+$")
+
+
+class ObservabilitySpec(_Strict):
+    """The operator's monitoring stack: a local Prometheus scraping the fleet, the router's
+    OpenTelemetry traces."""
+
+    prometheus: bool = Field(
+        default=False,
+        description="`pdctl up` also starts a Prometheus (the `prometheus` binary) scraping "
+        "every instance and the router with pdctl's alert rules, supervised like an instance.",
+    )
+    prometheus_host: str = Field(default="127.0.0.1", description="Where it listens.")
+    prometheus_port: Port = Field(default=9090, description="Its HTTP port (UI and API).")
+    prometheus_bin: str = Field(
+        default="prometheus", description="The Prometheus binary (a name on PATH or a path)."
+    )
+    scrape_interval: str = Field(
+        default="5s", description="Scrape and rule evaluation interval (a Prometheus duration)."
+    )
+    retention: str = Field(default="15d", description="How long it keeps samples.")
+
+    @field_validator("scrape_interval", "retention")
+    @classmethod
+    def _duration(cls, v: str) -> str:
+        if not _DURATION_RE.match(v):
+            raise ValueError(f"{v!r} is not a Prometheus duration; write e.g. '5s', '1m', '15d'")
+        return v
 
 
 BackendKind = Literal["local", "k8s", "ray"]
@@ -519,6 +574,7 @@ class FleetSpec(_InitOnly):
     render: list[RenderGroup] = Field(
         default_factory=list, description="GPU-less render servers for the tokens path."
     )
+    observability: ObservabilitySpec = Field(default_factory=ObservabilitySpec)
 
     @model_validator(mode="after")
     def _groups(self) -> FleetSpec:

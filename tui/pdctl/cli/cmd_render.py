@@ -27,6 +27,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     fmt.add_argument("--json", action="store_true", help="a JSON list, one object per instance")
     fmt.add_argument("--shell", action="store_true", help="a shell script, one line per instance")
     add_backend_argument(p)
+    from pdctl.cli.observability import add_render_arguments
+
+    add_render_arguments(p)
     p.add_argument(
         "-o",
         "--output",
@@ -91,6 +94,10 @@ def run(args: argparse.Namespace) -> int:
     from pdctl.sdk.errors import SpecError
     from pdctl.sdk.lint import lint
 
+    if args.prometheus or args.prometheus_rules:
+        from pdctl.cli.observability import render_prometheus
+
+        return render_prometheus(args)
     if chosen_backend(args) == "k8s" and not (args.json or args.shell):
         return _manifests(args)
     try:

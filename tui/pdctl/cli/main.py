@@ -46,6 +46,9 @@ SUBCOMMANDS: tuple[Subcommand, ...] = (
     Subcommand("model", "build the tiny local demo model", "cmd_model"),
     Subcommand("bench", "A/B push, push-sequential, pull and colocated on one budget", "cmd_bench"),
     Subcommand("preflight", "which path KV takes, and does disaggregation pay", "cmd_preflight"),
+    Subcommand(
+        "dashboards", "write Grafana dashboards for the fleet's Prometheus", "observability"
+    ),
     Subcommand("probe", "measure real NIXL push transfers shaped like a model's KV", "cmd_probe"),
 )
 

@@ -229,6 +229,12 @@ class AsyncFleet:
             rp = router_plan(self.spec, argv)
             if rp is not None:
                 plans.append(rp)
+        if self.spec.observability.prometheus:
+            from pdctl.sdk.observability.local import local_prometheus
+
+            pp = local_prometheus(self.spec, self.plan, self.dir)
+            if pp is not None:
+                plans.append(pp)
         return plans
 
     def _check_engine(self) -> None:
@@ -355,7 +361,10 @@ class AsyncFleet:
                     + "\n".join("  " + ln for ln in tail(first.log, TAIL_LINES))
                 )
             results = await asyncio.gather(
-                *(probe_ready(self._client, i.plan.url, i.record.served_name) for i in pending)
+                *(
+                    probe_ready(self._client, i.plan.url, i.record.served_name, role=i.plan.role)
+                    for i in pending
+                )
             )
             for inst, (ok, why) in zip(pending, results, strict=True):
                 inst.why = why
@@ -405,7 +414,10 @@ class AsyncFleet:
         assert self._client is not None, "call up() first"
         insts = list(self._instances.values())
         probes = await asyncio.gather(
-            *(probe_ready(self._client, i.plan.url, i.record.served_name) for i in insts)
+            *(
+                probe_ready(self._client, i.plan.url, i.record.served_name, role=i.plan.role)
+                for i in insts
+            )
         )
         return [
             _status_of(i.record, i.record.state, ok)
@@ -570,7 +582,7 @@ async def fleet_status(
     async with httpx.AsyncClient(transport=transport) as client:
         probes = await asyncio.gather(
             *(
-                probe_ready(client, i.url, i.served_name)
+                probe_ready(client, i.url, i.served_name, role=i.role)
                 if s in ("ready", "starting", "unhealthy")
                 else _none()
                 for i, s in zip(rec.instances, states, strict=True)

@@ -1,4 +1,5 @@
-"""Readiness probes: ``GET /health`` is 200 and ``/v1/models`` lists the served model."""
+"""Readiness probes: ``GET /health`` is 200 and ``/v1/models`` lists the served model
+(a local Prometheus: ``GET /-/ready`` is 200)."""
 
 from __future__ import annotations
 
@@ -6,10 +7,19 @@ import httpx
 
 
 async def probe_ready(
-    client: httpx.AsyncClient, url: str, served_name: str, timeout_s: float = 2.0
+    client: httpx.AsyncClient,
+    url: str,
+    served_name: str,
+    timeout_s: float = 2.0,
+    *,
+    role: str = "",
 ) -> tuple[bool, str]:
     """(ready, why-not). Never raises for network problems."""
     try:
+        if role == "prometheus":
+            r = await client.get(f"{url}/-/ready", timeout=timeout_s)
+            ok = r.status_code == 200
+            return ok, "ready" if ok else f"/-/ready answered {r.status_code}"
         r = await client.get(f"{url}/health", timeout=timeout_s)
         if r.status_code != 200:
             return False, f"/health answered {r.status_code}"

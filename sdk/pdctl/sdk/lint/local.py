@@ -35,6 +35,11 @@ def _port_owners(ctx: LintContext) -> dict[tuple[str, int], list[str]]:
     owners: dict[tuple[str, int], list[str]] = defaultdict(list)
     if ctx.spec.router is not None:
         owners[(host_key(ctx.spec.router.host), ctx.spec.router.port)].append("router.port")
+    o = ctx.spec.observability
+    if o.prometheus:
+        owners[(host_key(o.prometheus_host), o.prometheus_port)].append(
+            "observability.prometheus_port"
+        )
     for inst in ctx.plan.instances:
         where = f"{inst.group_role}[{inst.group_index}]"
         hk = host_key(inst.host)
@@ -86,6 +91,11 @@ def _port_in_use(ctx: LintContext) -> Iterator[Finding]:
     listeners: list[tuple[str, str, int, str]] = []
     if ctx.spec.router is not None:
         listeners.append(("router.port", ctx.spec.router.host, ctx.spec.router.port, "router"))
+    o = ctx.spec.observability
+    if o.prometheus:
+        listeners.append(
+            ("observability.prometheus_port", o.prometheus_host, o.prometheus_port, "Prometheus")
+        )
     for inst in ctx.plan.instances:
         where = f"{inst.group_role}[{inst.group_index}]"
         listeners.append((f"{where}.http_port", inst.host, inst.http_port, f"{inst.name} HTTP"))

@@ -166,6 +166,7 @@ class Rendezvous:
     awaiting_notifications: float | None = None
     registration_to_notified: Latency = Latency()
     receive_failures: float = 0.0
+    receive_failures_window: float = 0.0
 
 
 def present(scrape: Scrape) -> bool:
@@ -213,4 +214,5 @@ def rendezvous_of(new: Scrape, old: Scrape | None, role: str) -> Rendezvous | No
         awaiting_notifications=new.total(AWAITING_NOTIFICATIONS),
         registration_to_notified=window(REGISTRATION_TO_NOTIFIED),
         receive_failures=new.total(RECEIVE_FAILURES + "_total") or 0.0,
+        receive_failures_window=delta(RECEIVE_FAILURES + "_total"),
     )

@@ -270,7 +270,7 @@ class RouterApp:
             )
             return
         router = self.router
-        tl = router.new_timeline(path, bool(body.get("stream")))
+        tl = router.new_timeline(path, bool(body.get("stream")), _header(scope, b"traceparent"))
         handler = asyncio.current_task()
         assert handler is not None
         answered = _Flag()
@@ -380,6 +380,14 @@ async def _cancel_on_disconnect(
             if not answered.is_set:
                 handler.cancel()
             return
+
+
+def _header(scope: Scope, name: bytes) -> str | None:
+    """A request header's value (the first one), or None."""
+    for k, v in scope["headers"]:
+        if k == name:
+            return bytes(v).decode("latin-1")
+    return None
 
 
 def _hdrs(headers: list[tuple[str, str]]) -> list[tuple[bytes, bytes]]:

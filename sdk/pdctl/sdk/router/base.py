@@ -13,6 +13,7 @@ from typing import Any
 
 from pdctl.sdk.pd import PrefillIdentity
 from pdctl.sdk.render import FleetPlan, InstancePlan
+from pdctl.sdk.router import tracing
 from pdctl.sdk.router.instances import Breaker, Upstream, choose
 from pdctl.sdk.router.replies import RouteError, RouterMode, mode_of
 from pdctl.sdk.router.timeline import RouterMetrics, Timeline
@@ -57,6 +58,9 @@ class RouterBase:
         """Set (and replaced) whenever an instance's health changes."""
         self._checking: dict[str, asyncio.Task[None]] = {}
         self.metrics = RouterMetrics(self.upstreams)
+        self.tracer = tracing.Tracer(
+            self.settings.otlp_traces_url, **{"pdctl.fleet": spec.fleet.name}
+        )
         self.registry = self.metrics.registry
 
     def _upstream(self, inst: InstancePlan) -> Upstream:
@@ -74,6 +78,7 @@ class RouterBase:
             self._health_task.cancel()
             self._health_task = None
         self.pools.close()
+        self.tracer.shutdown()
 
     async def _health_loop(self) -> None:
         while True:
@@ -150,8 +155,8 @@ class RouterBase:
 
     # ------------------------------------------------------------------ entry point
 
-    def new_timeline(self, path: str, stream: bool) -> Timeline:
-        return Timeline(
+    def new_timeline(self, path: str, stream: bool, traceparent: str | None = None) -> Timeline:
+        tl = Timeline(
             id=f"pdctl-{uuid.uuid4().hex}",
             mode=self.mode,
             path=path,
@@ -159,6 +164,8 @@ class RouterBase:
             received=time.time(),
             t0=time.perf_counter(),
         )
+        tl.trace = self.tracer.begin(traceparent)
+        return tl
 
     # ------------------------------------------------------------------ operator control
 
@@ -227,6 +234,7 @@ class RouterBase:
         if error:
             tl.error = error
         self.metrics.finished(tl, self.mode, outcome)
+        tracing.finished(tl)
         self.history.append(tl)
 
     def recent(

@@ -23,6 +23,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from pdctl.sdk.pd import prefill_body
+from pdctl.sdk.router import tracing
 from pdctl.sdk.router.instances import Breaker, Upstream
 from pdctl.sdk.router.legs import LegFailed, Legs
 from pdctl.sdk.router.migrate import migratable, tracker_for, with_token_ids
@@ -112,6 +113,7 @@ class Router(Legs):
             }
         )
         self.metrics.migrations.inc(exclude[-1].name)
+        tracing.migrated(tl, why[:200])
         tl.decode = d.name
         return await self._decode(d, path, body, tl.id, tl, first=False)
 

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 from pdctl.sdk.pd import PrefillIdentity, prefill_body, push_decode_body
+from pdctl.sdk.router import tracing
 from pdctl.sdk.router.base import RouterBase
 from pdctl.sdk.router.instances import Upstream
 from pdctl.sdk.router.replies import RouteError
@@ -93,6 +94,8 @@ class Legs(RouterBase):
         u = first
         tried: tuple[Upstream, ...] = ()
         headers = [("Content-Type", "application/json"), ("X-Request-Id", rid)]
+        if tl.trace is not None:
+            headers.append((tracing.TRACEPARENT, tl.trace.header(role)))
         while True:
             u.outstanding += 1
             try:
@@ -137,6 +140,7 @@ class Legs(RouterBase):
         """Run the prefill leg to completion; returns the instance used and its JSON."""
         data = json.dumps(make_body(body)).encode()
         tl.prefill_sent = tl.mark()
+        tracing.open_leg(tl, "prefill", p.name)
         try:
             async with asyncio.timeout(self.settings.prefill_timeout_s):
                 used, r = await self._send(self.prefills, p, path, data, rid, tl, "prefill")
@@ -153,6 +157,7 @@ class Legs(RouterBase):
         except UpstreamError as e:
             raise self._leg_failed(self.prefills, tl.prefill, p, e) from None
         tl.prefill_done = tl.mark()
+        tracing.close_leg(tl, "prefill", used.name, r.status)
         self.metrics.prefill_leg.observe(tl.prefill_done - tl.prefill_sent, used.name)
         if 400 <= r.status < 500:
             raise passthrough("prefill", used.name, r.status, raw)
@@ -209,6 +214,7 @@ class Legs(RouterBase):
         data = json.dumps(body).encode()
         if first:
             tl.decode_sent = tl.mark()
+        tracing.open_leg(tl, "decode", d.name)
         try:
             async with asyncio.timeout(self.settings.request_timeout_s):
                 used, r = await self._send(self.decodes, d, path, data, rid, tl, "decode")
@@ -281,6 +287,7 @@ class Legs(RouterBase):
                 # decode was told the wrong prefill: cancel it and send it again
                 await _cancel(d_task)
                 tl.redispatched = True
+                tracing.migrated(tl, "prefill identity changed")
                 assert used_p.identity is not None
                 d_task = asyncio.create_task(
                     self._decode(d, path, push_decode_body(body, used_p.identity, rid), rid, tl)

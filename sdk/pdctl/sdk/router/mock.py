@@ -155,7 +155,13 @@ class MockServer:
             req = json.loads(body) if body else {}
             rid = headers.get(b"x-request-id", b"").decode()
             st.requests.append(
-                {"path": path.decode(), "request_id": rid, "body": req, "at": time.monotonic()}
+                {
+                    "path": path.decode(),
+                    "request_id": rid,
+                    "body": req,
+                    "at": time.monotonic(),
+                    "traceparent": headers.get(b"traceparent", b"").decode(),
+                }
             )
             if self.config.delay_s:
                 await asyncio.sleep(self.config.delay_s)

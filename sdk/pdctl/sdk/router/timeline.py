@@ -8,6 +8,7 @@ from typing import Any
 
 from pdctl.sdk.router.instances import Upstream
 from pdctl.sdk.router.promreg import Registry
+from pdctl.sdk.router.tracing import RequestTrace
 
 
 @dataclass
@@ -47,6 +48,9 @@ class Timeline:
 
     def note(self, text: str) -> None:
         self.notes.append(f"{self.mark() * 1000:.1f} ms: {text}")
+
+    trace: RequestTrace | None = None
+    """The request's spans (W3C trace context); None for timelines made elsewhere."""
 
     def mark(self) -> float:
         return time.perf_counter() - self.t0
@@ -138,6 +142,16 @@ class RouterMetrics:
         self.render = r.histogram(
             "pdctl_router_render_seconds", "tokens path: time to render a request.", ("instance",)
         )
+        self.pair_requests = r.counter(
+            "pdctl_router_pair_requests_total",
+            "Requests by prefill, decode (the P->D pair that carried the KV) and outcome.",
+            ("prefill", "decode", "outcome"),
+        )
+        self.pair_handoff = r.histogram(
+            "pdctl_router_pair_handoff_seconds",
+            "Decode first byte minus prefill done, by P->D pair (transfer + decode admission).",
+            ("prefill", "decode"),
+        )
         r.gauge(
             "pdctl_router_outstanding",
             "Requests in flight per instance.",
@@ -160,14 +174,18 @@ class RouterMetrics:
     def finished(self, tl: Timeline, mode: str, outcome: str) -> None:
         """Count a settled request and observe its latencies."""
         self.requests.inc(mode, outcome)
+        pair = (tl.prefill, tl.decode) if tl.prefill and tl.decode else None
+        if pair is not None:
+            self.pair_requests.inc(*pair, outcome)
         if outcome == "ok":
             if tl.done is not None:
                 self.e2e.observe(tl.done, mode)
             if tl.decode_first_byte is not None:
                 self.ttft.observe(tl.decode_first_byte, mode)
                 if tl.prefill_done is not None:
-                    self.after_prefill.observe(
-                        max(0.0, tl.decode_first_byte - tl.prefill_done), mode
-                    )
+                    handoff = max(0.0, tl.decode_first_byte - tl.prefill_done)
+                    self.after_prefill.observe(handoff, mode)
+                    if pair is not None:
+                        self.pair_handoff.observe(handoff, *pair)
             if tl.prefill_done is not None and tl.decode_sent is not None:
                 self.overlap.observe(max(0.0, tl.prefill_done - tl.decode_sent), mode)

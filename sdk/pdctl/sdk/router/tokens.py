@@ -23,6 +23,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from pdctl.sdk.pd import prefill_generate_body
+from pdctl.sdk.router import tracing
 from pdctl.sdk.router.core import (
     Reply,
     RouteError,
@@ -74,11 +75,13 @@ async def _render(
         raise RenderUnavailable(str(e)) from None
     tl.render = u.name
     t = tl.mark()
+    tracing.open_leg(tl, "render", u.name)
     try:
         status, data = await _post_json(router, u, ENDPOINTS[path][0], body, tl)
     except UpstreamError as e:
         raise RenderUnavailable(f"render server {u.name} failed: {e}") from None
     tl.render_done = tl.mark()
+    tracing.close_leg(tl, "render", u.name, status)
     router.metrics.render.observe(tl.render_done - t, u.name)
     if status != 200:
         # the request itself is bad (unknown model, too long, malformed): tell the client

@@ -1,0 +1,147 @@
+"""``pdctl render --prometheus`` / ``--prometheus-rules`` and ``pdctl dashboards``: what
+a fleet hands to Prometheus and Grafana."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+from pdctl.cli.common import add_spec_arguments, console, load, print_findings, summary_line
+
+
+def add_render_arguments(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("Prometheus")
+    what = g.add_mutually_exclusive_group()
+    what.add_argument(
+        "--prometheus",
+        action="store_true",
+        help="a Prometheus scrape configuration for every instance and the router "
+        "(k8s backend: a PodMonitor)",
+    )
+    what.add_argument(
+        "--prometheus-rules",
+        action="store_true",
+        help="pdctl's alerts (PA001...) as Prometheus alerting rules",
+    )
+    g.add_argument(
+        "--file-sd",
+        action="store_true",
+        help="with --prometheus: file_sd targets (JSON) instead of a whole prometheus.yml",
+    )
+    g.add_argument(
+        "--scrape-interval", default="5s", help="with --prometheus: scrape interval (5s)"
+    )
+    g.add_argument(
+        "--rule-file",
+        action="append",
+        default=[],
+        metavar="PATH",
+        help="with --prometheus: a rule file for prometheus.yml to load (repeatable)",
+    )
+    g.add_argument(
+        "--window",
+        default="1m",
+        help="with --prometheus-rules: range of the counter conditions (1m, the monitor's)",
+    )
+    g.add_argument(
+        "--down-for",
+        default="15s",
+        help="with --prometheus-rules: how long an instance is down before PA006 fires",
+    )
+    g.add_argument(
+        "--expected-gbps",
+        type=float,
+        default=None,
+        help="with --prometheus-rules: expected KV throughput (GB/s, see `pdctl preflight`); "
+        "adds PA004",
+    )
+
+
+def _emit(doc: Any, as_json: bool) -> None:
+    from pdctl.sdk.observability import to_yaml
+
+    print(json.dumps(doc, indent=2) if as_json else to_yaml(doc), end="" if not as_json else "\n")
+
+
+def render_prometheus(args: argparse.Namespace) -> int:
+    from pdctl.cli.cmd_render import chosen_backend
+    from pdctl.sdk.lint import lint
+    from pdctl.sdk.observability import (
+        RuleOptions,
+        file_sd,
+        pod_monitor,
+        rule_groups,
+        scrape_config,
+        scrape_targets,
+    )
+
+    k8s = chosen_backend(args) == "k8s"
+    as_json = bool(args.json or args.output == "json")
+    loaded = load(args)
+    report = lint(loaded.spec, check_bound_ports=False)
+    if report.errors or report.plan is None:
+        err = console(stderr=True)
+        print_findings(report.errors, err)
+        err.print(f"[bold red]error[/]: {summary_line(report, loaded.source)}; nothing rendered")
+        return 2
+    spec, plan = loaded.spec, report.plan
+    if args.prometheus_rules:
+        gbps = args.expected_gbps
+        opt = RuleOptions(
+            window=args.window,
+            down_for=args.down_for,
+            expected_throughput_bps=None if gbps is None else gbps * 1e9,
+        )
+        _emit(rule_groups(spec, opt), as_json)
+    elif k8s:
+        _emit(pod_monitor(spec), as_json)
+    elif args.file_sd:
+        print(json.dumps(file_sd(scrape_targets(spec, plan)), indent=2))
+    else:
+        cfg = scrape_config(spec, plan, interval=args.scrape_interval, rule_files=args.rule_file)
+        _emit(cfg, as_json)
+    return 0
+
+
+# ---------------------------------------------------------------- pdctl dashboards
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    add_spec_arguments(p)
+    p.add_argument(
+        "-o",
+        "--output-dir",
+        metavar="DIR",
+        default=None,
+        help="write one <uid>.json per dashboard here (default: print them as one JSON list)",
+    )
+    p.add_argument(
+        "--json",
+        action="store_true",
+        help="print the dashboards as one JSON list (the default without -o)",
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    from pdctl.sdk.errors import SpecError
+    from pdctl.sdk.observability import dashboards, grafana_json
+
+    try:
+        fleet: str | None = load(args).spec.fleet.name
+    except SpecError:
+        fleet = None  # the dashboards do not need a spec; it only preselects the fleet
+    docs = [grafana_json(d, fleet) for d in dashboards()]
+    if args.output_dir is None or args.json:
+        print(json.dumps(docs, indent=2))
+        if args.output_dir is None:
+            return 0
+    out = Path(args.output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    for d in docs:
+        path = out / f"{d['uid']}.json"
+        path.write_text(json.dumps(d, indent=2) + "\n")
+        if not args.json:
+            console().print(f"{path}: {len(d['panels'])} panels ({d['title']})")
+    return 0
