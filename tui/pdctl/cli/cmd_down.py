@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from pdctl.cli.cmd_render import add_backend_argument, chosen_backend, open_chosen_backend
+from pdctl.cli.backendargs import add_backend_argument, chosen_backend, open_chosen_backend
 from pdctl.cli.cmd_up import add_address_argument, apply_address
 from pdctl.cli.common import add_fleet_arguments, console, resolve_fleet_name
 

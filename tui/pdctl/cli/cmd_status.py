@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 
-from pdctl.cli.cmd_render import (
+from pdctl.cli.backendargs import (
     add_backend_argument,
     chosen_backend,
     open_chosen_backend,

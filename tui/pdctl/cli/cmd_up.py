@@ -14,7 +14,7 @@ import subprocess
 import sys
 import time
 
-from pdctl.cli.cmd_render import (
+from pdctl.cli.backendargs import (
     add_backend_argument,
     chosen_backend,
     open_chosen_backend,

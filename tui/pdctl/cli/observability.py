@@ -66,7 +66,7 @@ def _emit(doc: Any, as_json: bool) -> None:
 
 
 def render_prometheus(args: argparse.Namespace) -> int:
-    from pdctl.cli.cmd_render import chosen_backend
+    from pdctl.cli.backendargs import chosen_backend
     from pdctl.sdk.lint import lint
     from pdctl.sdk.observability import (
         RuleOptions,

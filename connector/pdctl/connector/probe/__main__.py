@@ -24,8 +24,9 @@ from typing import Any
 from pdctl.connector.probe.control import Control, ProbeError, parse_hostport
 from pdctl.connector.probe.options import add_arguments
 from pdctl.connector.probe.plan import GeometryError, geometry_for
+from pdctl.connector.probe.records import ProbeConfig
 from pdctl.connector.probe.report import ucx_environment
-from pdctl.connector.probe.session import ProbeConfig, run_initiator, serve_target
+from pdctl.connector.probe.session import run_initiator, serve_target
 from pdctl.connector.probe.ucxlog import transports_in
 
 

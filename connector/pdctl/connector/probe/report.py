@@ -11,7 +11,7 @@ import numpy as np
 from pdctl.connector.probe.plan import Geometry, block_runs
 
 if TYPE_CHECKING:
-    from pdctl.connector.probe.session import ProbeConfig, _Request
+    from pdctl.connector.probe.records import ProbeConfig, ProbeRequest
 
 
 def percentiles_ms(values: Sequence[float]) -> dict[str, float | None]:
@@ -37,7 +37,7 @@ def ucx_environment() -> dict[str, str]:
 
 def summarize(
     cfg: ProbeConfig,
-    closed: Sequence[_Request],
+    closed: Sequence[ProbeRequest],
     window_s: float | None,
     notes: Sequence[str],
     target: dict[str, Any],
@@ -100,7 +100,7 @@ def _median(values: Sequence[int]) -> int | None:
     return int(np.median(values)) if values else None
 
 
-def _checksums_match(r: _Request) -> bool:
+def _checksums_match(r: ProbeRequest) -> bool:
     if r.received is None:
         return False
     crc = r.received.get("crc") or []

@@ -13,13 +13,11 @@ import secrets
 import socket
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 from pdctl.connector.probe import match as m
 from pdctl.connector.probe.control import Control, ProbeError, b64, unb64
 from pdctl.connector.probe.engine import (
-    Device,
     Note,
     RankWriter,
     TargetEngine,
@@ -27,33 +25,10 @@ from pdctl.connector.probe.engine import (
     WriteFailed,
 )
 from pdctl.connector.probe.plan import Geometry, RingAllocator
+from pdctl.connector.probe.records import ProbeConfig, ProbeRequest
 from pdctl.connector.probe.report import summarize
 
-Order = Literal["concurrent", "registration-first", "finished-first"]
-Verify = Literal["all", "warmup", "none"]
 Progress = Callable[[dict[str, Any]], None]
-
-
-@dataclass(frozen=True)
-class ProbeConfig:
-    geometry: Geometry
-    tp: int = 1
-    count: int = 20
-    warmup: int = 3
-    rate: float | None = None
-    inflight: int = 1
-    merge: bool = True
-    order: Order = "concurrent"
-    verify: Verify = "warmup"
-    device: Device = "cpu"
-    timeout_s: float = 30.0
-    poll_us: float = 200.0
-    ucx_params: dict[str, str] = field(default_factory=dict)
-
-    def as_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        d["geometry"] = self.geometry.as_dict()
-        return d
 
 
 def _geometry(d: dict[str, Any]) -> Geometry:
@@ -149,28 +124,6 @@ def _target_event(
 # ------------------------------------------------------------------------- initiator
 
 
-@dataclass
-class _Request:
-    index: int
-    target_id: str
-    source_id: str
-    blocks: tuple[int, ...]
-    verify: bool
-    dst_blocks: tuple[int, ...] = ()
-    started: float = 0.0
-    done: dict[int, WriteDone] = field(default_factory=dict)
-    received: dict[str, Any] | None = None
-    finished_at: float | None = None
-    errors: list[str] = field(default_factory=list)
-
-    @property
-    def warmup(self) -> bool:
-        return self.index < 0
-
-    def closed(self, tp: int) -> bool:
-        return bool(self.errors) or (self.received is not None and len(self.done) == tp)
-
-
 def run_initiator(
     ctl: Control, cfg: ProbeConfig, *, progress: Progress | None = None
 ) -> dict[str, Any]:
@@ -201,8 +154,8 @@ class _Driver:
     ) -> None:
         self.ctl, self.cfg, self.ranks = ctl, cfg, ranks
         self.progress = progress or (lambda _e: None)
-        self.open: dict[str, _Request] = {}
-        self.closed: list[_Request] = []
+        self.open: dict[str, ProbeRequest] = {}
+        self.closed: list[ProbeRequest] = []
         self.notes: list[str] = []
         self.parked: set[tuple[str, str, int]] = set()
         self.alloc = RingAllocator(cfg.geometry.pool_blocks)
@@ -258,7 +211,7 @@ class _Driver:
         cfg = self.cfg
         n = i - cfg.warmup
         stem = f"probe-{i:06d}"
-        req = _Request(
+        req = ProbeRequest(
             index=n,
             target_id=f"{stem}-{secrets.token_hex(4)}",
             source_id=f"{stem}-{secrets.token_hex(4)}",
@@ -279,14 +232,14 @@ class _Driver:
             self._register(req)
             self._finish(req, i)
 
-    def _register(self, req: _Request) -> None:
+    def _register(self, req: ProbeRequest) -> None:
         self.ctl.send({"type": "request", "id": req.target_id, "verify": req.verify})
 
-    def _finish(self, req: _Request, seq: int) -> None:
+    def _finish(self, req: ProbeRequest, seq: int) -> None:
         for w in self.ranks:
             w.finish(m.Finished(req.source_id, req.blocks), seq)
 
-    def _await_parked(self, req: _Request, kind: str, rid: str) -> None:
+    def _await_parked(self, req: ProbeRequest, kind: str, rid: str) -> None:
         deadline = time.perf_counter() + self.cfg.timeout_s
         while not all((kind, rid, w.rank) in self.parked for w in self.ranks):
             if req.errors or time.perf_counter() > deadline:
@@ -358,11 +311,11 @@ class _Driver:
             return
         self.notes.append(f"rank {rank}: {type(ev).__name__} {ev}")
 
-    def _fail(self, req: _Request, error: str) -> None:
+    def _fail(self, req: ProbeRequest, error: str) -> None:
         req.errors.append(error)
         self._maybe_close(req)
 
-    def _maybe_close(self, req: _Request) -> None:
+    def _maybe_close(self, req: ProbeRequest) -> None:
         if req.target_id in self.open and req.closed(self.cfg.tp):
             req.finished_at = time.perf_counter()
             del self.open[req.target_id]

@@ -165,3 +165,14 @@ class Inventory:
             if n.name in (name, label_or_name) or n.label == label_or_name:
                 return n
         return None
+
+
+@dataclass(frozen=True)
+class PlannedPair:
+    name: str
+    prefill_host: str
+    decode_host: str
+    prefill_gpus: tuple[int, ...]
+    decode_gpus: tuple[int, ...]
+    tp: int
+    same_host: bool

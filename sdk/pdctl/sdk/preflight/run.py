@@ -15,13 +15,13 @@ from pdctl.sdk.preflight.inventory import (
     read_input,
 )
 from pdctl.sdk.preflight.kvsize import KvLayout, kv_layout, prefill_flops, resolve_dtype
-from pdctl.sdk.preflight.model import Inventory
+from pdctl.sdk.preflight.model import Inventory, PlannedPair
 from pdctl.sdk.preflight.paths import PathClass
 from pdctl.sdk.preflight.report import KvSummary, PreflightReport, PreflightWarning
 from pdctl.sdk.preflight.sources import Sources, read_evidence
 from pdctl.sdk.preflight.stack import Stack, descriptor_check
 from pdctl.sdk.preflight.ucxlog import ucx_warnings
-from pdctl.sdk.preflight.verdict import PlannedPair, Workload, evaluate_pair, merge_warnings
+from pdctl.sdk.preflight.verdict import Workload, evaluate_pair, merge_warnings
 from pdctl.sdk.render import host_key, render_fleet
 from pdctl.sdk.spec import FleetSpec
 

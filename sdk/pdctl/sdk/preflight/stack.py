@@ -10,13 +10,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from pdctl.sdk.preflight.model import Inventory
+from pdctl.sdk.preflight.model import Inventory, PlannedPair
 from pdctl.sdk.preflight.paths import FALLBACK_BPS, FALLBACK_RANGE, PathChoice, PathClass
 from pdctl.sdk.preflight.report import PreflightWarning, Severity
 
 if TYPE_CHECKING:
     from pdctl.sdk.preflight.kvsize import KvLayout
-    from pdctl.sdk.preflight.verdict import PlannedPair
 
 POST_S_PER_DESCRIPTOR = 46e-3 / 18_880
 """Published: block size 16 → 18,880 descriptors and 46 ms post time (vs 118 and 0.46 ms)."""

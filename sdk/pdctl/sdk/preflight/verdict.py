@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from pdctl.sdk.preflight.evidence import Evidence, Measurement
 from pdctl.sdk.preflight.kvsize import KvLayout
-from pdctl.sdk.preflight.model import Inventory
+from pdctl.sdk.preflight.model import Inventory, PlannedPair
 from pdctl.sdk.preflight.paths import (
     FALLBACK_BPS,
     FALLBACK_RANGE,
@@ -27,17 +27,6 @@ OVERHEAD_S = 0.005
 """Fixed cost per transfer (handshake-free: descriptor prep, post, notification)."""
 FALLBACK_SIGNATURE_BPS = 0.6e9
 DEGRADED_FRACTION = 0.3
-
-
-@dataclass(frozen=True)
-class PlannedPair:
-    name: str
-    prefill_host: str
-    decode_host: str
-    prefill_gpus: tuple[int, ...]
-    decode_gpus: tuple[int, ...]
-    tp: int
-    same_host: bool
 
 
 @dataclass(frozen=True)

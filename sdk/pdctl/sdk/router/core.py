@@ -38,6 +38,7 @@ from pdctl.sdk.router.replies import (
     mode_of,
 )
 from pdctl.sdk.router.timeline import Timeline
+from pdctl.sdk.router.tokens import TokensPath
 from pdctl.sdk.router.upstream import Response, UpstreamError
 
 _USAGE_RE = re.compile(rb'"completion_tokens"\s*:\s*(\d+)')
@@ -61,13 +62,16 @@ __all__ = [
 class Router(Legs):
     """Routes OpenAI-style requests over a fleet plan. Single event loop; no locks."""
 
+    _tokens: TokensPath | None = None
+    """The tokens path, a strategy given this router's legs (made on first use)."""
+
     async def route(self, path: str, body: dict[str, Any], tl: Timeline) -> Reply | StreamReply:
         """Dispatch one request. Raises :class:`RouteError` for OpenAI-style errors (the
         caller records it with :meth:`finish`)."""
         if self.settings.path == "tokens" and self.renders:
-            from pdctl.sdk.router.tokens import route_tokens  # imports this module
-
-            return await route_tokens(self, path, body, tl)
+            if self._tokens is None:
+                self._tokens = TokensPath(self, self.route_text)
+            return await self._tokens.route(path, body, tl)
         return await self.route_text(path, body, tl)
 
     async def route_text(
@@ -155,16 +159,6 @@ class Router(Legs):
         self.finish(tl, "ok" if r.status == 200 else "error", r.status)
         return Reply(r.status, raw, [("Content-Type", ctype)])
 
-    async def read_decode(self, d: Upstream, r: Response) -> bytes:
-        """Decode's whole answer; the leg stops being outstanding."""
-        try:
-            return await r.read()
-        except UpstreamError as e:
-            raise RouteError(502, f"decode {d.name} failed mid-answer: {e}") from None
-        finally:
-            d.outstanding -= 1
-            r.release()
-
     async def _relay(self, d: Upstream, r: Response, tl: Timeline) -> AsyncIterator[bytes]:
         """Stream the decode answer through, counting events; settles the timeline. A
         decode failure mid-stream ends the stream with an OpenAI-style error event."""
@@ -244,17 +238,3 @@ class Router(Legs):
         finally:
             if leg is not None:
                 self.stream_closed(leg[0], leg[1], tl, tr.events)
-
-    def stream_failed(self, tl: Timeline, msg: str) -> tuple[bytes, bytes]:
-        """Settle a stream that broke mid-answer; the two SSE events that end it cleanly
-        for the client (an OpenAI-style error, then ``[DONE]``)."""
-        self.finish(tl, "error", 502, msg)
-        return b"data: " + error_body(502, msg, "upstream_error") + b"\n\n", b"data: [DONE]\n\n"
-
-    def stream_closed(self, d: Upstream, r: Response, tl: Timeline, events: int) -> None:
-        """A relayed stream ended (or its client went away): release decode's leg."""
-        d.outstanding -= 1
-        r.release()
-        if tl.done is None:  # the client went away
-            tl.completion_tokens = events
-            self.finish(tl, "cancelled", 499, "client disconnected")

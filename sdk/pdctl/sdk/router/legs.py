@@ -13,7 +13,7 @@ from pdctl.sdk.pd import PrefillIdentity, prefill_body, push_decode_body
 from pdctl.sdk.router import tracing
 from pdctl.sdk.router.base import RouterBase
 from pdctl.sdk.router.instances import Upstream
-from pdctl.sdk.router.replies import RouteError
+from pdctl.sdk.router.replies import RouteError, error_body
 from pdctl.sdk.router.timeline import Timeline
 from pdctl.sdk.router.upstream import Response, UpstreamError
 
@@ -78,7 +78,7 @@ class Legs(RouterBase):
 
     # ------------------------------------------------------------------ legs
 
-    async def _send(
+    async def send_leg(
         self,
         pool: list[Upstream],
         first: Upstream,
@@ -143,7 +143,7 @@ class Legs(RouterBase):
         tracing.open_leg(tl, "prefill", p.name)
         try:
             async with asyncio.timeout(self.settings.prefill_timeout_s):
-                used, r = await self._send(self.prefills, p, path, data, rid, tl, "prefill")
+                used, r = await self.send_leg(self.prefills, p, path, data, rid, tl, "prefill")
                 try:
                     raw = await r.read()
                 finally:
@@ -217,7 +217,7 @@ class Legs(RouterBase):
         tracing.open_leg(tl, "decode", d.name)
         try:
             async with asyncio.timeout(self.settings.request_timeout_s):
-                used, r = await self._send(self.decodes, d, path, data, rid, tl, "decode")
+                used, r = await self.send_leg(self.decodes, d, path, data, rid, tl, "decode")
         except TimeoutError:
             raise RouteError(
                 504,
@@ -366,3 +366,27 @@ class Legs(RouterBase):
                 d, r = await self._decode(d, path, d_body, rid, tl)
         tl.decode = d.name
         return d, r
+
+    async def read_decode(self, d: Upstream, r: Response) -> bytes:
+        """Decode's whole answer; the leg stops being outstanding."""
+        try:
+            return await r.read()
+        except UpstreamError as e:
+            raise RouteError(502, f"decode {d.name} failed mid-answer: {e}") from None
+        finally:
+            d.outstanding -= 1
+            r.release()
+
+    def stream_failed(self, tl: Timeline, msg: str) -> tuple[bytes, bytes]:
+        """Settle a stream that broke mid-answer; the two SSE events that end it cleanly
+        for the client (an OpenAI-style error, then ``[DONE]``)."""
+        self.finish(tl, "error", 502, msg)
+        return b"data: " + error_body(502, msg, "upstream_error") + b"\n\n", b"data: [DONE]\n\n"
+
+    def stream_closed(self, d: Upstream, r: Response, tl: Timeline, events: int) -> None:
+        """A relayed stream ended (or its client went away): release decode's leg."""
+        d.outstanding -= 1
+        r.release()
+        if tl.done is None:  # the client went away
+            tl.completion_tokens = events
+            self.finish(tl, "cancelled", 499, "client disconnected")

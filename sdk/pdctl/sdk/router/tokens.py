@@ -19,19 +19,15 @@ With no render server answering, the request fails with 503, or — with
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from pdctl.sdk.pd import prefill_generate_body
 from pdctl.sdk.router import tracing
-from pdctl.sdk.router.core import (
-    Reply,
-    RouteError,
-    Router,
-    StreamReply,
-    Timeline,
-    Upstream,
-)
+from pdctl.sdk.router.instances import Upstream
+from pdctl.sdk.router.legs import Legs
+from pdctl.sdk.router.replies import Reply, RouteError, StreamReply
+from pdctl.sdk.router.timeline import Timeline
 from pdctl.sdk.router.upstream import Response, UpstreamError
 
 GENERATE_PATH = "/inference/v1/generate"
@@ -48,12 +44,12 @@ class RenderUnavailable(Exception):
 
 
 async def _post_json(
-    router: Router, u: Upstream, path: str, payload: dict[str, Any], tl: Timeline
+    router: Legs, u: Upstream, path: str, payload: dict[str, Any], tl: Timeline
 ) -> tuple[int, Any]:
     """POST to a render server; (status, parsed JSON). Connection failures raise
     :class:`UpstreamError`."""
     data = json.dumps(payload).encode()
-    used, r = await router._send(router.renders, u, path, data, tl.id, tl, "render")
+    used, r = await router.send_leg(router.renders, u, path, data, tl.id, tl, "render")
     try:
         raw = await r.read()
     finally:
@@ -66,7 +62,7 @@ async def _post_json(
 
 
 async def _render(
-    router: Router, path: str, body: dict[str, Any], tl: Timeline
+    router: Legs, path: str, body: dict[str, Any], tl: Timeline
 ) -> tuple[Upstream, dict[str, Any]]:
     """The request's ``GenerateRequest`` and the render server that made it."""
     try:
@@ -87,7 +83,7 @@ async def _render(
         # the request itself is bad (unknown model, too long, malformed): tell the client
         msg = (data.get("error") or {}).get("message") if isinstance(data, dict) else None
         raise RouteError(
-            400 if status < 500 else 502,
+            status if status < 500 else 502,
             f"render server {u.name} refused the request ({status}): {msg or data}",
             "invalid_request_error" if status < 500 else "upstream_error",
         )
@@ -112,11 +108,27 @@ def _keep_max_tokens(gen: dict[str, Any], body: dict[str, Any]) -> None:
         gen["sampling_params"] = {**sampling, "max_tokens": want}
 
 
+TextPath = Callable[[str, dict[str, Any], Timeline], Awaitable[Reply | StreamReply]]
+"""Where requests the tokens path cannot take go (the router's text path)."""
+
+
+class TokensPath:
+    """The tokens path as a strategy the router is given: :meth:`route` renders,
+    decides and derenders over the router's legs; what it cannot take goes to
+    ``fallback``."""
+
+    def __init__(self, legs: Legs, fallback: TextPath) -> None:
+        self.legs, self.fallback = legs, fallback
+
+    async def route(self, path: str, body: dict[str, Any], tl: Timeline) -> Reply | StreamReply:
+        return await route_tokens(self.legs, path, body, tl, self.fallback)
+
+
 async def route_tokens(
-    router: Router, path: str, body: dict[str, Any], tl: Timeline
+    router: Legs, path: str, body: dict[str, Any], tl: Timeline, fallback: TextPath
 ) -> Reply | StreamReply:
     if path not in ENDPOINTS:
-        return await router.route_text(path, body, tl)
+        return await fallback(path, body, tl)
     try:
         rs, gen = await _render(router, path, body, tl)
     except RenderUnavailable as e:
@@ -127,7 +139,7 @@ async def route_tokens(
         tl.route_path = "text-fallback"
         tl.decision = "colocated" if router.mode == "colocated" else "disaggregated"
         router.metrics.decisions.inc(tl.decision, tl.route_path)
-        return await router.route_text(path, body, tl)
+        return await fallback(path, body, tl)
     tl.route_path = "tokens"
     _keep_max_tokens(gen, body)
     ids: list[int] = gen["token_ids"]
@@ -174,7 +186,7 @@ def _derender_payload(ctx: dict[str, Any], generated: dict[str, Any]) -> dict[st
 
 
 async def _derender_whole(
-    router: Router, d: Upstream, r: Response, tl: Timeline, ctx: dict[str, Any]
+    router: Legs, d: Upstream, r: Response, tl: Timeline, ctx: dict[str, Any]
 ) -> Reply:
     raw = await router.read_decode(d, r)
     if r.status != 200:
@@ -212,7 +224,7 @@ async def _sse_events(r: Response) -> AsyncIterator[bytes]:
 
 
 async def _derender_stream(
-    router: Router, d: Upstream, r: Response, tl: Timeline, ctx: dict[str, Any]
+    router: Legs, d: Upstream, r: Response, tl: Timeline, ctx: dict[str, Any]
 ) -> AsyncIterator[bytes]:
     """Decode's token chunks in, derendered OpenAI chunks out (one derender call per
     chunk, carrying vLLM's detokenizer state between them)."""

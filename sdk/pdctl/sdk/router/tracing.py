@@ -15,10 +15,23 @@ from __future__ import annotations
 
 import random
 import re
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
-if TYPE_CHECKING:
-    from pdctl.sdk.router.timeline import Timeline
+
+class Timeline(Protocol):
+    """What tracing reads of a request's timeline (:class:`pdctl.sdk.router.timeline.
+    Timeline` has it; declared here so that tracing does not import the timeline)."""
+
+    trace: RequestTrace | None
+    id: str
+    mode: str
+    path: str
+    prefill: str | None
+    decode: str | None
+    outcome: str
+    status: int | None
+    error: str | None
+
 
 TRACEPARENT = "traceparent"
 _TP_RE = re.compile(r"^00-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})$")
