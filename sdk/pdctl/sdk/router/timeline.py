@@ -40,6 +40,9 @@ class Timeline:
     """tokens path: disaggregated | decode-only (prompt under the threshold) | colocated."""
     render: str | None = None
     render_done: float | None = None
+    flight: Any = None
+    """The TTFT split (:class:`~pdctl.sdk.router.flightrec.Flight`), joined on demand."""
+    flight_final: bool = False
 
     def mark(self) -> float:
         return time.perf_counter() - self.t0
@@ -75,7 +78,16 @@ class Timeline:
             "route_path": self.route_path,
             "decision": self.decision,
             "render": self.render,
+            **_flight_fields(self),
         }
+
+
+def _flight_fields(tl: Timeline) -> dict[str, Any]:
+    if tl.flight is not None:
+        out: dict[str, Any] = tl.flight.as_dict()
+        return out
+    ttft = tl.decode_first_byte
+    return {"ttft_ms": None if ttft is None else round(ttft * 1000, 3), "segments": []}
 
 
 class RouterMetrics:
@@ -107,7 +119,8 @@ class RouterMetrics:
         )
         self.after_prefill = r.histogram(
             "pdctl_router_decode_first_byte_after_prefill_seconds",
-            "Decode first byte minus prefill done (transfer + decode admission).",
+            "Decode first byte minus prefill done (KV wait, transfer, decode admission and "
+            "first step; not the transfer alone).",
             ("mode",),
         )
         self.overlap = r.histogram(
@@ -146,7 +159,7 @@ class RouterMetrics:
     def finished(self, tl: Timeline, mode: str, outcome: str) -> None:
         """Count a settled request and observe its latencies."""
         self.requests.inc(mode, outcome)
-        if outcome == "ok":
+        if outcome == "ok" and tl.done is not None:
             self.e2e.observe(tl.done, mode)
             if tl.decode_first_byte is not None:
                 self.ttft.observe(tl.decode_first_byte, mode)
