@@ -128,3 +128,36 @@ def records_of(samples: Iterable[Sample]) -> dict[str, InstanceRecord]:
             if rid and name:
                 out.setdefault(rid, InstanceRecord(rid)).values[name] = s.value
     return out
+
+
+def _pct(xs: list[float], q: float) -> float:
+    s = sorted(xs)
+    return s[min(len(s) - 1, int(q * len(s)))]
+
+
+def segment_stats(requests: Iterable[dict[str, object]]) -> dict[str, dict[str, float]]:
+    """Per-segment p50/p99 (ms) over router ``/v1/pdctl/requests`` entries that have
+    segments; a request without a given segment counts it as 0 ms, so the p50s of a
+    group of requests compare like for like. ``ttft`` is the router-measured TTFT."""
+    rows: list[dict[str, float]] = []
+    for r in requests:
+        segs = r.get("segments")
+        ttft = r.get("ttft_ms")
+        if not isinstance(segs, list) or not segs or not isinstance(ttft, (int, float)):
+            continue
+        row: dict[str, float] = {"ttft": float(ttft)}
+        for s in segs:
+            if isinstance(s, dict):
+                name = str(s.get("name"))
+                row[name] = row.get(name, 0.0) + float(s["end_ms"]) - float(s["start_ms"])
+        rows.append(row)
+    names = {k for row in rows for k in row}
+    return {
+        k: {
+            "p50_ms": round(_pct(vals, 0.5), 3),
+            "p99_ms": round(_pct(vals, 0.99), 3),
+            "requests": float(len(vals)),
+        }
+        for k in sorted(names)
+        for vals in [[row.get(k, 0.0) for row in rows]]
+    }
