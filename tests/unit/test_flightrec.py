@@ -13,7 +13,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 
 from pdctl.connector.flightbook import FlightBook, FlightRing
 from pdctl.sdk.metrics import flight as fl
-from pdctl.sdk.metrics.flight import InstanceRecord, flight_key, records_of
+from pdctl.sdk.metrics.flight import InstanceRecord, flight_key, records_of, segment_stats
 from pdctl.sdk.metrics.promtext import parse_text
 from pdctl.sdk.router import flightrec as fr
 from pdctl.sdk.router.timeline import Timeline
@@ -336,3 +336,18 @@ def test_fill_keeps_trying_until_records_come_then_gives_up() -> None:
     asyncio.run(rec_.fill([t], now_s=0.07 + fr.FREEZE_AFTER_S + 1))
     assert t.flight_final
     assert fr.DECODE_INCL_WAIT in names(t.flight)
+
+
+def test_segment_stats_per_pair_count_a_missing_segment_as_zero() -> None:
+    def entry(ttft: float, write: float | None) -> dict[str, object]:
+        segs = [{"name": fr.PREFILL, "start_ms": 0.0, "end_ms": ttft - (write or 0.0)}]
+        if write is not None:
+            segs.append({"name": fr.WRITE, "start_ms": ttft - write, "end_ms": ttft})
+        return {"ttft_ms": ttft, "segments": segs}
+
+    stats = segment_stats(
+        [entry(10, 2), entry(20, 4), entry(30, None), {"ttft_ms": None, "segments": []}]
+    )
+    assert stats["ttft"] == {"p50_ms": 20.0, "p99_ms": 30.0, "requests": 3.0}
+    assert stats[fr.WRITE]["p50_ms"] == 2.0  # 0, 2, 4
+    assert stats[fr.PREFILL]["p99_ms"] == 30.0
