@@ -136,7 +136,7 @@ def main() -> int:
     )
     ap.add_argument("--out", default="ttft_split.json")
     args = ap.parse_args()
-    arms = [("default", [])]
+    arms: list[tuple[str, list[str]]] = [("default", [])]
     for a in args.arm:
         name, _, rest = a.partition("=")
         arms.append((name, [o for o in rest.split(",") if o]))
