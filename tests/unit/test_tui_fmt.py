@@ -155,3 +155,26 @@ def test_cli_top_once_json_on_a_replay_and_bare_pdctl_without_a_fleet(tmp_path):
          "print(sorted(k for k in sys.modules if k.startswith('textual')))"],
         capture_output=True, text=True, check=True,
     ).stdout.replace("[]", "")  # fmt: skip
+
+
+def test_flight_drill_down_lists_every_segment_with_what_it_holds():
+    from rich.console import Console
+
+    from pdctl.tui.screens.flight import flight_summary, flight_table
+
+    r = {
+        "id": "pdctl-x",
+        "mode": "push",
+        "ttft_ms": 10.0,
+        "push": {"order": "registration-first", "wait_ms": 3.0, "write_ms": 2.0, "bytes": 4096},
+        "segments": [
+            {"name": fr.PREFILL, "start_ms": 0.0, "end_ms": 8.0, "source": "prefill"},
+            {"name": fr.WRITE, "start_ms": 8.0, "end_ms": 10.0, "source": "prefill"},
+        ],
+    }
+    console = Console(width=200, record=True)
+    console.print(flight_table(r))
+    out = console.export_text()
+    assert "80%" in out
+    assert "NIXL's own measured transfer time" in out
+    assert "WRITE 2.00 ms (NIXL)" in flight_summary(r).plain
