@@ -351,3 +351,17 @@ def test_segment_stats_per_pair_count_a_missing_segment_as_zero() -> None:
     assert stats["ttft"] == {"p50_ms": 20.0, "p99_ms": 30.0, "requests": 3.0}
     assert stats[fr.WRITE]["p50_ms"] == 2.0  # 0, 2, 4
     assert stats[fr.PREFILL]["p99_ms"] == 30.0
+
+
+def test_write_keeps_nixls_duration_when_the_anchors_disagree() -> None:
+    p = rec(
+        {fl.FINISHED: 20, fl.BLOCKS_READY: 21, fl.REG_ARRIVED: 30, fl.WRITE_POSTING: 31},
+        xfer_seconds=0.004,
+    )
+    # decode's clock places its registration after prefill started posting (anchor error)
+    d = rec({fl.REG_SENT: 40, fl.NOTIFIED: 45, fl.RECEIVED: 46})
+    t = tl("push-sequential", prefill_sent=0, prefill_done=22, decode_sent=0, decode_first_byte=80)
+    f = fr.join(t, p, d)
+    assert_contiguous(f)
+    write = next(s for s in f.segments if s.name == fr.WRITE)
+    assert write.ms == pytest.approx(4.0)

@@ -217,7 +217,8 @@ def join(tl: Any, p: InstanceRecord | None, d: InstanceRecord | None) -> Flight:
     flight.bytes = p.values.get(fl.BYTES)
     flight.descriptors = p.values.get(fl.DESCRIPTORS)
     if posting is not None and xfer is not None:
-        path.to(WRITE, posting + xfer, "prefill")
+        # a duration from where the hand-off ended: NIXL's time whatever the anchors say
+        path.to(WRITE, path.at + xfer, "prefill")
     path.to(NOTIFICATION, D(fl.NOTIFIED), "prefill→decode")
     path.to(PICKUP, D(fl.RECEIVED), "decode")
     path.to(DECODE_SCHEDULE, D(fl.SCHEDULED), "decode")
