@@ -27,7 +27,7 @@ from tests.e2e.conftest import WORDS, demo_spec, extra_router, running_fleet
 pytestmark = pytest.mark.e2e
 
 NAME = "e2e-flight"
-N = 8
+N = 12
 XFER = "vllm:nixl_xfer_time_seconds"
 BYTES = "vllm:nixl_bytes_transferred"
 
@@ -51,34 +51,29 @@ def nixl(prefill_url: str) -> tuple[float, float, float]:
     )
 
 
-def run(url: str, prefill_url: str, tag: int) -> list[tuple[str, float, float]]:
-    """N streamed requests one at a time (plus a warm-up); for each, the router id and
-    vLLM's own NIXL transfer time and bytes for it (prefill's histogram, delta)."""
-    out = []
-    with httpx.Client(timeout=120) as c:
-        for i in range(-1, N):
-            count0, xfer0, bytes0 = nixl(prefill_url)
-            body = {
-                "model": "tiny",
-                "prompt": prompt(tag * 100 + i),
-                "max_tokens": 4,
-                "temperature": 0,
-                "ignore_eos": True,
-                "stream": True,
-            }
-            with c.stream("POST", url + "/v1/completions", json=body) as r:
-                assert r.status_code == 200
-                text = r.read().decode()
-            rid = flight_key(text)  # vLLM's answer ids carry the router's X-Request-Id
-            assert rid.startswith("pdctl-"), text[:200]
-            deadline = time.monotonic() + 10
-            while nixl(prefill_url)[0] <= count0 and time.monotonic() < deadline:
-                time.sleep(0.05)
-            count1, xfer1, bytes1 = nixl(prefill_url)
-            assert count1 >= count0 + 1, "prefill never reported the WRITE"
-            if i >= 0:
-                out.append((rid, xfer1 - xfer0, bytes1 - bytes0))
-    return out
+def one(c: httpx.Client, url: str, prefill_url: str, n: int) -> tuple[str, float, float]:
+    """One streamed request; its router id and vLLM's own NIXL transfer time and bytes
+    for it (prefill's histogram, delta: requests go one at a time)."""
+    count0, xfer0, bytes0 = nixl(prefill_url)
+    body = {
+        "model": "tiny",
+        "prompt": prompt(n),
+        "max_tokens": 4,
+        "temperature": 0,
+        "ignore_eos": True,
+        "stream": True,
+    }
+    with c.stream("POST", url + "/v1/completions", json=body) as r:
+        assert r.status_code == 200
+        text = r.read().decode()
+    rid = flight_key(text)  # vLLM's answer ids carry the router's X-Request-Id
+    assert rid.startswith("pdctl-"), text[:200]
+    deadline = time.monotonic() + 10
+    while nixl(prefill_url)[0] <= count0 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    count1, xfer1, bytes1 = nixl(prefill_url)
+    assert count1 == count0 + 1, "prefill did not report exactly one WRITE"
+    return rid, xfer1 - xfer0, bytes1 - bytes0
 
 
 def flights(url: str) -> dict[str, dict[str, Any]]:
@@ -129,13 +124,21 @@ def test_ttft_is_split_into_measured_segments_in_both_push_modes(
     block = layout.bytes_for(32)
     url = f"http://{spec.router.host}:{spec.router.port}"
 
-    concurrent = run(url, p.url, 1)
-    conc = flights(url)
-    check(conc, concurrent, block)
-    with extra_router(spec, state_root, "flight-seq", mode="push-sequential") as seq_url:
-        sequential = run(seq_url, p.url, 2)
+    concurrent: list[tuple[str, float, float]] = []
+    sequential: list[tuple[str, float, float]] = []
+    with (
+        extra_router(spec, state_root, "flight-seq", mode="push-sequential") as seq_url,
+        httpx.Client(timeout=120) as c,
+    ):
+        for i in range(-1, N):  # interleaved, so both modes share the machine's load
+            a, b = one(c, url, p.url, 2 * i + 100), one(c, seq_url, p.url, 2 * i + 101)
+            if i >= 0:  # the first round is a warm-up (handshakes)
+                concurrent.append(a)
+                sequential.append(b)
+        conc = flights(url)
         seq = flights(seq_url)
-        check(seq, sequential, block)
+    check(conc, concurrent, block)
+    check(seq, sequential, block)
 
     def series(
         reqs: dict[str, dict[str, Any]], ids: list[str]
