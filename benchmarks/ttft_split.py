@@ -10,7 +10,7 @@ the p50 of every segment — which of them is the prefill itself, which is NIXL'
 and which are the hand-offs around it — then per-segment ratios of each arm against the
 baseline. A JSON record goes to ``--out``.
 
-    python benchmarks/ttft_split.py [--rounds 20] [--prompt-words 200]
+    python benchmarks/ttft_split.py [--rounds 20] [--prompt-words 127]
         [--arm NAME=KEY=VALUE,KEY=VALUE ...] [--out ttft_split.json]
 """
 
@@ -31,8 +31,15 @@ from pdctl.sdk.paths import tiny_model_dir
 from pdctl.sdk.router import flightrec as fr
 from pdctl.sdk.specload import load_demo_spec
 
-OURS = (fr.ROUTER, fr.HANDOFF, fr.NOTIFICATION, fr.PICKUP, fr.DECODE_SCHEDULE)
-"""Segments whose cost lives in pdctl's router or in the connector's hand-offs."""
+OWNER = {
+    fr.ROUTER: "pdctl router",
+    fr.HANDOFF: "vLLM: finished blocks reach the push writer with the next engine step",
+    fr.WRITE: "NIXL/UCX (no progress thread: progresses when polled)",
+    fr.NOTIFICATION: "UCX delivery + decode's push writer woken once per engine step",
+    fr.PICKUP: "vLLM: decode's engine drains notifications once per step",
+    fr.DECODE_SCHEDULE: "vLLM: the request is scheduled on the step after its KV arrived",
+}
+"""Who owns each disaggregation-only segment (the rest a single instance pays too)."""
 
 
 def ttft_ms(c: httpx.Client, url: str, prompt: str) -> float:
@@ -119,14 +126,16 @@ def report(rec: dict[str, Any]) -> None:
     for name in fr.LEGEND:
         if name in seg and name != fr.STREAMING:
             s = seg[name]
-            tag = " (ours)" if name in OURS else ""
-            print(f"    {name:24s} {s['p50_ms']:8.2f} {s['p99_ms']:8.2f}{tag}")
+            owner = f"  [{OWNER[name]}]" if name in OWNER else ""
+            print(f"    {name:24s} {s['p50_ms']:8.2f} {s['p99_ms']:8.2f}{owner}")
+    only = sum(seg[n]["p50_ms"] for n in OWNER if n in seg)
+    print(f"  disaggregation-only segments, sum of p50s: {only:.1f} ms")
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--rounds", type=int, default=20)
-    ap.add_argument("--prompt-words", type=int, default=200, help="≈ 256 tokens by default")
+    ap.add_argument("--prompt-words", type=int, default=127, help="≈ 256 tokens by default")
     ap.add_argument("--gap-s", type=float, default=1.0, help="seconds between rounds (1 req/s)")
     ap.add_argument(
         "--arm",
