@@ -59,6 +59,13 @@ def ttft_ms(c: httpx.Client, url: str, prompt: str) -> float:
     raise RuntimeError("empty answer")
 
 
+def completion(c: httpx.Client, url: str, prompt: str) -> str:
+    body = {"model": "tiny", "prompt": prompt, "max_tokens": 8, "temperature": 0}
+    r = c.post(url + "/v1/completions", json=body)
+    r.raise_for_status()
+    return str(r.json()["choices"][0]["text"])
+
+
 def prompt(n: int, words: int) -> str:
     return f"#{n} " + " ".join(DEMO_WORDS[(n * 7 + j) % len(DEMO_WORDS)] for j in range(words))
 
@@ -84,6 +91,11 @@ def run_arm(
                 push.append(ttft_ms(c, router, prompt(i, words)))
                 single.append(ttft_ms(c, decode, prompt(50_000 + i, words)))
                 time.sleep(max(0.0, gap_s - (time.monotonic() - t)))
+            same = [
+                completion(c, router, prompt(90_000 + i, words))
+                == completion(c, decode, prompt(90_000 + i, words))
+                for i in range(3)
+            ]
             time.sleep(1.0)
             deadline = time.monotonic() + 15
             while True:
@@ -99,6 +111,7 @@ def run_arm(
         "arm": name,
         "overrides": overrides,
         "rounds": rounds,
+        "outputs_match_single_instance": all(same),
         "client_ttft_p50_ms": {
             "push": statistics.median(push),
             "single": statistics.median(single),
@@ -121,6 +134,9 @@ def report(rec: dict[str, Any]) -> None:
     print(
         f"  client TTFT p50: push {c['push']:.1f} ms, single instance {c['single']:.1f} ms "
         f"-> disaggregation costs {extra:+.1f} ms (ratio {c['push'] / c['single']:.2f})"
+    )
+    print(
+        f"  greedy outputs equal to the single instance's: {rec['outputs_match_single_instance']}"
     )
     print(f"  router TTFT p50 {rec['router_ttft_p50_ms']} ms, split (p50 / p99 ms):")
     for name in fr.LEGEND:
