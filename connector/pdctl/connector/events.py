@@ -28,12 +28,12 @@ import time
 from typing import Any
 
 from vllm.distributed.kv_transfer.kv_connector.v1.metrics import KVConnectorStats
+from vllm.distributed.kv_transfer.kv_connector.v1.nixl.connector import NixlPushConnector
 from vllm.distributed.kv_transfer.kv_connector.v1.nixl.push_worker import (
     NixlPushConnectorWorker,
 )
 
 from pdctl.connector.flightbook import FlightBook, FlightRing, records_setting
-from pdctl.connector.handoff import HandoffConnector
 from pdctl.sdk.metrics import flight as fl
 
 _log = logging.getLogger("vllm.pdctl.connector")
@@ -54,7 +54,7 @@ def _arrival_mono(arrival_wall: float) -> float:
     return time.monotonic() - max(0.0, time.time() - arrival_wall)
 
 
-class FlightConnector(HandoffConnector):
+class FlightConnector(NixlPushConnector):
     """Scheduler-side flight hooks; the worker side is :class:`FlightWorker`."""
 
     _flight: FlightBook

@@ -123,7 +123,7 @@ class FleetSettings(_Strict):
     connector_options: dict[str, str | int | float | bool] = Field(
         default_factory=dict,
         description="More kv_connector_extra_config keys for pdctl's connector, e.g. "
-        "pdctl_early_handoff = true or pdctl_flight_records = 512 (docs/connector.md).",
+        "pdctl_flight_records = 1024 (docs/connector.md).",
     )
     cpu_kvcache_gib: int | None = Field(
         default=None, ge=1, description="VLLM_CPU_KVCACHE_SPACE (GiB) on the CPU platform."
