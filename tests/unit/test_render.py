@@ -96,6 +96,18 @@ def test_cpu_entrypoint_and_binding():
     assert "CUDA_VISIBLE_DEVICES" not in p.env
 
 
+def test_connector_options_reach_pdctls_connector_only():
+    opts = {"pdctl_reserve_kv_core": True, "pdctl_flight_records": 512}
+    for inst in render(fleet={"connector_options": opts}).instances:
+        extra = json.loads(flag(inst.argv, "--kv-transfer-config"))["kv_connector_extra_config"]
+        assert extra["pdctl_reserve_kv_core"] is True
+        assert extra["pdctl_flight_records"] == 512
+    stock = render(fleet={"connector": "stock", "connector_options": opts})
+    for inst in stock.instances:
+        extra = json.loads(flag(inst.argv, "--kv-transfer-config"))["kv_connector_extra_config"]
+        assert "pdctl_flight_records" not in extra
+
+
 def test_dp_spaces_side_channel_ports_and_suffixes_engine_ids():
     plan = render(
         prefill=[{"count": 2, "dp": 2, "devices": [0, 1, 2, 3]}], decode=[{"devices": [4]}]

@@ -206,3 +206,22 @@ async def test_preflight_missing_from_a_replay_says_so(clock):
         await until(pilot, lambda: main.preflight is not None, "the preflight answer")
         await pilot.pause()
         assert "no preflight report" in str(main.query_one("#pf-head").render())
+
+
+async def test_enter_on_a_request_opens_its_ttft_split(clock):
+    from pdctl.tui.screens.flight import FlightScreen
+
+    app = PdctlApp(replay(clock), rounds=ROUNDS)
+    async with app.run_test(size=(120, 36)) as pilot:
+        await settled(pilot, app)
+        await pilot.press("5")
+        reqs = table(app, "#req-table")
+        await until(pilot, lambda: bool(reqs._order), "requests")
+        reqs.focus()
+        reqs.move_cursor(row=0)
+        await pilot.press("enter")
+        screen = app.screen
+        assert isinstance(screen, FlightScreen)
+        assert screen.request["id"] == reqs._order[0]
+        await pilot.press("escape")
+        assert on_main(app)

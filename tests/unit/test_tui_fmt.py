@@ -10,6 +10,7 @@ import sys
 import pytest
 
 from pdctl.sdk.metrics import parse
+from pdctl.sdk.router import flightrec as fr
 from pdctl.tui import actions, fmt
 from pdctl.tui.replay import advance
 from pdctl.tui.views import view_named
@@ -45,20 +46,48 @@ def test_spark_scales_to_its_range_and_pads():
 
 
 def test_timeline_phases_and_bar():
+    # no segments from the router: the span after prefill is decode incl. its wait
     assert fmt.phases(REQ) == [
-        ("queue", 0.0, 1.0),
+        ("router", 0.0, 1.0),
         ("prefill", 1.0, 41.0),
-        ("transfer", 41.0, 51.0),
-        ("decode", 51.0, 100.0),
+        ("decode, incl. wait", 41.0, 51.0),
+        ("stream", 51.0, 100.0),
     ]
     bar = fmt.timeline_bar(REQ, 100.0, 20).plain
     assert len(bar) == 20
     assert bar[10] == "│"  # decode's first byte at 51 of 100 ms
     assert bar[1:8] == "███████"
-    assert "▒" in bar
-    assert bar.endswith("▆")
+    assert "▄" in bar
+    assert "▒" not in bar  # no WRITE was measured, so none is drawn
+    assert bar.endswith("─")
     failed = {"prefill_sent_ms": 0.5, "prefill_done_ms": 30.0, "done_ms": 30.0}
-    assert [p for p, _, _ in fmt.phases(failed)] == ["queue", "prefill"]
+    assert [p for p, _, _ in fmt.phases(failed)] == ["router", "prefill"]
+
+
+def test_timeline_draws_the_routers_segments_and_never_says_transfer():
+    seg = {
+        **REQ,
+        "segments": [
+            {"name": fr.ROUTER, "start_ms": 0.0, "end_ms": 1.0, "source": "router"},
+            {"name": fr.PREFILL, "start_ms": 1.0, "end_ms": 41.0, "source": "prefill"},
+            {"name": fr.WRITE, "start_ms": 41.0, "end_ms": 46.0, "source": "prefill"},
+            {"name": fr.PICKUP, "start_ms": 46.0, "end_ms": 48.0, "source": "decode"},
+            {"name": fr.FIRST_TOKEN, "start_ms": 48.0, "end_ms": 51.0, "source": "decode"},
+            {"name": fr.STREAMING, "start_ms": 51.0, "end_ms": 100.0, "source": "router"},
+        ],
+    }
+    assert [p for p, _, _ in fmt.phases(seg)] == [
+        "router", "prefill", "WRITE", "push", "decode", "stream"
+    ]  # fmt: skip
+    assert "▒" in fmt.timeline_bar(seg, 100.0, 40).plain
+    assert "transfer" not in fmt.legend().plain.lower()
+    assert all(fmt.segment_class(n) in {c for c, *_ in fmt.SEGMENTS} for n in fr.LEGEND)
+    split = fmt.ttft_split(
+        {"ttft": {"p50_ms": 51.0}, fr.PREFILL: {"p50_ms": 40.0}, fr.WRITE: {"p50_ms": 5.0}}
+    ).plain
+    assert split.startswith("TTFT p50 51.0 ms = ")
+    assert "prefill 40.0" in split
+    assert "WRITE 5.0" in split
 
 
 def test_filter_terms():
@@ -126,3 +155,26 @@ def test_cli_top_once_json_on_a_replay_and_bare_pdctl_without_a_fleet(tmp_path):
          "print(sorted(k for k in sys.modules if k.startswith('textual')))"],
         capture_output=True, text=True, check=True,
     ).stdout.replace("[]", "")  # fmt: skip
+
+
+def test_flight_drill_down_lists_every_segment_with_what_it_holds():
+    from rich.console import Console
+
+    from pdctl.tui.screens.flight import flight_summary, flight_table
+
+    r = {
+        "id": "pdctl-x",
+        "mode": "push",
+        "ttft_ms": 10.0,
+        "push": {"order": "registration-first", "wait_ms": 3.0, "write_ms": 2.0, "bytes": 4096},
+        "segments": [
+            {"name": fr.PREFILL, "start_ms": 0.0, "end_ms": 8.0, "source": "prefill"},
+            {"name": fr.WRITE, "start_ms": 8.0, "end_ms": 10.0, "source": "prefill"},
+        ],
+    }
+    console = Console(width=200, record=True)
+    console.print(flight_table(r))
+    out = console.export_text()
+    assert "80%" in out
+    assert "NIXL's own measured transfer time" in out
+    assert "WRITE 2.00 ms (NIXL)" in flight_summary(r).plain

@@ -42,7 +42,6 @@ from vllm.distributed.kv_transfer.kv_connector.v1.nixl.base_worker import (
 )
 from vllm.distributed.kv_transfer.kv_connector.v1.nixl.connector import (
     NixlPullConnector,
-    NixlPushConnector,
 )
 from vllm.distributed.kv_transfer.kv_connector.v1.nixl.push_worker import (
     NixlPushConnectorWorker,
@@ -53,6 +52,7 @@ from vllm.distributed.kv_transfer.kv_connector.v1.nixl.stats import (
 )
 
 from pdctl.connector.book import RendezvousBook, fold
+from pdctl.connector.events import FLIGHT_HOOKS, FlightConnector, FlightWorker, flight_ring
 from pdctl.sdk.metrics import rendezvous as rv
 
 # a child of "vllm" so messages land in the instance log in vLLM's format
@@ -148,6 +148,7 @@ class PdctlPromMetrics(NixlPromMetrics):
         per_engine_labelvalues: dict[int, list[object]],
     ) -> None:
         super().__init__(vllm_config, metric_types, labelnames, per_engine_labelvalues)
+        self._flight = flight_ring(vllm_config)
         self._pdctl: dict[str, Any] = {}
         gauge: Any = self._gauge_cls
         counter: Any = self._counter_cls
@@ -177,6 +178,7 @@ class PdctlPromMetrics(NixlPromMetrics):
 
     def observe(self, transfer_stats_data: dict[str, Any], engine_idx: int = 0) -> None:
         super().observe(transfer_stats_data, engine_idx)
+        self._flight.feed(transfer_stats_data.get(EVENTS_KEY))
         values = self.per_engine_labelvalues.get(engine_idx)
         if values is None:
             return
@@ -220,7 +222,7 @@ class _Telemetry:
             return self.book.drain(time.monotonic())
 
 
-class PdctlPushWorker(NixlPushConnectorWorker):
+class PdctlPushWorker(FlightWorker):
     """vLLM's push worker with observation hooks (installed on a constructed worker by
     :meth:`attach`; no state of vLLM's is touched)."""
 
@@ -235,6 +237,7 @@ class PdctlPushWorker(NixlPushConnectorWorker):
         stats = PdctlStats()
         stats.aggregate(worker.xfer_stats)
         worker.xfer_stats = stats
+        worker.attach_flight(vllm_config)
 
     # registration arrived on the prefill (writer thread)
     def _pop_matching_finished_blocks(self, request_id: str) -> Any:
@@ -292,7 +295,8 @@ _HOOKS = (
 
 def _hooks_fit() -> bool:
     """Whether this vLLM's push worker still has every method the hooks wrap."""
-    missing = [h for h in _HOOKS if not callable(getattr(NixlPushConnectorWorker, h, None))]
+    hooks = (*_HOOKS, *FLIGHT_HOOKS)
+    missing = [h for h in hooks if not callable(getattr(NixlPushConnectorWorker, h, None))]
     if missing:
         _log.warning(
             "pdctl: this vLLM's push worker lacks %s; rendezvous telemetry is off "
@@ -305,7 +309,7 @@ def _hooks_fit() -> bool:
 # ---------------------------------------------------------------------- connectors
 
 
-class PdctlPushConnector(NixlPushConnector):
+class PdctlPushConnector(FlightConnector):
     """vLLM's push connector with rendezvous telemetry and the small-machine knobs."""
 
     def __init__(self, vllm_config: Any, role: Any, kv_cache_config: Any = None) -> None:

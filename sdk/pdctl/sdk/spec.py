@@ -120,6 +120,11 @@ class FleetSettings(_Strict):
         description="On CPU: no NIXL progress-thread spinning, no KV core re-pinning "
         "(kv_connector_extra_config knobs of the pdctl connector).",
     )
+    connector_options: dict[str, str | int | float | bool] = Field(
+        default_factory=dict,
+        description="More kv_connector_extra_config keys for pdctl's connector, e.g. "
+        "pdctl_flight_records = 1024 (docs/connector.md).",
+    )
     cpu_kvcache_gib: int | None = Field(
         default=None, ge=1, description="VLLM_CPU_KVCACHE_SPACE (GiB) on the CPU platform."
     )

@@ -43,7 +43,10 @@ KEYS: Sequence[tuple[str, str]] = (
     (":", "jump to a view by name (:rdv, :xfer, :lat, :req, :pf), :q quits"),
     ("/", "filter the rows (role:decode  health:DOWN  outcome:error  any-word)"),
     ("Esc", "clear the filter · back from details"),
-    ("Enter", "details and live log of the instance under the cursor"),
+    (
+        "Enter",
+        "details and live log of the instance under the cursor; on a request, where its TTFT went",
+    ),
     ("Ctrl+P", "command palette: restart, stop, drain, router mode, preflight, views"),
     ("R / X / D", "restart / stop / drain or resume the instance under the cursor"),
     ("M", "toggle the router's dispatch mode (push ↔ push-sequential)"),

@@ -12,6 +12,8 @@ from typing import Any
 
 from rich.text import Text
 
+from pdctl.sdk.router import flightrec as fr
+
 DASH = "-"
 HEALTH_STYLE = {"UP": "green", "DOWN": "bold red", "STALE": "magenta"}
 OUTCOME_STYLE = {"ok": "green", "error": "bold red", "cancelled": "yellow", "running": "cyan"}
@@ -90,31 +92,71 @@ def spark(values: Sequence[float], width: int) -> str:
 # ---------------------------------------------------------------------- timelines
 
 SEGMENTS = (
-    # (name, glyph, style): glyphs differ so the bar reads without colour (NO_COLOR)
-    ("queue", "·", "dim"),
-    ("prefill", "█", "blue"),
-    ("transfer", "▒", "yellow"),
-    ("decode", "▆", "green"),
+    # (class, glyph, style, meaning): glyphs differ so the bar reads without colour
+    ("router", "·", "dim", "router (and answers travelling through it)"),
+    ("prefill", "█", "blue", "prefill queue + compute"),
+    ("wait", "░", "magenta", "prefill done, waiting for decode's registration"),
+    ("push", "▓", "yellow", "hand-offs around the WRITE: writer, notification, pick-up"),
+    ("WRITE", "▒", "cyan", "NIXL's measured WRITE time"),
+    ("decode", "▆", "green", "decode scheduling and first token"),
+    ("decode, incl. wait", "▄", "green", "decode after prefill, not itemized"),
+    ("stream", "─", "green", "rest of the answer"),
 )
+
+_CLASS = {
+    fr.ROUTER: "router",
+    fr.PREFILL_ANSWER: "router",
+    fr.ROUTER_TO_DECODE: "router",
+    fr.PREFILL_QUEUE: "prefill",
+    fr.PREFILL: "prefill",
+    fr.PREFILL_LEG: "prefill",
+    fr.WAIT_REGISTRATION: "wait",
+    fr.DECODE_ADMISSION: "wait",
+    fr.REGISTRATION: "wait",
+    fr.HANDOFF: "push",
+    fr.NOTIFICATION: "push",
+    fr.PICKUP: "push",
+    fr.WRITE: "WRITE",
+    fr.DECODE_SCHEDULE: "decode",
+    fr.FIRST_TOKEN: "decode",
+    fr.DECODE: "decode",
+    fr.DECODE_INCL_WAIT: "decode, incl. wait",
+    fr.DECODE_INCL_READ: "decode, incl. wait",
+    fr.STREAMING: "stream",
+}
+
+
+def segment_class(name: str) -> str:
+    """The bar class of a flight-recorder segment (``decode, incl. wait`` if unknown)."""
+    return _CLASS.get(name, "decode, incl. wait")
 
 
 def phases(r: Mapping[str, Any]) -> list[tuple[str, float, float]]:
-    """A flight-recorder entry as (phase, start ms, end ms): queue until the first leg
-    is sent, prefill, match/transfer until decode's first byte, then decode."""
+    """A requests entry as (class, start ms, end ms). The router's segments when it sent
+    them; otherwise what its timeline alone shows: router, prefill leg, then decode
+    including any wait (never called a transfer: nothing measured one)."""
+    segs = r.get("segments")
+    if isinstance(segs, list) and segs:
+        return [
+            (segment_class(str(s.get("name"))), float(s["start_ms"]), float(s["end_ms"]))
+            for s in segs
+            if isinstance(s, Mapping)
+        ]
     sent = [v for v in (r.get("prefill_sent_ms"), r.get("decode_sent_ms")) if v is not None]
     first_leg = min(sent) if sent else None
     p0, p1 = r.get("prefill_sent_ms"), r.get("prefill_done_ms")
     fb, done = r.get("decode_first_byte_ms"), r.get("done_ms")
     out: list[tuple[str, float, float]] = []
     if first_leg is not None:
-        out.append(("queue", 0.0, first_leg))
+        out.append(("router", 0.0, first_leg))
     if p0 is not None and p1 is not None:
         out.append(("prefill", p0, p1))
-    if p1 is not None and fb is not None and fb > p1:
-        out.append(("transfer", p1, fb))
+    start = p1 if p1 is not None else first_leg
+    if start is not None and fb is not None and fb > start:
+        out.append(("decode, incl. wait" if p1 is not None else "decode", start, fb))
     start = fb if fb is not None else p1
     if start is not None and done is not None and done > start:
-        out.append(("decode", start, done))
+        out.append(("stream", start, done))
     return out
 
 
@@ -128,7 +170,7 @@ def timeline_bar(r: Mapping[str, Any], scale_ms: float, width: int) -> Text:
     def cell(t: float) -> int:
         return max(0, min(width - 1, int(t / scale * width)))
 
-    glyph = {n: (g, s) for n, g, s in SEGMENTS}
+    glyph = {n: (g, s) for n, g, s, _ in SEGMENTS}
     for name, a, b in phases(r):
         g, s = glyph[name]
         end = max(cell(a) + 1, min(width, math.ceil(b / scale * width)))
@@ -146,9 +188,30 @@ def timeline_bar(r: Mapping[str, Any], scale_ms: float, width: int) -> Text:
 
 def legend() -> Text:
     t = Text("timeline: ")
-    for name, g, s in SEGMENTS:
+    for name, g, s, _ in SEGMENTS:
         t.append(g * 2, style=s)
         t.append(f" {name}  ")
     t.append("│", style="bold")
-    t.append(" decode first byte")
+    t.append(" first byte (TTFT)")
+    return t
+
+
+def ttft_split(stats: Mapping[str, Mapping[str, float]]) -> Text:
+    """A pair's TTFT split: p50 of each segment (ms), in path order, glyph-marked."""
+    t = Text()
+    ttft = stats.get("ttft")
+    if ttft is None:
+        return t
+    t.append(f"TTFT p50 {ttft['p50_ms']:.1f} ms = ", style="bold")
+    glyph = {n: (g, s) for n, g, s, _ in SEGMENTS}
+    first = True
+    for name in fr.LEGEND:
+        v = stats.get(name)
+        if v is None or name == fr.STREAMING or v["p50_ms"] <= 0:
+            continue
+        g, s = glyph[segment_class(name)]
+        t.append("" if first else " + ")
+        t.append(g, style=s)
+        t.append(f" {name} {v['p50_ms']:.1f}")
+        first = False
     return t

@@ -22,6 +22,7 @@ import httpx
 from pdctl.sdk.metrics.alerts import ALERTS as ALERTS  # re-exported: the alert listing
 from pdctl.sdk.metrics.alerts import evaluate_alerts
 from pdctl.sdk.metrics.derive import Histogram, Latency, Scrape, counter_delta
+from pdctl.sdk.metrics.flight import segment_stats
 from pdctl.sdk.metrics.promtext import Sample, parse_text
 from pdctl.sdk.metrics.rendezvous import Rendezvous, rendezvous_of
 from pdctl.sdk.render import FleetPlan
@@ -109,6 +110,9 @@ class PairMetrics:
     errors: int
     ttft_p50_ms: float | None
     overlap_p50_ms: float | None
+    segments: dict[str, dict[str, float]] = field(default_factory=dict)
+    """The flight recorder's TTFT split: segment name → p50/p99 ms (see
+    :func:`~pdctl.sdk.metrics.flight.segment_stats`)."""
 
 
 @dataclass(frozen=True)
@@ -363,6 +367,7 @@ class FleetMonitor:
                     sum(r.get("outcome") == "error" for r in rs),
                     ttft[len(ttft) // 2] if ttft else None,
                     ovl[len(ovl) // 2] if ovl else None,
+                    segment_stats(r for r in rs if r.get("outcome") == "ok"),
                 )
             )
         return tuple(out)

@@ -27,6 +27,7 @@ from typing import Any
 from urllib.parse import parse_qs
 
 from pdctl.sdk.router.core import Reply, RouteError, Router, StreamReply, error_body
+from pdctl.sdk.router.flightrec import FlightRecorder
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -78,6 +79,7 @@ class RouterApp:
         self, router: Router, *, max_body: int = DEFAULT_MAX_BODY, api_key: bytes | None = None
     ) -> None:
         self.router = router
+        self.flights = FlightRecorder(router.upstreams)
         self.max_body = max_body
         self.api_key = api_key
         self._models = json.dumps(
@@ -188,6 +190,7 @@ class RouterApp:
                 outcome is None or t.outcome == outcome
             )
 
+        await self.flights.fill(list(self.router.history), time.perf_counter())
         await _send(
             send,
             200,

@@ -51,6 +51,9 @@ class Timeline:
 
     trace: RequestTrace | None = None
     """The request's spans (W3C trace context); None for timelines made elsewhere."""
+    flight: Any = None
+    """The TTFT split (:class:`~pdctl.sdk.router.flightrec.Flight`), joined on demand."""
+    flight_final: bool = False
 
     def mark(self) -> float:
         return time.perf_counter() - self.t0
@@ -88,7 +91,16 @@ class Timeline:
             "render": self.render,
             "notes": list(self.notes),
             "migrations": list(self.migrations),
+            **_flight_fields(self),
         }
+
+
+def _flight_fields(tl: Timeline) -> dict[str, Any]:
+    if tl.flight is not None:
+        out: dict[str, Any] = tl.flight.as_dict()
+        return out
+    ttft = tl.decode_first_byte
+    return {"ttft_ms": None if ttft is None else round(ttft * 1000, 3), "segments": []}
 
 
 class RouterMetrics:
@@ -120,7 +132,8 @@ class RouterMetrics:
         )
         self.after_prefill = r.histogram(
             "pdctl_router_decode_first_byte_after_prefill_seconds",
-            "Decode first byte minus prefill done (transfer + decode admission).",
+            "Decode first byte minus prefill done (KV wait, transfer, decode admission and "
+            "first step; not the transfer alone).",
             ("mode",),
         )
         self.overlap = r.histogram(
@@ -177,9 +190,8 @@ class RouterMetrics:
         pair = (tl.prefill, tl.decode) if tl.prefill and tl.decode else None
         if pair is not None:
             self.pair_requests.inc(*pair, outcome)
-        if outcome == "ok":
-            if tl.done is not None:
-                self.e2e.observe(tl.done, mode)
+        if outcome == "ok" and tl.done is not None:
+            self.e2e.observe(tl.done, mode)
             if tl.decode_first_byte is not None:
                 self.ttft.observe(tl.decode_first_byte, mode)
                 if tl.prefill_done is not None:

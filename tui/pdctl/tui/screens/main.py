@@ -253,6 +253,12 @@ class MainScreen(Screen[None]):
 
     @on(DataTable.RowSelected)
     def _drill_down(self, event: DataTable.RowSelected) -> None:
+        request = self.view.selected_request()
+        if request is not None:
+            from pdctl.tui.screens.flight import FlightScreen
+
+            self.app.push_screen(FlightScreen(request))
+            return
         name = self.view.selected_instance()
         if name is None or self.latest is None:
             return

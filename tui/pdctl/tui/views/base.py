@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from textual.containers import Vertical
 
@@ -57,4 +57,8 @@ class View(Vertical):
         raise NotImplementedError
 
     def selected_instance(self) -> str | None:
+        return None
+
+    def selected_request(self) -> dict[str, Any] | None:
+        """The router request under the cursor (the requests view only)."""
         return None

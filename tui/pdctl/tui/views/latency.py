@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Grid
 from textual.widgets import Sparkline, Static
@@ -32,6 +33,9 @@ PANELS: tuple[tuple[str, str, Callable[[InstanceMetrics], Latency]], ...] = (
 )
 
 
+NO_SPLIT = "TTFT split: no disaggregated request through pdctl's router in the window"
+
+
 def _label(name: str, lat: Latency) -> str:
     return f"{name} p50 {fmt.ms(lat.p50)} · p99 {fmt.ms(lat.p99)} ms"
 
@@ -40,7 +44,7 @@ class LatencyView(View):
     NAME = "latency"
     KEY = "4"
     ALIASES = ("lat", "l")
-    HINT = "history follows the row under the cursor (decode TTFT includes the KV push)"
+    HINT = "history follows the row under the cursor; the TTFT split is the router's"
 
     def compose(self) -> ComposeResult:
         with Grid(id="lat-grid"):  # two panels per row: labels above their sparklines
@@ -50,6 +54,7 @@ class LatencyView(View):
                 for key, _, _ in pair:
                     yield Sparkline([], id=f"lat-{key}", summary_function=max)
         yield SyncTable(COLUMNS, id="lat-table")
+        yield Static(id="lat-split", classes="note")
 
     def show(self, frame: Frame) -> None:
         snap, h = frame.update.snapshot, frame.history
@@ -89,6 +94,13 @@ class LatencyView(View):
                 continue
             label.update(f"{focus.name} " + _label(name, get(focus)))
             spark.data = h.series(focus.name, f"{key}_p50")
+        split = Text()
+        for pair in snap.pairs:
+            if pair.segments:
+                split.append(f"{pair.prefill} → {pair.decode}  ", style="bold")
+                split.append_text(fmt.ttft_split(pair.segments))
+                split.append("\n")
+        self.query_one("#lat-split", Static).update(split or NO_SPLIT)
 
     @staticmethod
     def _focus(insts: list[InstanceMetrics], selected: str | None) -> InstanceMetrics | None:

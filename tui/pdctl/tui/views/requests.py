@@ -21,7 +21,7 @@ COLUMNS = (
     Column("id", "request", 8),
     Column("d", "decode", 10),
     Column("outcome", "outcome", 9),
-    Column("ttfb", "1st ms", 6),
+    Column("ttfb", "TTFT ms", 7),
     Column("total", "end ms", 6),
     Column("bar", "timeline", BAR),
     Column("p", "prefill", 12, wide=1),
@@ -34,7 +34,7 @@ class RequestsView(View):
     NAME = "requests"
     KEY = "5"
     ALIASES = ("req", "flight", "q")
-    HINT = "/ filters: outcome:error · instance:decode-0 · any word"
+    HINT = "Enter: where the TTFT went · / filters: outcome:error · instance:decode-0"
 
     def on_mount(self) -> None:
         self._by_id: dict[str, dict[str, Any]] = {}
@@ -78,7 +78,7 @@ class RequestsView(View):
                         rid.removeprefix("pdctl-")[-8:],
                         r.get("decode") or "-",
                         Text(outcome, style=fmt.OUTCOME_STYLE.get(outcome, "")),
-                        _ms(r.get("decode_first_byte_ms")),
+                        _ms(r.get("ttft_ms", r.get("decode_first_byte_ms"))),
                         _ms(r.get("done_ms")),
                         fmt.timeline_bar(r, scale, BAR),
                         r.get("prefill") or "-",
@@ -88,9 +88,12 @@ class RequestsView(View):
             )
         self.query_one(SyncTable).sync(rows)
 
+    def selected_request(self) -> dict[str, Any] | None:
+        return self._by_id.get(self.query_one(SyncTable).selected_key() or "")
+
     def selected_instance(self) -> str | None:
         """The decode instance of the request under the cursor (its prefill if none)."""
-        r = self._by_id.get(self.query_one(SyncTable).selected_key() or "")
+        r = self.selected_request()
         return None if r is None else (r.get("decode") or r.get("prefill"))
 
 
