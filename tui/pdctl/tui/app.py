@@ -10,6 +10,7 @@ from textual.binding import Binding
 from textual.theme import BUILTIN_THEMES
 
 from pdctl.tui.commands import FleetCommands
+from pdctl.tui.messages import ActionRequested
 from pdctl.tui.screens.main import MainScreen
 from pdctl.tui.source import Source
 
@@ -41,6 +42,11 @@ class PdctlApp(App[None]):
 
     def on_mount(self) -> None:
         self.push_screen(MainScreen(self.source, readonly=self.readonly, rounds=self.rounds))
+
+    def on_action_requested(self, message: ActionRequested) -> None:
+        """An action asked for on a screen above the main one: the main screen checks
+        (read-only, confirmation) and runs it."""
+        self.main.request(message.action)
 
     @property
     def main(self) -> MainScreen:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from textual.message import Message
 
+from pdctl.tui.actions import Action
 from pdctl.tui.source import PreflightResult, Update
 
 
@@ -46,3 +47,11 @@ class LogLines(Message):
         self.name = name
         self.lines = lines
         self.reset = reset
+
+
+class ActionRequested(Message):
+    """A screen asks for an operator action (the main screen checks and runs it)."""
+
+    def __init__(self, action: Action) -> None:
+        super().__init__()
+        self.action = action

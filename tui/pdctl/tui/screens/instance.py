@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, ClassVar
+from typing import ClassVar
 
 from rich.text import Text
 from textual import work
@@ -19,11 +19,8 @@ from pdctl.sdk.fleet import tail
 from pdctl.sdk.metrics.derive import Latency
 from pdctl.sdk.metrics.monitor import InstanceMetrics
 from pdctl.tui import actions, fmt
-from pdctl.tui.messages import LogLines
+from pdctl.tui.messages import ActionRequested, LogLines
 from pdctl.tui.source import Update
-
-if TYPE_CHECKING:
-    from pdctl.tui.screens.main import MainScreen
 
 LOG_LINES = 200
 
@@ -106,10 +103,13 @@ class InstanceScreen(Screen[None]):
         Binding("D", "act('drain|resume')", "drain/resume"),
     ]
 
-    def __init__(self, main: MainScreen, name: str) -> None:
+    def __init__(self, name: str, latest: Update | None, log_path: Path | None) -> None:
+        """``latest``: the newest round of data (later ones arrive by :meth:`show_update`);
+        ``log_path``: the instance's log on this machine, if any."""
         super().__init__()
-        self.main = main
         self.instance = name
+        self.latest = latest
+        self.log_path = log_path
 
     def compose(self) -> ComposeResult:
         yield Static(id="inst-title")
@@ -122,11 +122,12 @@ class InstanceScreen(Screen[None]):
         yield Footer()
 
     def on_mount(self) -> None:
-        if self.main.latest is not None:
-            self.show_update(self.main.latest)
+        if self.latest is not None:
+            self.show_update(self.latest)
         self.follow_log()
 
     def show_update(self, u: Update) -> None:
+        self.latest = u
         try:
             i = u.snapshot.instance(self.instance)
         except KeyError:
@@ -141,7 +142,7 @@ class InstanceScreen(Screen[None]):
     @work(exclusive=True, group="log")
     async def follow_log(self) -> None:
         """The last lines of the instance's log, then every new line as it is written."""
-        path = self.main.source.log_path(self.instance)
+        path = self.log_path
         title = self.query_one("#inst-log-title", Static)
         if path is None:
             title.update(f"no log for {self.instance} (not launched by pdctl on this machine)")
@@ -166,9 +167,9 @@ class InstanceScreen(Screen[None]):
         self.app.pop_screen()
 
     def action_act(self, kinds: str) -> None:
-        a = actions.for_instance(self.main.latest, self.instance, tuple(kinds.split("|")))
+        a = actions.for_instance(self.latest, self.instance, tuple(kinds.split("|")))
         if a is not None:
-            self.main.request(a)
+            self.app.post_message(ActionRequested(a))
 
 
 def _size(path: Path) -> int:

@@ -268,7 +268,7 @@ class MainScreen(Screen[None]):
             return
         from pdctl.tui.screens.instance import InstanceScreen
 
-        self.app.push_screen(InstanceScreen(self, name))
+        self.app.push_screen(InstanceScreen(name, self.latest, self.source.log_path(name)))
 
     # ------------------------------------------------------------------ actions
 
