@@ -167,3 +167,17 @@ def test_closed_pipe_is_not_a_traceback(tmp_path):
     _, err = proc.communicate(timeout=30)
     assert b"Traceback" not in err
     assert proc.returncode == 141
+
+
+def test_file_before_the_command_is_the_commands_spec(tmp_path, capsys):
+    from pdctl.cli.main import main
+
+    spec = tmp_path / "my.toml"
+    spec.write_text((EXAMPLES / "cpu-1p1d.toml").read_text())
+    before = main(["-f", str(spec), "lint", "--no-port-check", "--json"])
+    out_before = capsys.readouterr().out
+    after = main(["lint", "-f", str(spec), "--no-port-check", "--json"])
+    out_after = capsys.readouterr().out
+    assert before == after
+    assert out_before == out_after
+    assert str(spec) in out_before or "my.toml" in out_before

@@ -147,7 +147,7 @@ def running_fleet_spec() -> FleetSpec | None:
 def no_command(args: argparse.Namespace, print_help: object) -> int:
     """``pdctl`` alone: the UI on ./pdctl.toml or -f, else on the running fleet."""
     ns = argparse.Namespace(
-        file=args.file,
+        file=args.top_file,
         overrides=[],
         window=60.0,
         timeout=2.0,
@@ -159,7 +159,7 @@ def no_command(args: argparse.Namespace, print_help: object) -> int:
         replay_size=2,
         once=False,
     )
-    if args.file is not None or Path("pdctl.toml").exists():
+    if ns.file is not None or Path("pdctl.toml").exists():
         return run(ns)
     spec = running_fleet_spec()
     if spec is not None:

@@ -65,8 +65,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--file",
         metavar="SPEC",
         default=None,
-        help="with no command: open the terminal UI on this fleet spec (default ./pdctl.toml, "
-        "else the fleet running here)",
+        dest="top_file",
+        help="fleet spec for the command (as `COMMAND -f SPEC`); with no command, open the "
+        "terminal UI on it (default ./pdctl.toml, else the fleet running here)",
     )
     parser.add_argument(
         "--readonly", action="store_true", help="with no command: a UI that changes nothing"
@@ -88,6 +89,14 @@ def _load(module: str, attr: str) -> Callable[..., object]:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    if args.top_file is not None:
+        # `pdctl -f SPEC COMMAND` means the same as `pdctl COMMAND -f SPEC`
+        if not hasattr(args, "file"):
+            parser.error(f"{args.command} takes no fleet spec: drop -f/--file")
+        if args.file is None:
+            args.file = args.top_file
+        elif args.file != args.top_file:
+            parser.error("two different specs given (-f before and after the command)")
     try:
         if not getattr(args, "_module", None):
             rc = _load("cmd_top", "no_command")(args, parser.print_help)
