@@ -223,6 +223,14 @@ CASES: dict[str, tuple[Callable[[Any], dict[str, Any]], Callable[[Any], dict[str
         lambda md: _on_ray(prefill=[{}], decode=[{"devices": [1]}]),
         lambda md: _on_ray(prefill=[{}], decode=[{}]),
     ),
+    "PD036": (
+        lambda md: _cpu(fleet={"connector_extra": {"pdctl_failpoint_write": "fail"}}),
+        lambda md: _cpu(fleet={"connector_extra": {"pdctl_nixl_sync_mode": "rw"}}),
+    ),
+    "PD037": (
+        lambda md: _cpu(fleet={"connector_extra": {"pdctl_nixl_sync_mode": "none"}}),
+        lambda md: _cpu(fleet={"connector_extra": {"pdctl_nixl_sync_mode": "strict"}}),
+    ),
 }
 
 ENV = {"PDCTL_TEST_SET_KEY": "secret"}
@@ -313,3 +321,16 @@ def test_require_clean_refuses_errors():
         require_clean(report)
     ok = lint(FleetSpec(**_gpu()), check_bound_ports=False)
     assert require_clean(ok) is ok.plan
+
+
+def test_failpoints_pass_lint_only_where_tests_allow_them():
+    d = _cpu(fleet={"connector_extra": {"pdctl_failpoint_write": "fail"}})
+    allowed = lint(FleetSpec(**d), check_bound_ports=False, environ={"PDCTL_ALLOW_FAILPOINTS": "1"})
+    assert "PD036" not in {f.code for f in allowed.findings}
+
+
+def test_unknown_sync_mode_is_an_error_naming_the_field():
+    d = _cpu(fleet={"connector_extra": {"pdctl_nixl_sync_mode": "fast"}})
+    (f,) = [f for f in lint(FleetSpec(**d), check_bound_ports=False).findings if f.code == "PD037"]
+    assert f.severity == "error"
+    assert f.field == "fleet.connector_extra.pdctl_nixl_sync_mode"

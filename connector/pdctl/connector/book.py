@@ -64,6 +64,11 @@ class RendezvousBook:
         first = self.registrations.pop(matched_registration, None)
         self._match(fin_id, first, now, rv.REGISTRATION_FIRST)
 
+    def registration_dropped(self, reg_id: str) -> None:
+        """A parked registration was let go (its decode aborted, or the prefill it waits
+        for was dropped): no longer waiting, and not an expiry either."""
+        self.registrations.pop(reg_id, None)
+
     def pushed_bytes(self, n: float) -> None:
         if n > 0:
             self._events.append(["c", rv.BYTES_PUSHED, "", float(n)])

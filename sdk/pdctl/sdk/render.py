@@ -346,6 +346,8 @@ def kv_transfer_config(
     if fleet.connector == "pdctl" and fleet.platform == "cpu" and fleet.cpu_tuning:
         extra["pdctl_nixl_progress_thread"] = False
         extra["pdctl_reserve_kv_core"] = False
+    if fleet.connector == "pdctl":
+        extra.update(fleet.connector_extra)
     module = {"kv_connector_module_path": CONNECTOR_MODULE} if fleet.connector == "pdctl" else {}
     return {
         "kv_connector": CONNECTORS[(mode, fleet.connector)],

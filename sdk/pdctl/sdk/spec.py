@@ -120,6 +120,11 @@ class FleetSettings(_Strict):
         description="On CPU: no NIXL progress-thread spinning, no KV core re-pinning "
         "(kv_connector_extra_config knobs of the pdctl connector).",
     )
+    connector_extra: dict[str, str | int | float | bool] = Field(
+        default_factory=dict,
+        description="Extra kv_connector_extra_config keys for the pdctl connector, merged "
+        "last (e.g. pdctl_nixl_sync_mode = 'strict'); pdctl_failpoint_* keys are for tests.",
+    )
     cpu_kvcache_gib: int | None = Field(
         default=None, ge=1, description="VLLM_CPU_KVCACHE_SPACE (GiB) on the CPU platform."
     )

@@ -13,7 +13,7 @@ import asyncio
 import contextlib
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -22,6 +22,7 @@ import httpx
 from pdctl.sdk.metrics.derive import Histogram, Latency, Scrape, counter_delta
 from pdctl.sdk.metrics.promtext import Sample, parse_text
 from pdctl.sdk.metrics.rendezvous import Rendezvous, rendezvous_of
+from pdctl.sdk.metrics.watch import LifecycleWatch, lifecycle_alerts
 from pdctl.sdk.render import FleetPlan
 from pdctl.sdk.spec import FleetSpec
 
@@ -176,6 +177,7 @@ class FleetMonitor:
         self._recent: list[dict[str, Any]] = []
         self._router_mode: str | None = None
         self._alert_since: dict[tuple[str, str], float] = {}
+        self._watch = LifecycleWatch()
 
     @classmethod
     def for_fleet(cls, spec: FleetSpec, plan: FleetPlan, **kw: Any) -> FleetMonitor:
@@ -410,12 +412,15 @@ class FleetMonitor:
     # ------------------------------------------------------------------ alerts
 
     def _alerts(self, insts: tuple[InstanceMetrics, ...]) -> tuple[Alert, ...]:
+        kv_idle_s, down_count = self._watch.update(insts, time.monotonic())
         raised = evaluate_alerts(
             insts,
             mode=self.mode,
             router_mode=self._router_mode,
             recent=self._recent,
             expected_throughput_bps=self.expected_throughput_bps,
+            kv_idle_s=kv_idle_s,
+            down_count=down_count,
         )
         now = time.time()
         live = {(a[0], a[2]) for a in raised}
@@ -436,6 +441,8 @@ ALERTS = {
     "PA005": "push mode behind a sequential router",
     "PA006": "instance down",
     "PA007": "decode KV cache nearly full",
+    "PA008": "an idle instance holds KV (leaked blocks)",
+    "PA009": "an instance crashes repeatedly",
 }
 
 
@@ -447,10 +454,13 @@ def evaluate_alerts(
     recent: list[dict[str, Any]] | None = None,
     expected_throughput_bps: float | None = None,
     kv_full: float = 0.9,
+    kv_idle_s: Mapping[str, float] | None = None,
+    down_count: Mapping[str, int] | None = None,
 ) -> list[tuple[str, str, str, str]]:
-    """(code, severity, subject, message) for every condition that holds now. Pure."""
-    out: list[tuple[str, str, str, str]] = []
+    """(code, severity, subject, message) for every condition that holds now. Pure;
+    ``kv_idle_s`` and ``down_count`` come from :class:`LifecycleWatch`."""
     insts = list(insts)
+    out = lifecycle_alerts(insts, kv_idle_s or {}, down_count or {})
     for i in insts:
         if i.role != "router" and i.health in ("DOWN", "STALE"):
             out.append(
