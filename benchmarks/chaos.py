@@ -56,6 +56,26 @@ async def idle_cpu_pct(fleet: AsyncFleet, seconds: float) -> float:
     return 100 * (cpu_seconds(pids) - c0) / (time.perf_counter() - w0)
 
 
+async def kill_prefill(
+    fleet: AsyncFleet, c: httpx.AsyncClient, router: str, baseline: dict[str, float]
+) -> dict[str, Any]:
+    """SIGKILL the prefill's engine under load; every client must get an answer, the
+    decode must free its blocks; then restart the prefill and time the way back."""
+    p, d = fleet.plan.instances[:2]
+    inst = fleet._instances[p.name]
+    pids = chaos.engine_pids(instance_pids([inst.record.shepherd_pid]))
+    answers = await chaos.kill_during_load(c, router, pids)
+    t0 = time.perf_counter()
+    back, last = await chaos.kv_back_to_idle(c, {d.url: baseline[d.url]})
+    await fleet.restart(p.name)
+    service = await chaos.time_to_service(c, router)
+    rep = chaos.FaultReport("kill-prefill", answers, back, last, service)
+    out = rep.as_dict()
+    out["restart_and_service_s"] = time.perf_counter() - t0
+    out["engine_pids_killed"] = len(pids)
+    return out
+
+
 async def soak(arm: str, args: argparse.Namespace) -> dict[str, Any]:
     spec = load_demo_spec(tiny_model_dir(), [*ARMS[arm], f"fleet.name=chaos-{arm}"]).spec
     assert spec.router is not None
@@ -105,10 +125,14 @@ async def soak(arm: str, args: argparse.Namespace) -> dict[str, Any]:
                 for nm in dead:
                     await fleet.restart(nm)
                     baseline = await chaos.fresh_idle(c, urls)
+                if args.kill_prefill:
+                    rounds[-1]["faults"].append(await kill_prefill(fleet, c, router, baseline))
+                    baseline = await chaos.fresh_idle(c, urls)
     finally:
         await fleet.down()
     faults = [f for r in rounds for f in r["faults"]]
-    over = [f for f in faults if f["fault"] == "overload"]
+    bursts = [f for f in faults if f["fault"] == "overload"]
+    kills = [f for f in faults if f["fault"] == "kill-prefill"]
     kv_back = [v for f in faults for v in f["kv_back_s"].values()]
     return {
         "arm": arm,
@@ -116,12 +140,14 @@ async def soak(arm: str, args: argparse.Namespace) -> dict[str, Any]:
         "rounds": len(rounds),
         "engine_crashes": crashes,
         "idle_cpu_pct": round(idle, 1),
-        "overload_ok": sum(f["statuses"].get("200", 0) for f in over),
-        "overload_sent": args.overload * len(over),
-        "overload_p50_s_median": round(statistics.median(f["p50_s"] for f in over), 2),
+        "overload_ok": sum(f["statuses"].get("200", 0) for f in bursts),
+        "overload_sent": args.overload * len(bursts),
+        "overload_p50_s_median": round(statistics.median(f["p50_s"] for f in bursts), 2),
         "kv_back_max_s": max((v for v in kv_back if v is not None), default=None),
         "kv_not_back": sum(v is None for v in kv_back),
         "lost": sum(f["lost"] for f in faults),
+        "kill_answer_p100_s": max((f["answer_p100_s"] for f in kills), default=None),
+        "kill_decode_kv_back_s": [f["kv_back_s"] for f in kills],
         "detail": rounds,
     }
 
@@ -135,6 +161,7 @@ def main() -> int:
     ap.add_argument("--overload", type=int, default=64)
     ap.add_argument("--idle", type=float, default=5.0)
     ap.add_argument("--seed", type=int, default=16)
+    ap.add_argument("--kill-prefill", action="store_true", help="add a SIGKILL fault per round")
     ap.add_argument("--out", default="chaos.json")
     args = ap.parse_args()
     os.environ.setdefault("PDCTL_STATE_DIR", tempfile.mkdtemp(prefix="pdctl-chaos-"))

@@ -12,7 +12,10 @@ count and time and talks to loopback URLs only.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
 import random
+import signal
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
@@ -249,3 +252,40 @@ async def run_fault(
     back, last = await kv_back_to_idle(client, baseline, wait_s=wait_s)
     service = await time_to_service(client, router, wait_s=wait_s)
     return FaultReport(name, answers, back, last, service)
+
+
+def engine_pids(group_pids: Sequence[int]) -> list[int]:
+    """The vLLM engine-core processes among an instance's processes (the process that
+    crashed in the field: the API server then exits on its own)."""
+    out = []
+    for pid in group_pids:
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                cmd = f.read()
+        except OSError:
+            continue
+        if b"EngineCore" in cmd:
+            out.append(pid)
+    return out
+
+
+async def kill_during_load(
+    client: httpx.AsyncClient,
+    url: str,
+    pids: Sequence[int],
+    *,
+    n: int = 8,
+    after_s: float = 0.5,
+    timeout_s: float = 60.0,
+) -> list[Answer]:
+    """``n`` requests at once, then SIGKILL ``pids`` ``after_s`` later (mid-prefill or
+    between finish and WRITE for some of them): every client must get a final answer."""
+    sends = [
+        asyncio.ensure_future(send(client, url, completion(_prompt(i), 32), timeout_s=timeout_s))
+        for i in range(n)
+    ]
+    await asyncio.sleep(after_s)
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    return list(await asyncio.gather(*sends))
