@@ -106,12 +106,16 @@ class PdctlPushScheduler(NixlPushConnectorScheduler):
     def request_finished(self, request: Any, block_ids: Any) -> tuple[bool, Any]:
         params = request.kv_transfer_params or {}
         rid = request.request_id
-        if params and not _finished_normally(request):
+        never_registered = bool(params.get("do_remote_prefill"))
+        if params and (never_registered or not _finished_normally(request)):
             if params.get("do_remote_decode"):
                 self._pdctl_dropped.add(rid)  # P: a prefill D may be registered for
             elif params.get("remote_engine_id"):
+                # D: aborted while awaiting KV, or done without ever registering (rejected
+                # by the serving layer, or served from its own prefix cache): P's KV for
+                # it will never be read
                 held = rid in self._push_registration_deadlines
-                if held or params.get("do_remote_prefill"):
+                if held or never_registered:
                     self._pdctl_aborted[rid] = {
                         "request_id": rid,
                         "remote_engine_id": params["remote_engine_id"],
