@@ -23,8 +23,9 @@ release paths vLLM already has (the lease reaper on P, the failed-receive path o
   instead of leaving it waiting (vLLM only drops the registration): P died or never
   answered, nothing else will tell D.
 
-Notifications are ``pdctl-release|<id>:0`` and ``pdctl-failed|<id>:0``: a stock vLLM
-peer logs them as an unknown request and ignores them.
+Notifications are ``pdctl-release|<id>[|<id>]:0`` (D's base request id and the id both
+legs were sent with; P's own id contains one of them) and ``pdctl-failed|<id>:0`` (D's
+request id): a stock vLLM peer logs them as an unknown request and ignores them.
 
 A failpoint for the chaos suite: ``pdctl_failpoint_write`` in
 ``kv_connector_extra_config`` — ``"fail"`` (every push WRITE) or ``"match:<text>"``
@@ -66,18 +67,24 @@ REMEMBER_S = 60.0
 """How long P remembers a dropped or released id (a late registration is answered)."""
 
 
-def encode(kind: str, request_id: str) -> bytes:
-    return f"{kind}{request_id}:0".encode()
+def encode(kind: str, *request_ids: str) -> bytes:
+    return (kind + "|".join(r for r in request_ids if r) + ":0").encode()
 
 
-def decode(notif: bytes) -> tuple[str, str] | None:
-    """``(kind, request id)`` of a lifecycle notification, None for anything else."""
+def decode(notif: bytes) -> tuple[str, list[str]] | None:
+    """``(kind, request ids)`` of a lifecycle notification, None for anything else."""
     for kind in (RELEASE, FAILED):
         if notif.startswith(kind.encode()):
             body = notif[len(kind) :].decode("utf-8", "replace")
-            rid, _, _ = body.rpartition(":")
-            return (kind, rid) if rid else None
+            ids = [r for r in body.rpartition(":")[0].split("|") if r]
+            return (kind, ids) if ids else None
     return None
+
+
+def _names(key: str, request_id: str) -> bool:
+    """Whether ``key`` (an id the peer knows) names ``request_id``: its base id, or a
+    dash-delimited part of it (vLLM builds ``cmpl-<X-Request-Id>-0-<random>``)."""
+    return get_base_request_id(request_id) == key or f"-{key}-" in f"-{request_id}-"
 
 
 _NORMAL_FINISH = ("FINISHED_STOPPED", "FINISHED_LENGTH_CAPPED")
@@ -118,6 +125,8 @@ class PdctlPushScheduler(NixlPushConnectorScheduler):
                 if held or never_registered:
                     self._pdctl_aborted[rid] = {
                         "request_id": rid,
+                        # the id both legs were sent with (P's own id contains it)
+                        "prefill_request_id": str(params.get("remote_request_id") or ""),
                         "remote_engine_id": params["remote_engine_id"],
                         "remote_host": params.get("remote_host"),
                         "remote_port": params.get("remote_port"),
@@ -127,6 +136,11 @@ class PdctlPushScheduler(NixlPushConnectorScheduler):
                         RELEASE_KEY: True,
                     }
         return super().request_finished(request, block_ids)
+
+    def has_pending_push_work(self) -> bool:
+        # a request rejected before it was scheduled leaves nothing else that would make
+        # the engine step and ship its release
+        return bool(super().has_pending_push_work() or self._pdctl_aborted or self._pdctl_dropped)
 
     def build_connector_meta(self, scheduler_output: Any) -> Any:
         now = time.perf_counter()
@@ -156,13 +170,16 @@ class _State:
         self.fail_at: dict[str, float] = {}
         """D: aborted request → when to fail its receive (engine thread only)."""
         self.release: dict[str, float] = {}
-        """P: base id → when the release was asked (under ``lock``)."""
+        """P: an id D knows the request by (contained in ours) → when the release was
+        asked (under ``lock``)."""
         self.dropped: dict[str, float] = {}
         """P: base id of a dropped prefill → when (writer thread only)."""
         self.targets: dict[str, tuple[str, str]] = {}
         """P: request → (decode engine, decode request id) of its WRITE (under lock)."""
         self.drops: queue.Queue[str] = queue.Queue()
         """P: dropped prefills, engine thread → writer thread."""
+        self.unpark: queue.Queue[str] = queue.Queue()
+        """P: ids of released requests whose parked registrations go (→ writer thread)."""
         self.writing = ""
         """P: the request whose WRITE the writer thread is posting."""
 
@@ -209,7 +226,7 @@ class LifecycleWorker(NixlPushConnectorWorker):
 
     def _get_new_notifs(self) -> set[str]:
         keep: list[bytes] = []
-        mine: list[tuple[str, str]] = []
+        mine: list[tuple[str, list[str]]] = []
         while not self._pending_completion_notifs.empty():
             notif = self._pending_completion_notifs.get_nowait()
             parsed = decode(notif)
@@ -217,17 +234,21 @@ class LifecycleWorker(NixlPushConnectorWorker):
         for notif in keep:
             self._pending_completion_notifs.put(notif)
         now = time.perf_counter()
-        for kind, rid in mine:
+        for kind, ids in mine:
             if kind == FAILED:
+                rid = ids[0]
                 if rid in self._recving_metadata and self._recving_metadata[rid].local_block_ids:
                     _log.warning("pdctl: prefill reports no KV will come for %s", rid)
                     self._failed_recv_reqs.put(rid)
                     self._pdctl_life.fail_at.pop(rid, None)
             else:
                 with self._pdctl_life.lock:
-                    self._pdctl_life.release[get_base_request_id(rid)] = now
-                self._evict_finished_inbox.put(rid)  # a parked registration must not WRITE
-                self._registration_dropped(rid)
+                    for key in ids:
+                        self._pdctl_life.release[key] = now
+                for key in ids:  # a parked registration must never be written
+                    self._pdctl_life.unpark.put(key)
+                self._reg_send_inbox.put((DRAIN, {}))
+                self._push_writer_wake.set()
         return super()._get_new_notifs()
 
     def get_transfer_results(self) -> Any:
@@ -259,11 +280,12 @@ class LifecycleWorker(NixlPushConnectorWorker):
         with self._sending_transfers_lock:
             writing = {r for r, h in self._sending_transfers.items() if h}
         for rid in list(self._reqs_to_send):
-            base = get_base_request_id(rid)
-            if base in wanted and rid not in writing:
+            keys = [k for k in wanted if _names(k, rid)]
+            if keys and rid not in writing:
                 self._reqs_to_send[rid] = 0.0  # vLLM's lease reaper frees it this step
                 with life.lock:
-                    life.release.pop(base, None)
+                    for k in keys:
+                        life.release.pop(k, None)
                 _log.info("pdctl: released the KV of %s (its decode let go)", rid)
 
     # ------------------------------------------------------------------ writer thread
@@ -272,12 +294,14 @@ class LifecycleWorker(NixlPushConnectorWorker):
         if req_id == DRAIN:
             self._drain_drops()
             self._fail_parked_dropped()
+            self._unpark_released()
             return
         super()._send_registration_to_p(req_id, reg_data)
 
     def _do_send_reg_notif(self, req_id: str, reg_data: dict[str, Any]) -> None:
         if reg_data.get(RELEASE_KEY):
-            self._send_to_engine(reg_data["remote_engine_id"], encode(RELEASE, req_id))
+            msg = encode(RELEASE, get_base_request_id(req_id), reg_data["prefill_request_id"])
+            self._send_to_engine(reg_data["remote_engine_id"], msg)
             return
         super()._do_send_reg_notif(req_id, reg_data)
 
@@ -300,6 +324,13 @@ class LifecycleWorker(NixlPushConnectorWorker):
         for base, since in list(self._pdctl_life.dropped.items()):
             if now - since > REMEMBER_S:
                 del self._pdctl_life.dropped[base]
+
+    def _unpark_released(self) -> None:
+        while not self._pdctl_life.unpark.empty():
+            key = self._pdctl_life.unpark.get_nowait()
+            for reg_id in [r for r in self._pending_d_registrations if _names(key, r)]:
+                del self._pending_d_registrations[reg_id]
+                self._registration_dropped(reg_id)
 
     def _fail_parked_dropped(self) -> None:
         dropped = self._pdctl_life.dropped
