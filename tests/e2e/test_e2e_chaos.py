@@ -79,6 +79,7 @@ async def assert_kv_back(c: httpx.AsyncClient, baseline: dict[str, float]) -> No
     back, last = await chaos.kv_back_to_idle(c, baseline, wait_s=IDLE_BACK_S)
     stuck = {u: last.get(u) for u, s in back.items() if s is None}
     assert not stuck, f"KV still held {IDLE_BACK_S} s after idle: {stuck} (fresh {baseline})"
+    print(f"KV back to idle after {back}")
 
 
 async def test_input_decode_rejects_leaves_no_kv_on_prefill(fleet, baseline):
@@ -131,6 +132,7 @@ async def test_failed_write_is_heard_by_decode_at_once(fleet, baseline):
             ),
         )
         took = time.perf_counter() - t0
+        print(f"failed WRITE: prefill {pr.status_code}, decode {dr.status_code} at {took:.2f} s")
         assert pr.status_code == 200, pr.text
         assert dr.status_code >= 500, dr.text  # failure_policy = "fail"
         assert took < 30, f"decode answered after {took:.1f} s: it waited for a timeout"
