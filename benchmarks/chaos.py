@@ -57,14 +57,18 @@ async def idle_cpu_pct(fleet: AsyncFleet, seconds: float) -> float:
 
 
 async def kill_prefill(
-    fleet: AsyncFleet, c: httpx.AsyncClient, router: str, baseline: dict[str, float]
+    fleet: AsyncFleet,
+    c: httpx.AsyncClient,
+    router: str,
+    baseline: dict[str, float],
+    args: argparse.Namespace,
 ) -> dict[str, Any]:
     """SIGKILL the prefill's engine under load; every client must get an answer, the
     decode must free its blocks; then restart the prefill and time the way back."""
     p, d = fleet.plan.instances[:2]
     inst = fleet._instances[p.name]
     pids = chaos.engine_pids(instance_pids([inst.record.shepherd_pid]))
-    answers = await chaos.kill_during_load(c, router, pids)
+    answers = await chaos.kill_during_load(c, router, pids, n=args.kill_n, after_s=args.kill_after)
     t0 = time.perf_counter()
     back, last = await chaos.kv_back_to_idle(c, {d.url: baseline[d.url]})
     await fleet.restart(p.name)
@@ -126,7 +130,8 @@ async def soak(arm: str, args: argparse.Namespace) -> dict[str, Any]:
                     await fleet.restart(nm)
                     baseline = await chaos.fresh_idle(c, urls)
                 if args.kill_prefill:
-                    rounds[-1]["faults"].append(await kill_prefill(fleet, c, router, baseline))
+                    kill = await kill_prefill(fleet, c, router, baseline, args)
+                    rounds[-1]["faults"].append(kill)
                     baseline = await chaos.fresh_idle(c, urls)
     finally:
         await fleet.down()
@@ -162,6 +167,8 @@ def main() -> int:
     ap.add_argument("--idle", type=float, default=5.0)
     ap.add_argument("--seed", type=int, default=16)
     ap.add_argument("--kill-prefill", action="store_true", help="add a SIGKILL fault per round")
+    ap.add_argument("--kill-n", type=int, default=8, help="requests in flight at the kill")
+    ap.add_argument("--kill-after", type=float, default=0.5, help="seconds into the burst")
     ap.add_argument("--out", default="chaos.json")
     args = ap.parse_args()
     os.environ.setdefault("PDCTL_STATE_DIR", tempfile.mkdtemp(prefix="pdctl-chaos-"))
