@@ -232,6 +232,14 @@ CASES: dict[str, tuple[Callable[[Any], dict[str, Any]], Callable[[Any], dict[str
         lambda md: _kube(observability={"prometheus": True}),
         lambda md: _kube(observability={"prometheus": False}),
     ),
+    "PD042": (
+        lambda md: _cpu(fleet={"connector_options": {"pdctl_failpoint_write": "fail"}}),
+        lambda md: _cpu(fleet={"connector_options": {"pdctl_nixl_sync_mode": "rw"}}),
+    ),
+    "PD043": (
+        lambda md: _cpu(fleet={"connector_options": {"pdctl_nixl_sync_mode": "none"}}),
+        lambda md: _cpu(fleet={"connector_options": {"pdctl_nixl_sync_mode": "strict"}}),
+    ),
 }
 
 ENV = {"PDCTL_TEST_SET_KEY": "secret"}
@@ -332,3 +340,16 @@ def test_pd038_router_traces_without_opentelemetry(monkeypatch):
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, package=None: None)
     assert "PD038" in codes(traced)
     assert "PD038" not in codes(_gpu(router={"port": 18000}))
+
+
+def test_failpoints_pass_lint_only_where_tests_allow_them():
+    d = _cpu(fleet={"connector_options": {"pdctl_failpoint_write": "fail"}})
+    allowed = lint(FleetSpec(**d), check_bound_ports=False, environ={"PDCTL_ALLOW_FAILPOINTS": "1"})
+    assert "PD042" not in {f.code for f in allowed.findings}
+
+
+def test_unknown_sync_mode_is_an_error_naming_the_field():
+    d = _cpu(fleet={"connector_options": {"pdctl_nixl_sync_mode": "fast"}})
+    (f,) = [f for f in lint(FleetSpec(**d), check_bound_ports=False).findings if f.code == "PD043"]
+    assert f.severity == "error"
+    assert f.field == "fleet.connector_options.pdctl_nixl_sync_mode"

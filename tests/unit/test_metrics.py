@@ -245,6 +245,16 @@ CASES: dict[str, tuple[list[InstanceMetrics], list[InstanceMetrics], dict[str, A
         [inst(rendezvous=Rendezvous("decode", receive_failures=1, receive_failures_window=0))],
         QUIET_PUSH,
     ),
+    "PA010": (
+        [inst("prefill", kv_usage=0.03, running=0.0, waiting=0.0)],
+        [inst("prefill", kv_usage=0.03, running=1.0, waiting=0.0)],
+        {**QUIET_PUSH, "kv_idle_s": {"prefill-0": 6.0}},
+    ),
+    "PA011": (
+        [inst()],
+        [inst("prefill")],
+        {**QUIET_PUSH, "down_count": {"decode-0": 2}},
+    ),
 }
 
 
@@ -333,3 +343,19 @@ async def test_cli_metrics_ndjson_and_status_once(tmp_path):
     finally:
         await p.stop()
         await d.stop()
+
+
+def test_lifecycle_watch_times_idle_kv_and_counts_downs():
+    from pdctl.sdk.metrics.watch import CRASH_WINDOW_S, LifecycleWatch
+
+    w = LifecycleWatch()
+    idle = inst("decode", kv_usage=0.02, running=0.0, waiting=0.0)
+    assert w.update([idle], 100.0) == ({"decode-0": 0.0}, {})
+    assert w.update([idle], 106.0)[0] == {"decode-0": 6.0}
+    assert w.update([replace(idle, kv_usage=0.0)], 107.0)[0] == {}  # back to idle: reset
+    assert w.update([idle], 108.0)[0] == {"decode-0": 0.0}
+    for t in (110.0, 120.0, 130.0):  # up, down, up, down
+        w.update([replace(idle, health="DOWN")], t)
+        w.update([idle], t + 1)
+    assert w.update([idle], 140.0)[1] == {"decode-0": 3}
+    assert w.update([idle], 140.0 + CRASH_WINDOW_S)[1] == {}  # old downs age out

@@ -257,3 +257,15 @@ def test_every_metric_is_documented():
     doc = (FIXTURES.parent.parent / "docs" / "connector.md").read_text()
     for m in rv.METRICS:
         assert f"`{m.name}" in doc, m.name
+
+
+def test_a_release_that_beats_the_finish_report_leaves_nothing_waiting():
+    """An early release (the decode let go) can reach the book before the writer thread
+    reports the prefill finished; that late report must not park it forever."""
+    book = RendezvousBook(expire_after_s=60)
+    book.finished_sending("p1", now=1.0)
+    book.prefill("p1", now=1.1, matched_registration=None)
+    assert book.gauges()[rv.PREFILLS_WAITING] == 0
+    book.finished_sending("p2", now=2.0)
+    book.expire(now=100.0)
+    assert book.released_early == {}

@@ -41,6 +41,8 @@ class RendezvousBook:
     """Prefill request id → time of the match."""
     awaiting: dict[str, _Entry] = field(default_factory=dict)
     """Decode request id → time its registration was sent."""
+    released_early: dict[str, _Entry] = field(default_factory=dict)
+    """Prefill request id → when vLLM released it before the book heard it finish."""
     _events: list[Event] = field(default_factory=list)
     _last_gauges: dict[str, float] = field(default_factory=dict)
 
@@ -58,11 +60,19 @@ class RendezvousBook:
 
     def prefill(self, fin_id: str, now: float, matched_registration: str | None) -> None:
         """A prefill finished; vLLM matched it with ``matched_registration`` or parked it."""
+        early = self.released_early.pop(fin_id, None)
+        if matched_registration is None and early is not None:
+            return  # its blocks were already released (its decode let go first)
         if matched_registration is None:
             self._park(self.prefills, fin_id, now)
             return
         first = self.registrations.pop(matched_registration, None)
         self._match(fin_id, first, now, rv.REGISTRATION_FIRST)
+
+    def registration_dropped(self, reg_id: str) -> None:
+        """A parked registration was let go (its decode aborted, or the prefill it waits
+        for was dropped): no longer waiting, and not an expiry either."""
+        self.registrations.pop(reg_id, None)
 
     def pushed_bytes(self, n: float) -> None:
         if n > 0:
@@ -75,6 +85,10 @@ class RendezvousBook:
             self._events.append(["h", rv.MATCH_TO_DONE, "", max(0.0, now - started.arrived)])
         elif self.prefills.pop(fin_id, None) is not None:
             self._events.append(["c", rv.EXPIRED, rv.SIDE_PREFILL, 1.0])
+        else:
+            # released before the writer thread saw the prefill finish (an early release
+            # races the writer): remember it so that late report does not park it
+            self.released_early[fin_id] = _Entry(now)
 
     # ------------------------------------------------------------------ decode side
 
@@ -109,6 +123,8 @@ class RendezvousBook:
             for key in [k for k, e in table.items() if e.arrived < limit]:
                 del table[key]
                 self._events.append(["c", counter, label, 1.0])
+        for key in [k for k, e in self.released_early.items() if e.arrived < limit]:
+            del self.released_early[key]
 
     def gauges(self) -> dict[str, float]:
         return {

@@ -204,7 +204,13 @@ class FlightWorker(NixlPushConnectorWorker):
         q = self._pending_completion_notifs
         if isinstance(q, _StampedQueue) and q.taken:
             taken, q.taken = q.taken, []
-            self._flight.guard(self._note_notifs, taken)
+            # the lifecycle hooks take the queue's items and put back those that are not
+            # theirs, within this same call: count each notification once, at its first
+            # arrival
+            first: dict[bytes, float] = {}
+            for item, t in taken:
+                first.setdefault(item, t)
+            self._flight.guard(self._note_notifs, list(first.items()))
         return out
 
     def _note_notifs(self, taken: list[tuple[bytes, float]]) -> None:

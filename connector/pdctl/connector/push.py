@@ -43,6 +43,9 @@ from vllm.distributed.kv_transfer.kv_connector.v1.nixl.base_worker import (
 from vllm.distributed.kv_transfer.kv_connector.v1.nixl.connector import (
     NixlPullConnector,
 )
+from vllm.distributed.kv_transfer.kv_connector.v1.nixl.push_scheduler import (
+    NixlPushConnectorScheduler,
+)
 from vllm.distributed.kv_transfer.kv_connector.v1.nixl.push_worker import (
     NixlPushConnectorWorker,
 )
@@ -53,6 +56,7 @@ from vllm.distributed.kv_transfer.kv_connector.v1.nixl.stats import (
 
 from pdctl.connector.book import RendezvousBook, fold
 from pdctl.connector.events import FLIGHT_HOOKS, FlightConnector, FlightWorker, flight_ring
+from pdctl.connector.lifecycle import RELEASE_KEY, LifecycleWorker, PdctlPushScheduler
 from pdctl.sdk.metrics import rendezvous as rv
 
 # a child of "vllm" so messages land in the instance log in vLLM's format
@@ -62,6 +66,9 @@ EVENTS_KEY = "pdctl_rendezvous"
 """The key of the book's events inside vLLM's NIXL stats payload."""
 PROGRESS_THREAD = "pdctl_nixl_progress_thread"
 RESERVE_KV_CORE = "pdctl_reserve_kv_core"
+SYNC_MODE = "pdctl_nixl_sync_mode"
+SYNC_MODES = ("strict", "rw", "none")
+"""Values of :data:`SYNC_MODE`: NIXL's agent thread-sync modes (``NIXL_THREAD_SYNC_*``)."""
 
 
 # ---------------------------------------------------------------------- CPU knobs
@@ -77,6 +84,32 @@ def _extra(vllm_config: Any, key: str, default: bool) -> bool:
     return bool(value)
 
 
+def _sync_mode(vllm_config: Any, config_cls: Any) -> Any:
+    """The agent's thread-sync mode when the progress thread is off.
+
+    vLLM calls into one agent from three threads (the push writer, the engine loop when
+    it checks transfers and sends heartbeats, the handshake executor). NIXL's Python
+    wrapper picks ``NIXL_THREAD_SYNC_NONE`` unless its listen thread is on, and its UCX
+    backend then creates a single-threaded UCX worker unless a progress thread runs: with
+    both off nothing serialises those calls and UCX's endpoint state gets corrupted
+    (prefill segfaulted in ``uct_tcp_ep_am_zcopy`` under load). ``strict`` (the default)
+    makes the agent serialise every call; ``rw`` a readers-writer lock plus a
+    multi-threaded UCX worker; ``none`` reproduces the crash-prone setting (A/B only).
+    """
+    cfg = getattr(vllm_config, "kv_transfer_config", None)
+    raw = cfg.get_from_extra_config(SYNC_MODE, "strict") if cfg is not None else "strict"
+    name = str(raw).strip().lower()
+    if name not in SYNC_MODES:
+        raise ValueError(
+            f"kv_connector_extra_config.{SYNC_MODE} = {raw!r}: use one of "
+            f"{', '.join(SYNC_MODES)} (strict is the safe default)"
+        )
+    enum: Any = getattr(sys.modules[config_cls.__module__], "nixl_thread_sync_t", None)
+    if enum is None:  # an older NIXL without sync modes: keep its default
+        return None
+    return enum[f"NIXL_THREAD_SYNC_{name.upper()}"]
+
+
 @contextlib.contextmanager
 def _cpu_knobs(vllm_config: Any, role: Any) -> Iterator[None]:
     """Apply the knobs while vLLM constructs the connector worker, and only then (the
@@ -90,13 +123,18 @@ def _cpu_knobs(vllm_config: Any, role: Any) -> Iterator[None]:
     keep_cores = not _extra(vllm_config, RESERVE_KV_CORE, True)
     cores = os.sched_getaffinity(0) if keep_cores else None
     if no_thread:
-        module.nixl_agent_config = functools.partial(original, enable_prog_thread=False)
+        sync = _sync_mode(vllm_config, original)
+        extra = {} if sync is None else {"sync_mode": sync}
+        module.nixl_agent_config = functools.partial(original, enable_prog_thread=False, **extra)
     try:
         yield
     finally:
         if no_thread:
             module.nixl_agent_config = original
-            _log.info("pdctl: NIXL agent created without its progress thread")
+            _log.info(
+                "pdctl: NIXL agent created without its progress thread (sync mode %s)",
+                getattr(sync, "name", sync),
+            )
         if cores is not None and os.sched_getaffinity(0) != cores:
             os.sched_setaffinity(0, cores)
             _log.info("pdctl: kept the worker on cores %s (no KV core reservation)", sorted(cores))
@@ -222,9 +260,11 @@ class _Telemetry:
             return self.book.drain(time.monotonic())
 
 
-class PdctlPushWorker(FlightWorker):
-    """vLLM's push worker with observation hooks (installed on a constructed worker by
-    :meth:`attach`; no state of vLLM's is touched)."""
+class PdctlPushWorker(FlightWorker, LifecycleWorker):
+    """vLLM's push worker with observation hooks (rendezvous telemetry, the flight
+    recorder) and the lifecycle messages of :mod:`pdctl.connector.lifecycle`, installed
+    on a constructed worker by :meth:`attach`. The flight hooks come first in the MRO:
+    they only observe, then call on."""
 
     _pdctl: _Telemetry
 
@@ -238,6 +278,7 @@ class PdctlPushWorker(FlightWorker):
         stats.aggregate(worker.xfer_stats)
         worker.xfer_stats = stats
         worker.attach_flight(vllm_config)
+        worker._lifecycle_init(vllm_config)
 
     # registration arrived on the prefill (writer thread)
     def _pop_matching_finished_blocks(self, request_id: str) -> Any:
@@ -262,7 +303,12 @@ class PdctlPushWorker(FlightWorker):
     # a decode registration left (writer thread)
     def _do_send_reg_notif(self, req_id: str, reg_data: dict[str, Any]) -> None:
         super()._do_send_reg_notif(req_id, reg_data)
+        if reg_data.get(RELEASE_KEY):
+            return
         self._pdctl.record(self._pdctl.book.registration_sent, req_id, time.monotonic())
+
+    def _registration_dropped(self, reg_id: str) -> None:
+        self._pdctl.record(self._pdctl.book.registration_dropped, reg_id)
 
     # engine main thread, every step
     def get_transfer_results(self) -> Any:
@@ -286,6 +332,12 @@ class PdctlPushWorker(FlightWorker):
 
 _HOOKS = (
     "_pop_matching_finished_blocks",
+    "_send_registration_to_p",
+    "_handle_push_reg_notif",
+    "_do_start_push_kv",
+    "_get_new_notifs",
+    "_handle_failed_transfer",
+    "start_load_kv",
     "_pop_matching_registration",
     "_do_send_reg_notif",
     "get_transfer_results",
@@ -318,6 +370,8 @@ class PdctlPushConnector(FlightConnector):
         worker = self.connector_worker
         if type(worker) is NixlPushConnectorWorker and _hooks_fit():
             PdctlPushWorker.attach(worker, vllm_config)
+        if type(self.connector_scheduler) is NixlPushConnectorScheduler:
+            PdctlPushScheduler.attach(self.connector_scheduler)
 
     @classmethod
     def build_kv_connector_stats(cls, data: dict[str, Any] | None = None) -> KVConnectorStats:

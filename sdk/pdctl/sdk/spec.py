@@ -122,8 +122,9 @@ class FleetSettings(_Strict):
     )
     connector_options: dict[str, str | int | float | bool] = Field(
         default_factory=dict,
-        description="More kv_connector_extra_config keys for pdctl's connector, e.g. "
-        "pdctl_flight_records = 1024 (docs/connector.md).",
+        description="More kv_connector_extra_config keys for pdctl's connector, merged "
+        "last, e.g. pdctl_flight_records = 1024 or pdctl_nixl_sync_mode = 'strict' "
+        "(docs/connector.md); pdctl_failpoint_* keys are for tests only.",
     )
     cpu_kvcache_gib: int | None = Field(
         default=None, ge=1, description="VLLM_CPU_KVCACHE_SPACE (GiB) on the CPU platform."

@@ -11,9 +11,11 @@ Templates name ``{instance}`` (the subject), ``{value}`` (formatted with
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
+
+from pdctl.sdk.metrics.watch import CRASH_LIMIT, CRASH_WINDOW_S, KV_IDLE_LIMIT_S, holds_kv_idle
 
 if TYPE_CHECKING:
     from pdctl.sdk.metrics.monitor import InstanceMetrics
@@ -99,6 +101,22 @@ RULES: tuple[AlertRule, ...] = (
         "{instance} failed to receive the KV of {value} registered request(s) (handshake "
         "or transfer failure, timeout)",
     ),
+    AlertRule(
+        "PA010",
+        "warning",
+        "an idle instance holds KV (leaked blocks)",
+        "{instance} holds {value} of its KV cache with nothing running or waiting for "
+        "{detail}: blocks leaked or held for a request the other side dropped "
+        "(docs/reliability.md)",
+        ".1%",
+    ),
+    AlertRule(
+        "PA011",
+        "critical",
+        "an instance crashes repeatedly",
+        "{instance} went down {value} times in the last {detail}: it crashes repeatedly; "
+        "read its log (pdctl logs) before restarting it again",
+    ),
 )
 BY_CODE: dict[str, AlertRule] = {r.code: r for r in RULES}
 ALERTS: dict[str, str] = {r.code: r.title for r in RULES}
@@ -120,9 +138,15 @@ def evaluate_alerts(
     recent: list[dict[str, Any]] | None = None,
     expected_throughput_bps: float | None = None,
     kv_full: float = 0.9,
+    kv_idle_s: Mapping[str, float] | None = None,
+    down_count: Mapping[str, int] | None = None,
 ) -> list[Raised]:
-    """(code, severity, subject, message) for every condition that holds now. Pure."""
+    """(code, severity, subject, message) for every condition that holds now. Pure;
+    ``kv_idle_s`` and ``down_count`` come from :class:`~pdctl.sdk.metrics.watch.
+    LifecycleWatch` (what needs memory across scrapes)."""
     out: list[Raised] = []
+    insts = list(insts)
+    out.extend(_lifecycle(insts, kv_idle_s or {}, down_count or {}))
     for i in insts:
         if i.role != "router" and i.health in ("DOWN", "STALE"):
             out.append(_raise("PA006", i.name, detail=f" ({i.health}): {i.error}"))
@@ -164,6 +188,20 @@ def evaluate_alerts(
             out.append(_raise("PA009", i.name, rv.receive_failures_window))
     if mode == "push" and _sequential(router_mode, recent):
         out.append(_raise("PA005", "router"))
+    return out
+
+
+def _lifecycle(
+    insts: list[InstanceMetrics], kv_idle_s: Mapping[str, float], down_count: Mapping[str, int]
+) -> list[Raised]:
+    out: list[Raised] = []
+    for i in insts:
+        held = kv_idle_s.get(i.name, 0.0)
+        if holds_kv_idle(i) and held >= KV_IDLE_LIMIT_S:
+            out.append(_raise("PA010", i.name, i.kv_usage or 0.0, detail=f"{held:.0f} s"))
+        downs = down_count.get(i.name, 0)
+        if downs >= CRASH_LIMIT:
+            out.append(_raise("PA011", i.name, downs, detail=f"{CRASH_WINDOW_S / 60:.0f} min"))
     return out
 
 

@@ -25,6 +25,7 @@ from pdctl.sdk.metrics.derive import Histogram, Latency, Scrape, counter_delta
 from pdctl.sdk.metrics.flight import segment_stats
 from pdctl.sdk.metrics.promtext import Sample, parse_text
 from pdctl.sdk.metrics.rendezvous import Rendezvous, rendezvous_of
+from pdctl.sdk.metrics.watch import LifecycleWatch
 from pdctl.sdk.render import FleetPlan
 from pdctl.sdk.spec import FleetSpec
 
@@ -182,6 +183,7 @@ class FleetMonitor:
         self._recent: list[dict[str, Any]] = []
         self._router_mode: str | None = None
         self._alert_since: dict[tuple[str, str], float] = {}
+        self._watch = LifecycleWatch()
 
     @classmethod
     def for_fleet(cls, spec: FleetSpec, plan: FleetPlan, **kw: Any) -> FleetMonitor:
@@ -417,12 +419,15 @@ class FleetMonitor:
     # ------------------------------------------------------------------ alerts
 
     def _alerts(self, insts: tuple[InstanceMetrics, ...]) -> tuple[Alert, ...]:
+        kv_idle_s, down_count = self._watch.update(insts, time.monotonic())
         raised = evaluate_alerts(
             insts,
             mode=self.mode,
             router_mode=self._router_mode,
             recent=self._recent,
             expected_throughput_bps=self.expected_throughput_bps,
+            kv_idle_s=kv_idle_s,
+            down_count=down_count,
         )
         now = time.time()
         live = {(a[0], a[2]) for a in raised}

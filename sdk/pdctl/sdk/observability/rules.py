@@ -77,6 +77,15 @@ def expressions(spec: FleetSpec, opt: RuleOptions) -> dict[str, str]:
         f'max by (fleet, role, group, instance) (vllm:kv_cache_usage_perc{{{f}, role="decode"}})'
         f" >= {opt.kv_full:g}"
     )
+    engines = f'{f}, role!="router"'
+    out["PA010"] = (
+        f"max by (fleet, role, group, instance) (vllm:kv_cache_usage_perc{{{engines}}}) > 0"
+        f" and on (fleet, instance) max by (fleet, role, group, instance) "
+        f"(vllm:num_requests_running{{{engines}}}) == 0"
+        f" and on (fleet, instance) max by (fleet, role, group, instance) "
+        f"(vllm:num_requests_waiting{{{engines}}}) == 0"
+    )
+    out["PA011"] = f"ceil(changes(up{{{engines}}}[10m]) / 2) >= 2"
     if mode == "push" and spec.fleet.connector == "pdctl":
         out["PA008"] = inc(rv.EXPIRED + "_total") + " > 0"
         out["PA009"] = inc(rv.RECEIVE_FAILURES + "_total") + " > 0"
@@ -97,11 +106,15 @@ def rule_groups(spec: FleetSpec, opt: RuleOptions | None = None) -> dict[str, An
             extra["expected"] = f"{opt.expected_throughput_bps / 1e9:.2f}"
         if rule.code == "PA006":
             extra["detail"] = " (Prometheus cannot scrape it)"
+        if rule.code == "PA010":
+            extra["detail"] = "5 s or more"
+        if rule.code == "PA011":
+            extra["detail"] = "10 min"
         rules.append(
             {
                 "alert": rule.code,
                 "expr": expr,
-                "for": opt.down_for if rule.code == "PA006" else "0s",
+                "for": {"PA006": opt.down_for, "PA010": "5s"}.get(rule.code, "0s"),
                 "labels": {"severity": rule.severity, "code": rule.code},
                 "annotations": {
                     "summary": rule.title,

@@ -1,0 +1,408 @@
+"""The push lifecycle's missing messages: every block freed, failures heard at once.
+
+vLLM's push connector frees KV on the happy path and otherwise waits: for the prefill's
+lease (P holds a finished request's KV until D's registration arrives or the lease ends)
+and for the decode's watchdog (which drops a stale registration but leaves the request
+waiting). pdctl's subclasses add the messages that make both sides let go early. All
+transfer code stays vLLM's; these overrides call it and only decide *when* to use the
+release paths vLLM already has (the lease reaper on P, the failed-receive path on D).
+
+* **D aborts** (client gone, or the serving layer rejected the request after P took
+  it): D's scheduler ships the request to its worker, which sends P a *release*
+  notification through vLLM's registration path (handshake included). P expires the
+  request's lease at once unless its WRITE is in flight (then the WRITE's completion
+  frees it), and drops any parked registration so it never WRITEs into freed blocks.
+  D frees the blocks of an aborted request that was awaiting KV after
+  ``pdctl_abort_grace_s`` (default 1 s; a WRITE already on the wire lands first).
+  Mirrors vLLM #46283 / #21570 (decode-side leaks) and #55470 (WRITE after the lease).
+* **P's WRITE fails, or P drops a request D registered for** (its prefill aborted or
+  was rejected): P sends D a *failed* notification; D fails the receive at once and
+  vLLM's ``kv_load_failure_policy`` answers (error or recompute). P's KV for a failed
+  WRITE is released at once too. Mirrors vLLM #50754 (failure notification).
+* **D's registration watchdog** (``push_registration_timeout``) now fails the request
+  instead of leaving it waiting (vLLM only drops the registration): P died or never
+  answered, nothing else will tell D.
+
+Notifications are ``pdctl-release|<id>[|<id>]:0`` (D's base request id and the id both
+legs were sent with; P's own id contains one of them) and ``pdctl-failed|<id>:0`` (D's
+request id): a stock vLLM peer logs them as an unknown request and ignores them.
+
+A failpoint for the chaos suite: ``pdctl_failpoint_write`` in
+``kv_connector_extra_config`` — ``"fail"`` (every push WRITE) or ``"match:<text>"``
+(requests whose id contains ``<text>``) — makes the WRITE submission fail inside NIXL's
+``transfer`` call, so vLLM's own error path runs. Off by default; lint rule PD042
+refuses it outside tests.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from vllm.distributed.kv_transfer.kv_connector.v1.nixl.push_scheduler import (
+    NixlPushConnectorScheduler,
+)
+from vllm.distributed.kv_transfer.kv_connector.v1.nixl.push_worker import (
+    NixlPushConnectorWorker,
+)
+from vllm.distributed.kv_transfer.kv_connector.v1.nixl.utils import get_base_request_id
+
+_log = logging.getLogger("vllm.pdctl.connector")
+
+RELEASE = "pdctl-release|"
+FAILED = "pdctl-failed|"
+META_ATTR = "pdctl_lifecycle"
+"""Attribute of vLLM's connector metadata carrying the scheduler's decisions."""
+RELEASE_KEY = "pdctl_release"
+"""Marks a registration-shaped message as a release (sent on vLLM's registration path)."""
+ABORT_GRACE = "pdctl_abort_grace_s"
+FAILPOINT_WRITE = "pdctl_failpoint_write"
+DRAIN = "pdctl-drain"
+"""A writer-inbox entry that only makes the writer look at dropped prefills."""
+REMEMBER_S = 60.0
+"""How long P remembers a dropped or released id (a late registration is answered)."""
+
+
+def encode(kind: str, *request_ids: str) -> bytes:
+    return (kind + "|".join(r for r in request_ids if r) + ":0").encode()
+
+
+def decode(notif: bytes) -> tuple[str, list[str]] | None:
+    """``(kind, request ids)`` of a lifecycle notification, None for anything else."""
+    for kind in (RELEASE, FAILED):
+        if notif.startswith(kind.encode()):
+            body = notif[len(kind) :].decode("utf-8", "replace")
+            ids = [r for r in body.rpartition(":")[0].split("|") if r]
+            return (kind, ids) if ids else None
+    return None
+
+
+def _names(key: str, request_id: str) -> bool:
+    """Whether ``key`` (an id the peer knows) names ``request_id``: its base id, or a
+    dash-delimited part of it (vLLM builds ``cmpl-<X-Request-Id>-0-<random>``)."""
+    return get_base_request_id(request_id) == key or f"-{key}-" in f"-{request_id}-"
+
+
+_NORMAL_FINISH = ("FINISHED_STOPPED", "FINISHED_LENGTH_CAPPED")
+
+
+def _finished_normally(request: Any) -> bool:
+    return getattr(request.status, "name", "") in _NORMAL_FINISH
+
+
+# ---------------------------------------------------------------------- scheduler
+
+
+class PdctlPushScheduler(NixlPushConnectorScheduler):
+    """vLLM's push scheduler that tells its worker which requests ended early."""
+
+    _pdctl_aborted: dict[str, dict[str, Any]]
+    _pdctl_dropped: set[str]
+
+    @classmethod
+    def attach(cls, scheduler: NixlPushConnectorScheduler) -> None:
+        scheduler.__class__ = cls
+        assert isinstance(scheduler, PdctlPushScheduler)
+        scheduler._pdctl_aborted = {}
+        scheduler._pdctl_dropped = set()
+
+    def request_finished(self, request: Any, block_ids: Any) -> tuple[bool, Any]:
+        params = request.kv_transfer_params or {}
+        rid = request.request_id
+        never_registered = bool(params.get("do_remote_prefill"))
+        if params and (never_registered or not _finished_normally(request)):
+            if params.get("do_remote_decode"):
+                self._pdctl_dropped.add(rid)  # P: a prefill D may be registered for
+            elif params.get("remote_engine_id"):
+                # D: aborted while awaiting KV, or done without ever registering (rejected
+                # by the serving layer, or served from its own prefix cache): P's KV for
+                # it will never be read
+                held = rid in self._push_registration_deadlines
+                if held or never_registered:
+                    self._pdctl_aborted[rid] = {
+                        "request_id": rid,
+                        # the id both legs were sent with (P's own id contains it)
+                        "prefill_request_id": str(params.get("remote_request_id") or ""),
+                        "remote_engine_id": params["remote_engine_id"],
+                        "remote_host": params.get("remote_host"),
+                        "remote_port": params.get("remote_port"),
+                        "remote_tp_size": params.get("tp_size", 1),
+                        "remote_pp_size": params.get("pp_size", 1),
+                        "held": held,
+                        RELEASE_KEY: True,
+                    }
+        return super().request_finished(request, block_ids)
+
+    def has_pending_push_work(self) -> bool:
+        # a request rejected before it was scheduled leaves nothing else that would make
+        # the engine step and ship its release
+        return bool(super().has_pending_push_work() or self._pdctl_aborted or self._pdctl_dropped)
+
+    def build_connector_meta(self, scheduler_output: Any) -> Any:
+        now = time.perf_counter()
+        expired = [r for r, t in self._push_registration_deadlines.items() if t <= now]
+        meta = super().build_connector_meta(scheduler_output)
+        if expired or self._pdctl_aborted or self._pdctl_dropped:
+            setattr(
+                meta,
+                META_ATTR,
+                {
+                    "aborted": self._pdctl_aborted,
+                    "dropped": sorted(self._pdctl_dropped),
+                    "expired": expired,
+                },
+            )
+            self._pdctl_aborted, self._pdctl_dropped = {}, set()
+        return meta
+
+
+# ---------------------------------------------------------------------- worker
+
+
+class _State:
+    def __init__(self, grace_s: float) -> None:
+        self.grace_s = grace_s
+        self.lock = threading.Lock()
+        self.fail_at: dict[str, float] = {}
+        """D: aborted request → when to fail its receive (engine thread only)."""
+        self.release: dict[str, float] = {}
+        """P: an id D knows the request by (contained in ours) → when the release was
+        asked (under ``lock``)."""
+        self.dropped: dict[str, float] = {}
+        """P: base id of a dropped prefill → when (writer thread only)."""
+        self.targets: dict[str, tuple[str, str]] = {}
+        """P: request → (decode engine, decode request id) of its WRITE (under lock)."""
+        self.drops: queue.Queue[str] = queue.Queue()
+        """P: dropped prefills, engine thread → writer thread."""
+        self.unpark: queue.Queue[str] = queue.Queue()
+        """P: ids of released requests whose parked registrations go (→ writer thread)."""
+        self.writing = ""
+        """P: the request whose WRITE the writer thread is posting."""
+
+
+class LifecycleWorker(NixlPushConnectorWorker):
+    """vLLM's push worker with the release and failure messages (see the module)."""
+
+    _pdctl_life: _State
+
+    def _lifecycle_init(self, vllm_config: Any) -> None:
+        cfg = vllm_config.kv_transfer_config
+        grace = float(cfg.get_from_extra_config(ABORT_GRACE, 1.0))
+        self._pdctl_life = _State(grace)
+        spec = str(cfg.get_from_extra_config(FAILPOINT_WRITE, "") or "")
+        if spec:
+            match = failpoint_match(spec)
+            _log.warning("pdctl: failpoint %s = %r is on", FAILPOINT_WRITE, spec)
+            self.nixl_wrapper.transfer = _failing(self.nixl_wrapper.transfer, self, match)
+
+    # ------------------------------------------------------------------ engine thread
+
+    def start_load_kv(self, metadata: Any) -> None:
+        super().start_load_kv(metadata)
+        life = getattr(metadata, META_ATTR, None)
+        if not life:
+            return
+        now = time.perf_counter()
+        for rid, reg in life["aborted"].items():
+            # the release travels on vLLM's registration path (handshake included)
+            self._reg_send_inbox.put((rid, reg))
+            if reg.get("held"):
+                self._pdctl_life.fail_at[rid] = now + self._pdctl_life.grace_s
+            else:  # never allocated: forget the empty receive vLLM staged for it
+                self._recving_metadata.pop(rid, None)
+        for rid in life["expired"]:
+            if rid in self._recving_metadata:
+                _log.warning("pdctl: no KV for %s before the registration timeout", rid)
+                self._failed_recv_reqs.put(rid)
+        if life["dropped"]:
+            for rid in life["dropped"]:
+                self._pdctl_life.drops.put(rid)
+            self._reg_send_inbox.put((DRAIN, {}))  # the writer answers parked registrations
+        self._push_writer_wake.set()
+
+    def _get_new_notifs(self) -> set[str]:
+        keep: list[bytes] = []
+        mine: list[tuple[str, list[str]]] = []
+        while not self._pending_completion_notifs.empty():
+            notif = self._pending_completion_notifs.get_nowait()
+            parsed = decode(notif)
+            (mine.append(parsed) if parsed else keep.append(notif))
+        for notif in keep:
+            self._pending_completion_notifs.put(notif)
+        now = time.perf_counter()
+        for kind, ids in mine:
+            if kind == FAILED:
+                rid = ids[0]
+                if rid in self._recving_metadata and self._recving_metadata[rid].local_block_ids:
+                    _log.warning("pdctl: prefill reports no KV will come for %s", rid)
+                    self._failed_recv_reqs.put(rid)
+                    self._pdctl_life.fail_at.pop(rid, None)
+            else:
+                with self._pdctl_life.lock:
+                    for key in ids:
+                        self._pdctl_life.release[key] = now
+                for key in ids:  # a parked registration must never be written
+                    self._pdctl_life.unpark.put(key)
+                self._reg_send_inbox.put((DRAIN, {}))
+                self._push_writer_wake.set()
+        return super()._get_new_notifs()
+
+    def get_transfer_results(self) -> Any:
+        now = time.perf_counter()
+        life = self._pdctl_life
+        for rid, due in list(life.fail_at.items()):
+            if rid not in self._recving_metadata:
+                del life.fail_at[rid]  # its WRITE landed meanwhile
+            elif due <= now:
+                del life.fail_at[rid]
+                self._failed_recv_reqs.put(rid)
+        self._release_leases(now)
+        results = super().get_transfer_results()
+        if results.finished_sending:
+            with life.lock:
+                for rid in results.finished_sending:
+                    life.targets.pop(rid, None)
+        return results
+
+    def _release_leases(self, now: float) -> None:
+        life = self._pdctl_life
+        with life.lock:
+            if not life.release:
+                return
+            for base, since in list(life.release.items()):
+                if now - since > REMEMBER_S:
+                    del life.release[base]
+            wanted = dict(life.release)
+        with self._sending_transfers_lock:
+            writing = {r for r, h in self._sending_transfers.items() if h}
+        for rid in list(self._reqs_to_send):
+            keys = [k for k in wanted if _names(k, rid)]
+            if keys and rid not in writing:
+                self._reqs_to_send[rid] = 0.0  # vLLM's lease reaper frees it this step
+                with life.lock:
+                    for k in keys:
+                        life.release.pop(k, None)
+                _log.info("pdctl: released the KV of %s (its decode let go)", rid)
+
+    # ------------------------------------------------------------------ writer thread
+
+    def _send_registration_to_p(self, req_id: str, reg_data: dict[str, Any]) -> None:
+        if req_id == DRAIN:
+            self._drain_drops()
+            self._fail_parked_dropped()
+            self._unpark_released()
+            return
+        super()._send_registration_to_p(req_id, reg_data)
+
+    def _do_send_reg_notif(self, req_id: str, reg_data: dict[str, Any]) -> None:
+        if reg_data.get(RELEASE_KEY):
+            msg = encode(RELEASE, get_base_request_id(req_id), reg_data["prefill_request_id"])
+            self._send_to_engine(reg_data["remote_engine_id"], msg)
+            return
+        super()._do_send_reg_notif(req_id, reg_data)
+
+    def _handle_push_reg_notif(self, notif: bytes) -> None:
+        self._drain_drops()
+        super()._handle_push_reg_notif(notif)
+        self._fail_parked_dropped()
+
+    def _do_start_push_kv(self, request_id: str, local_block_ids: Any, reg: dict[str, Any]) -> None:
+        with self._pdctl_life.lock:
+            self._pdctl_life.targets[request_id] = (reg["decode_engine_id"], reg["request_id"])
+        self._pdctl_life.writing = request_id  # for the failpoint (writer thread)
+        super()._do_start_push_kv(request_id, local_block_ids, reg)
+
+    def _drain_drops(self) -> None:
+        now = time.perf_counter()
+        while not self._pdctl_life.drops.empty():
+            rid = self._pdctl_life.drops.get_nowait()
+            self._pdctl_life.dropped[get_base_request_id(rid)] = now
+        for base, since in list(self._pdctl_life.dropped.items()):
+            if now - since > REMEMBER_S:
+                del self._pdctl_life.dropped[base]
+
+    def _unpark_released(self) -> None:
+        while not self._pdctl_life.unpark.empty():
+            key = self._pdctl_life.unpark.get_nowait()
+            for reg_id in [r for r in self._pending_d_registrations if _names(key, r)]:
+                del self._pending_d_registrations[reg_id]
+                self._registration_dropped(reg_id)
+
+    def _fail_parked_dropped(self) -> None:
+        dropped = self._pdctl_life.dropped
+        for reg_id in [
+            r for r in self._pending_d_registrations if get_base_request_id(r) in dropped
+        ]:
+            reg = self._pending_d_registrations.pop(reg_id)
+            self._registration_dropped(reg_id)
+            self._notify_decode(reg, FAILED)
+
+    def _registration_dropped(self, reg_id: str) -> None:
+        """Hook: a parked registration was let go (telemetry overrides it)."""
+
+    def _notify_decode(self, reg: dict[str, Any], kind: str) -> None:
+        """Send ``kind`` for the registration's decode request (handshake first)."""
+        engine = reg["decode_engine_id"]
+        fut = self._ensure_handshake(
+            engine, reg["decode_host"], reg["decode_port"], reg["decode_tp_size"]
+        )
+        if fut is None:
+            self._send_to_engine(engine, encode(kind, reg["request_id"]))
+        else:
+            fut.add_done_callback(
+                lambda f: None if f.exception() else self._notify_decode(reg, kind)
+            )
+
+    def _send_to_engine(self, engine: str, msg: bytes) -> None:
+        with self._handshake_lock:
+            agents = dict(self._remote_agents.get(engine) or {})
+        for agent in agents.values():
+            try:
+                self.nixl_wrapper.send_notif(agent, notif_msg=msg)
+            except Exception as e:  # the peer is gone: its own timeouts apply
+                _log.warning("pdctl: could not tell engine %s (%s): %s", engine, msg[:40], e)
+
+    def _handle_failed_transfer(
+        self,
+        req_id: str,
+        handle: int | None,
+        failed_req_ids: set[str] | None = None,
+        record_failed_transfer: bool = True,
+    ) -> bool:
+        kept = super()._handle_failed_transfer(
+            req_id, handle, failed_req_ids, record_failed_transfer
+        )
+        with self._pdctl_life.lock:
+            target = self._pdctl_life.targets.pop(req_id, None)
+            if target is not None:  # P: our WRITE failed; free our KV, tell D now
+                self._pdctl_life.release[get_base_request_id(req_id)] = time.perf_counter()
+        if target is not None:
+            self._send_to_engine(target[0], encode(FAILED, target[1]))
+        return kept
+
+
+def failpoint_match(spec: str) -> str:
+    """The request-id substring a failpoint value selects (``""``: every request)."""
+    if spec == "fail":
+        return ""
+    if spec.startswith("match:") and len(spec) > len("match:"):
+        return spec[len("match:") :]
+    raise ValueError(
+        f"kv_connector_extra_config.{FAILPOINT_WRITE} = {spec!r}: use 'fail' (every WRITE) "
+        "or 'match:<text>' (requests whose id contains <text>)"
+    )
+
+
+def _failing(
+    transfer: Callable[..., Any], worker: LifecycleWorker, match: str
+) -> Callable[..., Any]:
+    def maybe_fail(*args: Any, **kw: Any) -> Any:
+        if match in worker._pdctl_life.writing:
+            raise RuntimeError(f"pdctl failpoint {FAILPOINT_WRITE}: WRITE refused")
+        return transfer(*args, **kw)
+
+    return maybe_fail

@@ -1,0 +1,74 @@
+"""The chaos suite's pieces against an in-process fake instance (httpx.MockTransport)."""
+
+from __future__ import annotations
+
+import random
+
+import httpx
+
+from pdctl.sdk import chaos
+
+
+def metrics(kv: float, running: float = 0.0) -> str:
+    return (
+        f'vllm:kv_cache_usage_perc{{engine="0",model_name="tiny"}} {kv}\n'
+        f'vllm:num_requests_running{{engine="0",model_name="tiny"}} {running}\n'
+        'vllm:num_requests_waiting{engine="0",model_name="tiny"} 0.0\n'
+    )
+
+
+def test_answers_classify_what_a_client_saw():
+    report = chaos.FaultReport(
+        "storm",
+        [
+            chaos.Answer(200, 1.0),
+            chaos.Answer(400, 0.1),
+            chaos.Answer(None, 0.5, cut=True),
+            chaos.Answer(502, 2.0),
+            chaos.Answer(None, 9.0, error="ReadTimeout"),
+        ],
+    )
+    assert report.statuses == {"200": 1, "400": 1, "502": 1, "cut": 1, "error": 1}
+    assert report.lost == 2  # the 502 and the connection that failed; a cut is the client's
+    assert report.answer_p100_s == 9.0
+    assert report.as_dict()["lost"] == 2
+
+
+async def test_kv_back_to_idle_waits_for_the_fresh_value():
+    usage = iter([0.2, 0.2, 0.0])
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, text=metrics(next(usage, 0.0)))
+
+    async with httpx.AsyncClient(transport=httpx.MockTransport(handler)) as c:
+        back, last = await chaos.kv_back_to_idle(c, {"http://d": 0.0}, wait_s=5, poll_s=0)
+    assert back["http://d"] is not None
+    assert last == {"http://d": 0.0}
+
+
+async def test_kv_still_held_is_reported_as_not_back():
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, text=metrics(0.1))
+
+    async with httpx.AsyncClient(transport=httpx.MockTransport(handler)) as c:
+        back, last = await chaos.kv_back_to_idle(c, {"http://p": 0.0}, wait_s=0.05, poll_s=0.01)
+    assert back == {"http://p": None}
+    assert last == {"http://p": 0.1}
+
+
+async def test_storm_cuts_clients_and_bad_input_asks_past_the_context():
+    seen: list[dict[str, object]] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        import json
+
+        body = json.loads(request.content)
+        seen.append(body)
+        return httpx.Response(400 if body["max_tokens"] > 1024 else 200, text="{}")
+
+    async with httpx.AsyncClient(transport=httpx.MockTransport(handler)) as c:
+        bad = await chaos.bad_input(c, "http://r", 3, max_model_len=1024)
+        storm = await chaos.disconnect_storm(c, "http://r", 4, rng=random.Random(1), max_cut_s=1)
+    assert [a.status for a in bad] == [400, 400, 400]
+    assert all(a.status == 200 or a.cut for a in storm)
+    assert all(b["stream"] for b in seen[3:])

@@ -1,0 +1,65 @@
+"""The CPU knobs' NIXL agent settings: with the progress thread off the agent must
+serialise calls itself (the crash in docs/reliability.md), on real NIXL classes."""
+
+from __future__ import annotations
+
+import sys
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+pytest.importorskip("nixl")
+pytest.importorskip("vllm")
+
+from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorRole
+from vllm.distributed.kv_transfer.kv_connector.v1.nixl.base_worker import (
+    NixlBaseConnectorWorker,
+)
+
+from pdctl.connector import push
+
+
+def vllm_config(**extra: Any) -> Any:
+    return SimpleNamespace(
+        kv_transfer_config=SimpleNamespace(get_from_extra_config=lambda k, d: extra.get(k, d))
+    )
+
+
+def agent_config(**extra: Any) -> Any:
+    module: Any = sys.modules[NixlBaseConnectorWorker.__module__]
+    original = module.nixl_agent_config
+    with push._cpu_knobs(vllm_config(**extra), KVConnectorRole.WORKER):
+        conf = module.nixl_agent_config(num_threads=1)
+    assert module.nixl_agent_config is original
+    return conf
+
+
+def test_no_progress_thread_means_a_strict_agent():
+    conf = agent_config(pdctl_nixl_progress_thread=False)
+    assert conf.enable_pthread is False
+    assert conf.sync_mode.name == "NIXL_THREAD_SYNC_STRICT"
+
+
+@pytest.mark.parametrize("mode", ["rw", "none", " RW "])
+def test_sync_mode_can_be_chosen(mode):
+    conf = agent_config(pdctl_nixl_progress_thread=False, pdctl_nixl_sync_mode=mode)
+    assert conf.sync_mode.name == f"NIXL_THREAD_SYNC_{mode.strip().upper()}"
+
+
+def test_unknown_sync_mode_names_the_key_and_the_choices():
+    with pytest.raises(ValueError, match=r"pdctl_nixl_sync_mode = 'fast': use one of strict"):
+        agent_config(pdctl_nixl_progress_thread=False, pdctl_nixl_sync_mode="fast")
+
+
+def test_stock_settings_are_left_alone():
+    conf = agent_config()
+    assert conf.enable_pthread is True
+    assert conf.sync_mode is None  # NIXL's own default
+
+
+def test_a_strict_agent_without_progress_thread_starts_on_real_nixl():
+    from nixl._api import nixl_agent
+
+    agent = nixl_agent("pdctl-knobs-test", agent_config(pdctl_nixl_progress_thread=False))
+    assert "UCX" in agent.backends
