@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from pdctl.sdk.metrics.watch import CRASH_LIMIT, CRASH_WINDOW_S, KV_IDLE_LIMIT_S, holds_kv_idle
 
 if TYPE_CHECKING:
-    from pdctl.sdk.metrics.monitor import InstanceMetrics
+    from pdctl.sdk.metrics.snapshot import InstanceMetrics
 
 
 @dataclass(frozen=True)

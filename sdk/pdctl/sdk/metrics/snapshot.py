@@ -1,0 +1,108 @@
+"""One round of the metrics stream, as data: what :class:`~pdctl.sdk.metrics.monitor.
+FleetMonitor` yields and the alerts, the TUI and scripts read."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from pdctl.sdk.metrics.derive import Latency
+from pdctl.sdk.metrics.rendezvous import Rendezvous
+
+
+@dataclass(frozen=True)
+class Target:
+    name: str
+    role: str  # prefill | decode | colocated | router
+    url: str
+    tp: int = 1
+
+
+@dataclass(frozen=True)
+class Transfers:
+    """NIXL figures recorded by the WRITE initiator (prefill in push, decode in pull)."""
+
+    bytes_total: float | None = None
+    bytes_window: float | None = None
+    throughput_bps: float | None = None
+    transfers_window: float = 0.0
+    bytes_per_request: float | None = None
+    per_request_note: str = ""
+    xfer_time: Latency = Latency()
+    post_time: Latency = Latency()
+    descriptors_per_transfer: float | None = None
+    failed_transfers: float | None = None
+    failed_notifications: float | None = None
+    expired_leases: float | None = None
+    failed_window: float = 0.0
+    expired_window: float = 0.0
+
+
+@dataclass(frozen=True)
+class InstanceMetrics:
+    name: str
+    role: str
+    url: str
+    health: str  # UP | DOWN | STALE
+    error: str | None = None
+    down_since: float | None = None
+    request_rate: float | None = None
+    ttft: Latency = Latency()
+    itl: Latency = Latency()
+    tpot: Latency = Latency()
+    e2e: Latency = Latency()
+    running: float | None = None
+    waiting: float | None = None
+    kv_usage: float | None = None
+    transfers: Transfers = Transfers()
+    kv_fetch_by_stage: dict[str, float] = field(default_factory=dict)
+    prompt_tokens_by_source: dict[str, float] = field(default_factory=dict)
+    prompt_tokens_by_source_window: dict[str, float] = field(default_factory=dict)
+    rendezvous: Rendezvous | None = None
+    """The connector's push rendezvous figures; None when its series are absent."""
+    malformed_lines: int = 0
+
+
+@dataclass(frozen=True)
+class PairMetrics:
+    prefill: str
+    decode: str
+    requests: int
+    ok: int
+    errors: int
+    ttft_p50_ms: float | None
+    overlap_p50_ms: float | None
+    segments: dict[str, dict[str, float]] = field(default_factory=dict)
+    """The flight recorder's TTFT split: segment name → p50/p99 ms (see
+    :func:`~pdctl.sdk.metrics.flight.segment_stats`)."""
+
+
+@dataclass(frozen=True)
+class Alert:
+    code: str
+    severity: str  # critical | warning
+    subject: str
+    message: str
+    since: float
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    at: float
+    """Unix time of this round."""
+    window_s: float
+    instances: tuple[InstanceMetrics, ...]
+    roles: dict[str, dict[str, Any]]
+    pairs: tuple[PairMetrics, ...]
+    router: dict[str, Any] | None
+    alerts: tuple[Alert, ...]
+    summary: dict[str, Any]
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def instance(self, name: str) -> InstanceMetrics:
+        for i in self.instances:
+            if i.name == name:
+                return i
+        raise KeyError(name)
