@@ -1,4 +1,5 @@
-"""Readiness probes: ``GET /health`` is 200 and ``/v1/models`` lists the served model."""
+"""Probes: readiness (``GET /health`` is 200 and ``/v1/models`` lists the served model)
+and liveness (the status ``GET /health`` answers, if any)."""
 
 from __future__ import annotations
 
@@ -26,3 +27,12 @@ async def probe_ready(
     if served_name not in ids:
         return False, f"model {served_name!r} not listed (have {ids})"
     return True, "ready"
+
+
+async def probe_health(client: httpx.AsyncClient, url: str, timeout_s: float = 2.0) -> int | None:
+    """The status code of ``GET /health``; None when nothing answers in time."""
+    try:
+        r = await client.get(f"{url}/health", timeout=timeout_s)
+    except httpx.HTTPError:
+        return None
+    return r.status_code
