@@ -126,3 +126,11 @@ def test_cli_top_once_json_on_a_replay_and_bare_pdctl_without_a_fleet(tmp_path):
          "print(sorted(k for k in sys.modules if k.startswith('textual')))"],
         capture_output=True, text=True, check=True,
     ).stdout.replace("[]", "")  # fmt: skip
+
+
+def test_process_shows_restarts_and_backoff():
+    assert fmt.process("ready").plain == "ready"
+    assert fmt.process("ready", 2).plain == "ready ↻2"
+    t = fmt.process("backoff", 1, 3.2)
+    assert (t.plain, str(t.style)) == ("backoff 3s ↻1", "yellow")
+    assert str(fmt.process("failed", 5).style) == "bold red"

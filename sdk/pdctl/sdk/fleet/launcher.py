@@ -474,5 +474,3 @@ def _open_log(inst: _Instance) -> BinaryIO:
     log.write(f"=== pdctl: starting {rec.name} at {stamp}\n=== {inst.plan.shell()}\n".encode())
     log.flush()
     return log
-
-

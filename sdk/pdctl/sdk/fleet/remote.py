@@ -56,7 +56,6 @@ class FleetStatus:
         }
 
 
-
 def status_of(rec: InstanceRecord, state: str, probe_ok: bool | None) -> InstanceStatus:
     now = time.time()
     if state in ("ready", "starting") and probe_ok is not None:
