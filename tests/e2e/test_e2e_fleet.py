@@ -136,7 +136,8 @@ def test_sigkill_of_an_instance_is_reported_within_two_seconds(fleet: Fleet, sta
     os.kill(api_server, signal.SIGKILL)
     while True:
         st = asyncio.run(fleet_status(NAME))
-        if st.instances[1].state == "exited":
+        # exited, then backoff once the supervisor has applied the restart policy
+        if st.instances[1].state in ("exited", "backoff"):
             break
         assert time.monotonic() - t0 < 2, st.instances[1]
         time.sleep(0.05)
@@ -144,7 +145,7 @@ def test_sigkill_of_an_instance_is_reported_within_two_seconds(fleet: Fleet, sta
     assert st.instances[1].log_tail
     r = cli("status")
     assert r.returncode == 1
-    assert "exited (137)" in r.stdout
+    assert "(137)" in r.stdout
 
 
 def test_down_leaves_no_process_and_frees_every_port(fleet: Fleet, state_root: Path):
