@@ -24,7 +24,7 @@ import httpx
 
 from pdctl.sdk.errors import FleetRunningError, LaunchError
 from pdctl.sdk.fleet import control
-from pdctl.sdk.fleet.events import EventKind, FleetEvent, InstanceStatus
+from pdctl.sdk.fleet.events import FleetEvent, InstanceStatus
 from pdctl.sdk.fleet.policy import RestartPolicy
 from pdctl.sdk.fleet.probe import probe_ready
 from pdctl.sdk.fleet.procs import alive, kill_group, start_ticks
@@ -132,20 +132,6 @@ class AsyncFleet(Supervisor):
                     self._subscribers.remove(q)
 
         return gen()
-
-    def _emit(
-        self,
-        kind: EventKind,
-        name: str | None,
-        *,
-        code: int | None = None,
-        message: str = "",
-        log_tail: Iterable[str] = (),
-    ) -> None:
-        ev = FleetEvent(kind, name, code=code, message=message, log_tail=tuple(log_tail))
-        for q in list(self._subscribers):
-            q.put_nowait(ev)
-        self._changed.set()
 
     # ------------------------------------------------------------------ up
 

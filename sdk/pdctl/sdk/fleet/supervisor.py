@@ -34,7 +34,7 @@ from pathlib import Path
 import httpx
 
 from pdctl.sdk.errors import PdctlError
-from pdctl.sdk.fleet.events import EventKind
+from pdctl.sdk.fleet.events import EventKind, FleetEvent
 from pdctl.sdk.fleet.policy import Liveness, RestartPolicy, RestartTracker
 from pdctl.sdk.fleet.probe import probe_health, probe_ready
 from pdctl.sdk.fleet.state import InstanceRecord, read_exit, tail
@@ -124,14 +124,16 @@ class RouterNotifier:
 class Supervisor:
     """Watches started instances and applies the restart policy (see the module doc).
 
-    The subclass provides the process plumbing: :meth:`_spawn`, :meth:`_stop_instance`,
-    :meth:`_emit` and :meth:`_save`.
+    The subclass provides the process plumbing: :meth:`_spawn`, :meth:`_stop_instance`
+    and :meth:`_save`.
     """
 
     _instances: dict[str, _Instance]
     _client: httpx.AsyncClient | None
     _notifier: RouterNotifier | None
     _base_engine_ids: dict[str, str | None]
+    _subscribers: list[asyncio.Queue[FleetEvent]]
+    _changed: asyncio.Event
 
     # ------------------------------------------------------------------ hooks
 
@@ -140,6 +142,11 @@ class Supervisor:
 
     async def _stop_instance(self, inst: _Instance) -> None:
         raise NotImplementedError
+
+    def _save(self) -> None:
+        raise NotImplementedError
+
+    # ------------------------------------------------------------------ events
 
     def _emit(
         self,
@@ -150,10 +157,11 @@ class Supervisor:
         message: str = "",
         log_tail: Iterable[str] = (),
     ) -> None:
-        raise NotImplementedError
-
-    def _save(self) -> None:
-        raise NotImplementedError
+        """Hand an event to every subscriber of ``events()`` and wake ``wait_ready``."""
+        ev = FleetEvent(kind, name, code=code, message=message, log_tail=tuple(log_tail))
+        for q in list(self._subscribers):
+            q.put_nowait(ev)
+        self._changed.set()
 
     # ------------------------------------------------------------------ router
 
