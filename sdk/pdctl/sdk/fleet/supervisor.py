@@ -255,11 +255,13 @@ class Supervisor:
         rec.ready_at = time.time()
         inst.ever_ready = True
         inst.liveness.reset(time.monotonic())
+        if rec.restarts:
+            # the router hears it before anyone can read "ready" in the state file
+            await self._notify(inst, "up")
         took = rec.ready_at - (rec.started_at or rec.ready_at)
         self._emit("ready", rec.name, message=f"ready in {took:.1f} s")
         self._save()
         if rec.restarts:
-            await self._notify(inst, "up")
             self._emit("restarted", rec.name, message=f"restart #{rec.restarts}")
 
     async def _monitor(self) -> None:
