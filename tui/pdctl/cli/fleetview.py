@@ -85,16 +85,17 @@ class FleetView:
 def status_table(items: Iterable[InstanceStatus], title: str = "") -> Table:
 
     t = _table(title)
-    for col in ("instance", "role", "endpoint", "state", "pid", "up", "restarts", "policy"):
+    for col in ("instance", "role", "endpoint", "state", "pid", "up", "restarts"):
         t.add_column(col, no_wrap=True)
     now = time.time()
+    policies: dict[str, list[str]] = {}
     for s in items:
         state = s.state if s.exit_code is None else f"{s.state} ({s.exit_code})"
         if s.next_restart_in_s is not None:
-            state += f", restart in {s.next_restart_in_s:.0f} s"
+            state += f" {s.next_restart_in_s:.0f}s"
         restarts = str(s.restarts)
         if s.last_restart_at is not None:
-            restarts += f" (last {fmt_duration(now - s.last_restart_at)} ago)"
+            restarts += f", {fmt_duration(now - s.last_restart_at)} ago"
         t.add_row(
             s.name,
             s.role,
@@ -103,8 +104,16 @@ def status_table(items: Iterable[InstanceStatus], title: str = "") -> Table:
             str(s.pid or "-"),
             fmt_duration(s.uptime_s),
             restarts,
-            s.restart_policy or "-",
         )
+        if s.restart_policy:
+            policies.setdefault(s.restart_policy, []).append(s.name)
+    if policies:
+        lines = [
+            f"restart policy: {p}" + ("" if len(policies) == 1 else f" ({', '.join(names)})")
+            for p, names in policies.items()
+        ]
+        t.caption = "\n".join(lines)
+        t.caption_justify = "left"
     return t
 
 

@@ -186,6 +186,7 @@ class Supervisor:
         why = f"exited with code {code}"
         if code == 0:
             why += " without being asked to (vLLM's API server does when its engine dies)"
+        inst.record.last_failure = why
         self._emit(
             "exited",
             inst.record.name,
