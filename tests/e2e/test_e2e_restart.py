@@ -90,13 +90,13 @@ def test_dead_engine_core_is_restarted_by_policy(fleet: Fleet, state_root: Path)
     assert p.last_failure
     assert p.last_restart_at is not None
     assert p.restart_policy.startswith("on-failure")
-    r = subprocess.run(
+    st_cli = subprocess.run(
         [sys.executable, "-m", "pdctl.cli.main", "status", "--json", "--fleet", NAME],
         capture_output=True,
         text=True,
         timeout=60,
     )
-    prefill = json.loads(r.stdout)["instances"][0]
+    prefill = json.loads(st_cli.stdout)["instances"][0]
     assert (prefill["name"], prefill["restarts"], prefill["state"]) == ("prefill-0", 1, "ready")
     with httpx.Client(timeout=120) as c:
         state = c.get(router_url(fleet) + "/v1/pdctl/state").json()
@@ -109,20 +109,20 @@ def test_dead_engine_core_is_restarted_by_policy(fleet: Fleet, state_root: Path)
 
 def test_restart_tells_the_router_at_once_and_no_request_fails(fleet: Fleet):
     url = router_url(fleet)
-    r = subprocess.run(
+    restart = subprocess.run(
         [sys.executable, "-m", "pdctl.cli.main", "restart", "prefill-0", "--fleet", NAME],
         capture_output=True,
         text=True,
         timeout=400,
     )
-    assert r.returncode == 0, r.stderr
+    assert restart.returncode == 0, restart.stderr
     with httpx.Client(timeout=120) as c:
         state = c.get(url + "/v1/pdctl/state").json()
         prefill = next(i for i in state["instances"] if i["name"] == "prefill-0")
         assert prefill["healthy"], prefill  # told "up" before restart returned
         t0 = time.monotonic()
-        codes = []
-        failed = []
+        codes: list[int] = []
+        failed: list[str] = []
         while time.monotonic() - t0 < 10:
             r = completion(c, url, len(codes))
             codes.append(r.status_code)
