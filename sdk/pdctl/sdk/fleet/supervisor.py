@@ -61,6 +61,8 @@ class _Instance:
     backing_off: bool = False
     stopping: bool = False
     ever_ready: bool = False
+    told: str | None = None
+    """What the router was last told about this instance ("up" or "down")."""
     why: str = "starting"
     tracker: RestartTracker = field(init=False)
     liveness: Liveness = field(init=False)
@@ -166,8 +168,12 @@ class Supervisor:
     # ------------------------------------------------------------------ router
 
     async def _notify(self, inst: _Instance, event: str) -> None:
-        if self._notifier is not None and inst.plan.role != "router":
-            await self._notifier(inst.record.name, event)
+        if self._notifier is None or inst.plan.role == "router":
+            return
+        if event == "down" and inst.told == "down":
+            return  # the router knows already (an early exit, then the watcher)
+        inst.told = event
+        await self._notifier(inst.record.name, event)
 
     # ------------------------------------------------------------------ failures
 
@@ -280,6 +286,8 @@ class Supervisor:
         assert self._client is not None
         client = self._client
         insts = [i for i in self._instances.values() if not i.stopping]
+        for inst in insts:
+            await self._early_exit(inst)
         starting = [i for i in insts if i.record.state == "starting"]
         live = [i for i in insts if i.record.state in ("ready", "unhealthy")]
         ready = await asyncio.gather(
@@ -297,6 +305,22 @@ class Supervisor:
             dead = inst.liveness.observe(status, now)
             if dead is not None:
                 await self._kill_dead(inst, dead)
+
+    async def _early_exit(self, inst: _Instance) -> None:
+        """The shepherd writes the exit file the moment the server exits, then clears up
+        the rest of its group (up to the grace period) before it exits itself: tell the
+        router and the state file now rather than then."""
+        rec = inst.record
+        if rec.state not in ("starting", "ready", "unhealthy"):
+            return
+        ex = read_exit(rec.exit_file)
+        if ex is None or ex[1] < (rec.started_at or 0):
+            return
+        rec.state = "exited"
+        rec.exit_code = ex[0]
+        rec.last_failure = f"exited with code {ex[0]}"
+        self._save()
+        await self._notify(inst, "down")
 
     async def _kill_dead(self, inst: _Instance, why: str) -> None:
         """An API server up without an engine: stop it, then treat it as failed."""
