@@ -343,11 +343,7 @@ def _devices_short(ctx: LintContext) -> Iterator[Finding]:
                 "instances on one core take turns and each runs slower",
                 f"list {g.count} cores for one each, or lower count",
             )
-        elif (
-            not gpu
-            and g.cpu_cores is not None
-            and (len(g.cpu_cores) // g.count < g.ranks)
-        ):
+        elif not gpu and g.cpu_cores is not None and (len(g.cpu_cores) // g.count < g.ranks):
             yield _f(
                 "PD012",
                 "warning",
