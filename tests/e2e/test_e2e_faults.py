@@ -32,7 +32,7 @@ def one_p_two_d(model: Path) -> FleetSpec:
     _, overrides = demo_spec(model, NAME)
     return load_spec(
         "<demo>",
-        [*overrides, "decode.0.count=2", "decode.0.cpu_cores=[0,1]"],
+        [*overrides, "decode.0.count=2"],
         text=demo_spec_text(),
     ).spec
 

@@ -140,6 +140,7 @@ async def test_port_in_use_refuses_before_starting(fake_python, state_root):
 
 async def test_kill_is_reported_within_two_seconds_and_restart(fake_python, state_root):
     spec = make_spec(fake_python)
+    spec.decode[0].restart = "never"  # left exited, restarted by hand (the policy: test_supervisor)
     async with AsyncFleet(spec, grace=2) as fleet:
         events = fleet.events()
         rec = read_state(state_root / "t")

@@ -178,3 +178,11 @@ def test_flight_drill_down_lists_every_segment_with_what_it_holds():
     assert "80%" in out
     assert "NIXL's own measured transfer time" in out
     assert "WRITE 2.00 ms (NIXL)" in flight_summary(r).plain
+
+
+def test_process_shows_restarts_and_backoff():
+    assert fmt.process("ready").plain == "ready"
+    assert fmt.process("ready", 2).plain == "ready ↻2"
+    t = fmt.process("backoff", 1, 3.2)
+    assert (t.plain, str(t.style)) == ("backoff 3s ↻1", "yellow")
+    assert str(fmt.process("failed", 5).style) == "bold red"

@@ -249,20 +249,14 @@ def render_fleet(spec: FleetSpec) -> FleetPlan:
                     start = next_device.get(hk, 0)
                     devices = tuple(range(start, start + g.ranks))
                     next_device[hk] = start + g.ranks
-            cores: tuple[int, ...] = ()
-            if g.cpu_cores is not None:
-                per = len(g.cpu_cores) // g.count
-                cores = tuple(g.cpu_cores[i * per : (i + 1) * per])
+            cores = split_cores(g.cpu_cores, g.count)[i]
             instances.append(
                 _instance(spec, role, gi, gname, g, i, http0 + i, sc0 + i * g.dp, devices, cores)
             )
     for ri, (r, http0) in enumerate(zip(spec.render, _render_ports(spec, book), strict=True)):
         rname = render_group_name(ri, r, len(spec.render))
         for i in range(r.count):
-            rcores: tuple[int, ...] = ()
-            if r.cpu_cores is not None:
-                per = len(r.cpu_cores) // r.count
-                rcores = tuple(r.cpu_cores[i * per : (i + 1) * per])
+            rcores = split_cores(r.cpu_cores, r.count)[i]
             instances.append(_render_instance(spec, ri, rname, r, i, http0 + i, rcores))
     router = RouterPlan(host=spec.router.host, port=spec.router.port) if spec.router else None
     return FleetPlan(instances=tuple(instances), router=router)
@@ -479,6 +473,21 @@ def _instance(
         argv=tuple(args),
         env=env,
     )
+
+
+def split_cores(cores: list[int] | None, count: int) -> list[tuple[int, ...]]:
+    """A group's cores split as evenly as they go over its ``count`` instances: runs of
+    consecutive cores whose sizes differ by at most one; with fewer cores than
+    instances, neighbouring instances share a core (lint warns, PD012)."""
+    if not cores:
+        return [()] * count
+    n = len(cores)
+    out = []
+    for i in range(count):
+        start = i * n // count
+        end = max(start + 1, (i + 1) * n // count)
+        out.append(tuple(cores[start:end]))
+    return out
 
 
 def cpu_binding(cores: tuple[int, ...], ranks: int) -> tuple[str, int]:

@@ -22,6 +22,7 @@ ConnectorChoice = Literal["pdctl", "stock"]
 RouterPath = Literal["text", "tokens"]
 RenderFallback = Literal["error", "text"]
 RouterPolicy = Literal["round_robin", "least_loaded", "power_of_two"]
+RestartMode = Literal["never", "on-failure"]
 
 Port = Annotated[int, Field(ge=1, le=65535)]
 _NAME_RE = re.compile(r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?$")
@@ -168,7 +169,38 @@ def _non_negative_unique(v: list[int] | None) -> list[int] | None:
     return v
 
 
-class InstanceGroup(_Strict):
+class _Restartable(_Strict):
+    """What the supervisor does when an instance of the group fails after it was ready:
+    it exits (with any code, 0 included: the supervisor did not ask it to), or its API
+    server stays up with a dead engine. Restarts wait ``restart_backoff_s``, doubling
+    with each restart still inside the window (at most 60 s); more than
+    ``max_restarts`` within ``restart_window_s`` is a crash loop and the supervisor
+    gives up."""
+
+    restart: RestartMode = Field(
+        default="on-failure",
+        description="'on-failure': restart a failed instance (with backoff); 'never': "
+        "leave it exited.",
+    )
+    restart_backoff_s: float = Field(
+        default=1.0,
+        gt=0,
+        le=60,
+        description="Wait before the first restart; doubles with each restart in the "
+        "window, capped at 60 s.",
+    )
+    max_restarts: int = Field(
+        default=5,
+        ge=1,
+        description="Restarts allowed within restart_window_s before the supervisor gives "
+        "up (a crash loop); use restart = 'never' for none.",
+    )
+    restart_window_s: float = Field(
+        default=300.0, gt=0, description="The sliding window max_restarts counts in."
+    )
+
+
+class InstanceGroup(_Restartable):
     """``count`` identical prefill or decode instances on one host."""
 
     name: str | None = Field(
@@ -224,7 +256,7 @@ class InstanceGroup(_Strict):
         return self.tp * self.pp * self.dp
 
 
-class RenderGroup(_Strict):
+class RenderGroup(_Restartable):
     """``count`` GPU-less render servers (tokenize before, detokenize after the engines):
     vLLM's ``launch render``; the router's ``tokens`` path uses them."""
 

@@ -62,6 +62,8 @@ def run(args: argparse.Namespace) -> int:
     )
     out.print(status_table(st.instances, title=f"fleet {st.fleet} — {sup}"))
     for i in st.instances:
+        if i.last_failure and i.state != "ready":
+            out.print(f"[bold]{i.name}[/] last failure: {i.last_failure}", highlight=False)
         if i.log_tail:
             out.print(
                 f"[bold red]{i.name}[/] {i.state} (code {i.exit_code}); last lines of {i.log}:"

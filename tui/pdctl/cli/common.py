@@ -150,6 +150,8 @@ STATE_STYLE = {
     "ready": "green",
     "starting": "yellow",
     "unhealthy": "red",
+    "backoff": "yellow",
+    "failed": "bold red",
     "exited": "bold red",
     "gone": "bold red",
     "stopping": "magenta",

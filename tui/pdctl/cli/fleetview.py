@@ -52,9 +52,15 @@ class FleetView:
             row.state, row.code = "exited", ev.code
             row.note = ev.log_tail[-1] if ev.log_tail else ev.message
         elif kind in ("stopping", "restarting"):
-            row.state, row.note = "stopping", kind
+            row.state, row.note = "stopping", f"{kind} {ev.message}".strip()
         elif kind == "stopped":
             row.state, row.note = "stopped", ""
+        elif kind == "unhealthy":
+            row.state, row.note = "unhealthy", ev.message
+        elif kind == "backoff":
+            row.state, row.note = "backoff", ev.message
+        elif kind == "gave-up":
+            row.state, row.note = "failed", ev.message
 
     def table(self, title: str = "") -> Table:
 
@@ -81,8 +87,15 @@ def status_table(items: Iterable[InstanceStatus], title: str = "") -> Table:
     t = _table(title)
     for col in ("instance", "role", "endpoint", "state", "pid", "up", "restarts"):
         t.add_column(col, no_wrap=True)
+    now = time.time()
+    policies: dict[str, list[str]] = {}
     for s in items:
         state = s.state if s.exit_code is None else f"{s.state} ({s.exit_code})"
+        if s.next_restart_in_s is not None:
+            state += f" {s.next_restart_in_s:.0f}s"
+        restarts = str(s.restarts)
+        if s.last_restart_at is not None:
+            restarts += f", {fmt_duration(now - s.last_restart_at)} ago"
         t.add_row(
             s.name,
             s.role,
@@ -90,8 +103,17 @@ def status_table(items: Iterable[InstanceStatus], title: str = "") -> Table:
             f"[{STATE_STYLE.get(s.state, 'white')}]{state}[/]",
             str(s.pid or "-"),
             fmt_duration(s.uptime_s),
-            str(s.restarts),
+            restarts,
         )
+        if s.restart_policy:
+            policies.setdefault(s.restart_policy, []).append(s.name)
+    if policies:
+        lines = [
+            f"restart policy: {p}" + ("" if len(policies) == 1 else f" ({', '.join(names)})")
+            for p, names in policies.items()
+        ]
+        t.caption = "\n".join(lines)
+        t.caption_justify = "left"
     return t
 
 

@@ -16,6 +16,7 @@ from pdctl.sdk.router import flightrec as fr
 
 DASH = "-"
 HEALTH_STYLE = {"UP": "green", "DOWN": "bold red", "STALE": "magenta"}
+PROCESS_STYLE = {"backoff": "yellow", "failed": "bold red", "exited": "bold red"}
 OUTCOME_STYLE = {"ok": "green", "error": "bold red", "cancelled": "yellow", "running": "cyan"}
 BLOCKS = "▁▂▃▄▅▆▇█"
 
@@ -71,6 +72,17 @@ def health(h: str, drained: bool = False) -> Text:
     if drained:
         t.append(" drained", style="yellow")
     return t
+
+
+def process(state: str, restarts: int = 0, next_restart_in_s: float | None = None) -> Text:
+    """The supervisor's view of an instance: its state, ``↻N`` after N restarts, and the
+    seconds left before a restart by policy."""
+    label = state
+    if next_restart_in_s is not None:
+        label += f" {next_restart_in_s:.0f}s"
+    if restarts:
+        label += f" ↻{restarts}"
+    return Text(label, style=PROCESS_STYLE.get(state, ""))
 
 
 def spark(values: Sequence[float], width: int) -> str:

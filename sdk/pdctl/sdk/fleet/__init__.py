@@ -1,8 +1,9 @@
 """Launching and supervising a local fleet (async first, with a sync facade)."""
 
 from pdctl.sdk.fleet.events import FleetEvent, InstanceStatus
-from pdctl.sdk.fleet.launcher import (
-    AsyncFleet,
+from pdctl.sdk.fleet.launcher import AsyncFleet
+from pdctl.sdk.fleet.policy import RestartPolicy
+from pdctl.sdk.fleet.remote import (
     FleetStatus,
     cleanup_stale,
     fleet_status,
@@ -19,6 +20,7 @@ __all__ = [
     "FleetEvent",
     "FleetStatus",
     "InstanceStatus",
+    "RestartPolicy",
     "cleanup_stale",
     "fleet_dir",
     "fleet_status",

@@ -12,6 +12,9 @@ EventKind = Literal[
     "exited",
     "restarting",
     "restarted",
+    "unhealthy",
+    "backoff",
+    "gave-up",
     "stopping",
     "stopped",
     "fleet-ready",
@@ -45,13 +48,20 @@ class InstanceStatus:
     role: str
     url: str
     state: str
-    """starting | ready | unhealthy | exited | stopping | stopped | gone"""
+    """starting | ready | unhealthy | backoff | failed | exited | stopping | stopped |
+    gone (backoff: failed, restarting by policy soon; failed: the policy gave up)"""
     pid: int | None
     exit_code: int | None
     uptime_s: float | None
     restarts: int
     log: str
     log_tail: tuple[str, ...] = ()
+    restart_policy: str = ""
+    """How the supervisor restarts it: 'on-failure (max N in W s)', 'never'; '' unknown."""
+    last_restart_at: float | None = None
+    next_restart_in_s: float | None = None
+    """Seconds until the policy restarts it (state backoff)."""
+    last_failure: str | None = None
 
     def as_dict(self) -> dict[str, object]:
         return {
@@ -65,4 +75,8 @@ class InstanceStatus:
             "restarts": self.restarts,
             "log": self.log,
             "log_tail": list(self.log_tail),
+            "restart_policy": self.restart_policy,
+            "last_restart_at": self.last_restart_at,
+            "next_restart_in_s": self.next_restart_in_s,
+            "last_failure": self.last_failure,
         }

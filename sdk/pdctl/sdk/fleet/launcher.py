@@ -17,76 +17,49 @@ import subprocess
 import sys
 import time
 from collections.abc import AsyncIterator, Iterable, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
 
 import httpx
 
-from pdctl.sdk.errors import FleetRunningError, LaunchError, NotRunningError
+from pdctl.sdk.errors import FleetRunningError, LaunchError
 from pdctl.sdk.fleet import control
-from pdctl.sdk.fleet.events import EventKind, FleetEvent, InstanceStatus
+from pdctl.sdk.fleet.events import FleetEvent, InstanceStatus
+from pdctl.sdk.fleet.policy import RestartPolicy
 from pdctl.sdk.fleet.probe import probe_ready
-from pdctl.sdk.fleet.procs import alive, group_alive, kill_group, start_ticks
+from pdctl.sdk.fleet.procs import alive, kill_group, start_ticks
+from pdctl.sdk.fleet.remote import (
+    DEFAULT_GRACE,
+    DEFAULT_READY_TIMEOUT,
+    TAIL_LINES,
+    cleanup_stale,
+    status_of,
+)
 from pdctl.sdk.fleet.state import (
     FleetRecord,
     InstanceRecord,
     fleet_dir,
-    read_exit,
     read_state,
     state_file,
     tail,
     write_state,
 )
+from pdctl.sdk.fleet.supervisor import RouterNotifier, Supervisor, _Instance, router_api_key
 from pdctl.sdk.lint import lint, require_clean
-from pdctl.sdk.render import InstancePlan, router_plan, with_engine_id
+from pdctl.sdk.render import InstancePlan, router_plan
 from pdctl.sdk.shepherd import group_members
 from pdctl.sdk.spec import FleetSpec
 from pdctl.sdk.specload import load_spec
 
-DEFAULT_READY_TIMEOUT = 180.0
-DEFAULT_GRACE = 10.0
 POLL_INTERVAL = 0.5
-TAIL_LINES = 15
 
 
-@dataclass
-class _Instance:
-    plan: InstancePlan
-    record: InstanceRecord
-    proc: asyncio.subprocess.Process | None = None
-    watcher: asyncio.Task[None] | None = None
-    stopping: bool = False
-    why: str = "starting"
-
-
-@dataclass
-class FleetStatus:
-    fleet: str
-    state_dir: str
-    supervisor_pid: int | None
-    supervisor_alive: bool
-    instances: list[InstanceStatus] = field(default_factory=list)
-
-    @property
-    def stale(self) -> bool:
-        return not self.supervisor_alive
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "fleet": self.fleet,
-            "state_dir": self.state_dir,
-            "supervisor_pid": self.supervisor_pid,
-            "supervisor_alive": self.supervisor_alive,
-            "instances": [i.as_dict() for i in self.instances],
-        }
-
-
-class AsyncFleet:
+class AsyncFleet(Supervisor):
     """A local fleet rendered from a spec, supervised by this process.
 
     ``async with AsyncFleet(spec) as fleet:`` brings it up (waiting for readiness) and
-    always takes it down on the way out.
+    always takes it down on the way out. Failed instances are restarted by their group's
+    restart policy (:mod:`pdctl.sdk.fleet.supervisor`).
     """
 
     def __init__(
@@ -115,6 +88,8 @@ class AsyncFleet:
         self._base_engine_ids: dict[str, str | None] = {}
         self._subscribers: list[asyncio.Queue[FleetEvent]] = []
         self._changed = asyncio.Event()
+        self._notifier: RouterNotifier | None = None
+        self._monitor_task: asyncio.Task[None] | None = None
         self._life_r: int | None = None
         self._life_w: int | None = None
         self._server: asyncio.AbstractServer | None = None
@@ -158,20 +133,6 @@ class AsyncFleet:
 
         return gen()
 
-    def _emit(
-        self,
-        kind: EventKind,
-        name: str | None,
-        *,
-        code: int | None = None,
-        message: str = "",
-        log_tail: Iterable[str] = (),
-    ) -> None:
-        ev = FleetEvent(kind, name, code=code, message=message, log_tail=tuple(log_tail))
-        for q in list(self._subscribers):
-            q.put_nowait(ev)
-        self._changed.set()
-
     # ------------------------------------------------------------------ up
 
     async def up(self, *, wait: bool = True) -> None:
@@ -196,12 +157,15 @@ class AsyncFleet:
             self._client = httpx.AsyncClient(transport=self._transport)
             self._started_at = time.time()
             for plan in self._plans():
-                self._instances[plan.name] = _Instance(plan, self._new_record(plan))
+                policy = RestartPolicy.for_plan(self.spec, plan)
+                self._instances[plan.name] = _Instance(plan, self._new_record(plan), policy)
+            self._notifier = self._router_notifier()
             self._save()
             self._server = await control.serve(self.dir / "control.sock", self._on_control)
             for inst in self._instances.values():
                 await self._spawn(inst)
             self._save()
+            self._monitor_task = asyncio.create_task(self._monitor())
             if wait:
                 await self.wait_ready()
         except BaseException:
@@ -236,6 +200,16 @@ class AsyncFleet:
             if pp is not None:
                 plans.append(pp)
         return plans
+
+    def _router_notifier(self) -> RouterNotifier | None:
+        r = self.spec.router
+        if not self.with_router or r is None:
+            return None
+        host = "127.0.0.1" if r.host in ("0.0.0.0", "::") else r.host
+        host = f"[{host}]" if ":" in host else host
+        return RouterNotifier(
+            f"http://{host}:{r.port}", router_api_key(self.spec), transport=self._transport
+        )
 
     def _check_engine(self) -> None:
         argv0 = self.plan.instances[0].argv[0]
@@ -306,27 +280,6 @@ class AsyncFleet:
         inst.watcher = asyncio.create_task(self._watch(inst, inst.proc))
         self._emit("starting", rec.name, message=f"pid {inst.proc.pid}")
 
-    async def _watch(self, inst: _Instance, proc: asyncio.subprocess.Process) -> None:
-        rc = await proc.wait()
-        if inst.proc is not proc:
-            return
-        ex = read_exit(inst.record.exit_file)
-        code = ex[0] if ex else (rc if rc >= 0 else 128 - rc)
-        inst.record.exit_code = code
-        if inst.stopping:
-            inst.record.state = "stopped"
-        else:
-            inst.record.state = "exited"
-            self._emit(
-                "exited",
-                inst.record.name,
-                code=code,
-                message=f"{inst.record.name} exited with code {code}",
-                log_tail=tail(inst.record.log, TAIL_LINES),
-            )
-        self._save()
-        self._changed.set()
-
     # ------------------------------------------------------------------ readiness
 
     async def wait_ready(
@@ -341,7 +294,7 @@ class AsyncFleet:
         deadline = time.monotonic() + limit
         while True:
             for inst in targets:
-                if inst.record.state in ("exited", "stopped"):
+                if inst.record.state in ("exited", "stopped", "backoff", "failed"):
                     raise LaunchError(
                         f"{inst.record.name} exited with code {inst.record.exit_code} during "
                         f"start-up; last log lines ({inst.record.log}):\n"
@@ -368,12 +321,8 @@ class AsyncFleet:
             )
             for inst, (ok, why) in zip(pending, results, strict=True):
                 inst.why = why
-                if ok and inst.record.state == "starting":
-                    inst.record.state = "ready"
-                    inst.record.ready_at = time.time()
-                    took = inst.record.ready_at - (inst.record.started_at or inst.record.ready_at)
-                    self._emit("ready", inst.record.name, message=f"ready in {took:.1f} s")
-                    self._save()
+                if ok:
+                    await self._mark_ready(inst)
             self._changed.clear()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._changed.wait(), POLL_INTERVAL)
@@ -387,17 +336,12 @@ class AsyncFleet:
         if inst is None:
             raise LaunchError(f"no instance named {name!r} (have: {', '.join(self._instances)})")
         self._emit("restarting", name)
+        await self._notify(inst, "down")
+        await inst.settle()
         await self._stop_instance(inst)
-        inst.record.restarts += 1
-        base = self._base_engine_ids.setdefault(name, inst.plan.engine_id)
-        if base is not None:
-            # a fresh engine id, so that peers never reuse the dead engine's NIXL agent
-            inst.plan = with_engine_id(inst.plan, f"{base}-r{inst.record.restarts}")
-            inst.record.engine_id = inst.plan.engine_id
-        await self._spawn(inst)
-        self._save()
-        await self.wait_ready(names=[name])
-        self._emit("restarted", name, message=f"restart #{inst.record.restarts}")
+        inst.tracker.reset()  # an operator's restart: the crash-loop count starts again
+        await self._respawn(inst)
+        await self.wait_ready(names=[name])  # "restarted" and the router's "up" come with it
 
     async def stop(self, name: str) -> None:
         """Stop one instance and leave it stopped (``restart`` starts it again)."""
@@ -405,6 +349,8 @@ class AsyncFleet:
         if inst is None:
             raise LaunchError(f"no instance named {name!r} (have: {', '.join(self._instances)})")
         self._emit("stopping", name)
+        await self._notify(inst, "down")
+        await inst.settle()
         await self._stop_instance(inst)
         self._save()
         self._emit("stopped", name, code=inst.record.exit_code)
@@ -420,7 +366,7 @@ class AsyncFleet:
             )
         )
         return [
-            _status_of(i.record, i.record.state, ok)
+            status_of(i.record, i.record.state, ok)
             for i, (ok, _why) in zip(insts, probes, strict=True)
         ]
 
@@ -456,6 +402,11 @@ class AsyncFleet:
         async with self._down_lock:
             if self.stopped.is_set():
                 return
+            if self._monitor_task is not None:
+                self._monitor_task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await self._monitor_task
+            await asyncio.gather(*(i.settle() for i in self._instances.values()))
             for inst in self._instances.values():
                 if inst.proc is not None and inst.proc.returncode is None:
                     self._emit("stopping", inst.record.name)
@@ -511,9 +462,6 @@ class AsyncFleet:
         return {"ok": False, "error": f"unknown command {cmd!r}"}
 
 
-# ---------------------------------------------------------------------- other shells
-
-
 def _open_log(inst: _Instance) -> BinaryIO:
     """Forget the previous exit, open the log for appending and write a start header."""
     rec = inst.record
@@ -524,152 +472,3 @@ def _open_log(inst: _Instance) -> BinaryIO:
     log.write(f"=== pdctl: starting {rec.name} at {stamp}\n=== {inst.plan.shell()}\n".encode())
     log.flush()
     return log
-
-
-def _status_of(rec: InstanceRecord, state: str, probe_ok: bool | None) -> InstanceStatus:
-    now = time.time()
-    if state in ("ready", "starting") and probe_ok is not None:
-        if probe_ok:
-            state = "ready"
-        elif state == "ready":
-            state = "unhealthy"
-    exited = state in ("exited", "gone")
-    return InstanceStatus(
-        name=rec.name,
-        role=rec.role,
-        url=rec.url,
-        state=state,
-        pid=rec.shepherd_pid,
-        exit_code=rec.exit_code,
-        uptime_s=None if exited or rec.started_at is None else now - rec.started_at,
-        restarts=rec.restarts,
-        log=rec.log,
-        log_tail=tuple(tail(rec.log, TAIL_LINES)) if exited else (),
-    )
-
-
-def _require_state(fleet: str, root: Path | None) -> tuple[Path, FleetRecord]:
-    d = fleet_dir(fleet, root)
-    rec = read_state(d)
-    if rec is None:
-        raise NotRunningError(f"no fleet named {fleet!r} is running (nothing in {d})")
-    return d, rec
-
-
-async def fleet_status(
-    fleet: str,
-    *,
-    state_root: Path | None = None,
-    transport: httpx.AsyncBaseTransport | None = None,
-) -> FleetStatus:
-    """Status of a fleet supervised by another process, from its state directory.
-
-    An instance whose process exited shows ``exited`` with its code and log tail as soon
-    as its shepherd has written the exit file (milliseconds after the exit).
-    """
-    d, rec = _require_state(fleet, state_root)
-    sup_alive = alive(rec.supervisor_pid, rec.supervisor_ticks)
-    states: list[str] = []
-    for inst in rec.instances:
-        ex = read_exit(inst.exit_file)
-        if ex is not None and ex[1] >= (inst.started_at or 0):
-            inst.exit_code = ex[0]
-            states.append("stopped" if inst.state in ("stopping", "stopped") else "exited")
-        elif not group_alive(inst.shepherd_pid):
-            states.append("gone" if inst.state not in ("stopped",) else "stopped")
-        else:
-            states.append(inst.state)
-    async with httpx.AsyncClient(transport=transport) as client:
-        probes = await asyncio.gather(
-            *(
-                probe_ready(client, i.url, i.served_name, role=i.role)
-                if s in ("ready", "starting", "unhealthy")
-                else _none()
-                for i, s in zip(rec.instances, states, strict=True)
-            )
-        )
-    out = FleetStatus(rec.fleet, str(d), rec.supervisor_pid, sup_alive)
-    for inst, s, probe in zip(rec.instances, states, probes, strict=True):
-        out.instances.append(_status_of(inst, s, probe[0] if probe is not None else None))
-    return out
-
-
-async def _none() -> None:
-    return None
-
-
-def cleanup_stale(rec: FleetRecord, d: Path, grace: float = DEFAULT_GRACE) -> int:
-    """Stop whatever a crashed supervisor left behind; remove its state. Returns the number
-    of process groups stopped."""
-    stopped = 0
-    for inst in rec.instances:
-        pgid = inst.shepherd_pid
-        if pgid and group_members(pgid) and _ours(pgid, inst.shepherd_ticks):
-            kill_group(pgid, grace)
-            stopped += 1
-    with contextlib.suppress(FileNotFoundError):
-        state_file(d).unlink()
-    with contextlib.suppress(FileNotFoundError):
-        (d / "control.sock").unlink()
-    return stopped
-
-
-def _ours(pgid: int, ticks: int | None) -> bool:
-    """Is process group ``pgid`` still the one pdctl started (not a reused number)?"""
-    if alive(pgid, ticks):
-        return True
-    for pid in group_members(pgid):
-        try:
-            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
-        except OSError:
-            continue
-        if b"vllm" in cmdline or b"pdctl" in cmdline:
-            return True
-    return False
-
-
-def _instance_request(
-    fleet: str, name: str, cmd: str, state_root: Path | None, timeout: float
-) -> None:
-    _d, rec = _require_state(fleet, state_root)
-    if not alive(rec.supervisor_pid, rec.supervisor_ticks):
-        raise NotRunningError(
-            f"fleet {fleet!r} has no live supervisor (it crashed); run `pdctl down` to clean "
-            "up, then `pdctl up`"
-        )
-    rec.instance(name)
-    control.request(rec.control_socket, {"cmd": cmd, "name": name}, timeout)
-
-
-def remote_restart(
-    fleet: str,
-    name: str,
-    *,
-    state_root: Path | None = None,
-    timeout: float = DEFAULT_READY_TIMEOUT + 30,
-) -> None:
-    """Ask the supervisor to restart one instance; returns once it is ready again."""
-    _instance_request(fleet, name, "restart", state_root, timeout)
-
-
-def remote_stop(
-    fleet: str, name: str, *, state_root: Path | None = None, grace: float = DEFAULT_GRACE
-) -> None:
-    """Ask the supervisor to stop one instance and leave it stopped."""
-    _instance_request(fleet, name, "stop", state_root, grace + 30)
-
-
-def remote_down(fleet: str, *, state_root: Path | None = None, grace: float = DEFAULT_GRACE) -> str:
-    """Ask the supervisor to stop the fleet; clean up directly when it is gone."""
-    d, rec = _require_state(fleet, state_root)
-    if alive(rec.supervisor_pid, rec.supervisor_ticks):
-        try:
-            control.request(rec.control_socket, {"cmd": "down"}, grace + 30)
-        except control.ControlError:
-            # the supervisor is wedged: stop it, then clean up after it
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(rec.supervisor_pid, 15)
-        else:
-            return "stopped"
-    n = cleanup_stale(rec, d, grace)
-    return f"cleaned up after a crashed supervisor ({n} process group(s) stopped)"

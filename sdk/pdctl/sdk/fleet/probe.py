@@ -1,5 +1,6 @@
-"""Readiness probes: ``GET /health`` is 200 and ``/v1/models`` lists the served model
-(a local Prometheus: ``GET /-/ready`` is 200)."""
+"""Probes: readiness (``GET /health`` is 200 and ``/v1/models`` lists the served model)
+and liveness (the status ``GET /health`` answers, if any). A local Prometheus (role
+``prometheus``) is ready when ``GET /-/ready`` is 200 and alive when ``/-/healthy`` is."""
 
 from __future__ import annotations
 
@@ -36,3 +37,16 @@ async def probe_ready(
     if served_name not in ids:
         return False, f"model {served_name!r} not listed (have {ids})"
     return True, "ready"
+
+
+async def probe_health(
+    client: httpx.AsyncClient, url: str, timeout_s: float = 2.0, *, role: str = ""
+) -> int | None:
+    """The status code of ``GET /health`` (Prometheus: ``/-/healthy``); None when
+    nothing answers in time."""
+    path = "/-/healthy" if role == "prometheus" else "/health"
+    try:
+        r = await client.get(f"{url}{path}", timeout=timeout_s)
+    except httpx.HTTPError:
+        return None
+    return r.status_code

@@ -17,7 +17,9 @@ from pydantic import BaseModel, ValidationError
 
 from pdctl.sdk.errors import PdctlError
 
-InstanceStateName = Literal["starting", "ready", "unhealthy", "exited", "stopping", "stopped"]
+InstanceStateName = Literal[
+    "starting", "ready", "unhealthy", "backoff", "failed", "exited", "stopping", "stopped"
+]
 
 
 class StateError(PdctlError):
@@ -54,6 +56,10 @@ class InstanceRecord(BaseModel):
     restarts: int = 0
     state: InstanceStateName = "starting"
     exit_code: int | None = None
+    restart_policy: str = ""
+    last_restart_at: float | None = None
+    next_restart_at: float | None = None
+    last_failure: str | None = None
 
 
 class FleetRecord(BaseModel):

@@ -23,6 +23,7 @@ from pdctl.sdk.modelinfo import (
 )
 from pdctl.sdk.render import (
     InstancePlan,
+    compress_ranges,
     effective_block_size,
     effective_mode,
     host_key,
@@ -327,7 +328,7 @@ def _engine_id_dup(ctx: LintContext) -> Iterator[Finding]:
 @rule("PD012", "more devices or cores requested than listed")
 def _devices_short(ctx: LintContext) -> Iterator[Finding]:
     gpu = ctx.spec.fleet.platform == "gpu"
-    for _r, _gi, g, where in ctx.groups():
+    for role, gi, g, where in ctx.groups():
         need = g.count * g.ranks
         if gpu and g.devices is not None and len(g.devices) < need:
             yield _f(
@@ -342,18 +343,17 @@ def _devices_short(ctx: LintContext) -> Iterator[Finding]:
         if not gpu and g.cpu_cores is not None and len(g.cpu_cores) < g.count:
             yield _f(
                 "PD012",
-                "error",
+                "warning",
                 f"{where}.cpu_cores",
-                f"{g.count} instance(s) but only {len(g.cpu_cores)} core(s) listed",
-                "an instance would get no core at all",
-                f"list at least {g.count} cores, or lower count",
+                f"{g.count} instance(s) share {len(g.cpu_cores)} core(s): "
+                + "; ".join(
+                    f"{i.name} on core {compress_ranges(i.cpu_cores)}"
+                    for i in ctx.instances_of(role, gi)
+                ),
+                "instances on one core take turns and each runs slower",
+                f"list {g.count} cores for one each, or lower count",
             )
-        if (
-            not gpu
-            and g.cpu_cores is not None
-            and len(g.cpu_cores) >= g.count
-            and (len(g.cpu_cores) // g.count < g.ranks)
-        ):
+        elif not gpu and g.cpu_cores is not None and (len(g.cpu_cores) // g.count < g.ranks):
             yield _f(
                 "PD012",
                 "warning",
@@ -372,7 +372,10 @@ def _devices_shared(ctx: LintContext) -> Iterator[Finding]:
         for d in inst.devices if kind == "GPU" else inst.cpu_cores:
             owners[(host_key(inst.host), d)].append(inst)
     for (hk, d), insts in sorted(owners.items()):
-        if len(insts) > 1:
+        # cores shared inside one group were asked for (PD012 says so)
+        if len({(i.group_role, i.group_index) for i in insts}) > 1 or (
+            kind == "GPU" and len(insts) > 1
+        ):
             first = insts[-1]
             yield _f(
                 "PD013",

@@ -46,6 +46,12 @@ def identity(i: InstanceMetrics, u: Update) -> Text:
     if proc is not None:
         _kv(t, "process", f"{proc.state} (pid {proc.pid or '-'})")
         _kv(t, "restarts", str(proc.restarts))
+        if proc.restart_policy:
+            _kv(t, "restart policy", proc.restart_policy)
+        if proc.next_restart_in_s is not None:
+            _kv(t, "restarting in", f"{proc.next_restart_in_s:.0f} s (backoff)")
+        if proc.last_failure:
+            _kv(t, "last failure", Text(proc.last_failure, style="red"))
     if u.router is not None:
         try:
             r = u.router.instance(i.name)

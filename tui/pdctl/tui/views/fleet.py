@@ -27,7 +27,7 @@ COLUMNS = (
     Column("role", "role", 8, wide=5),
     Column("endpoint", "endpoint", 22, wide=6),
     Column("health", "health", 10),
-    Column("state", "process", 9, wide=4),
+    Column("state", "process", 11, wide=4),
     Column("load", "run/wait", 8),
     Column("kv", "KV", 4),
     Column("ttft", "TTFT p50/99", 11),
@@ -89,7 +89,9 @@ class FleetView(View):
                         Text(i.role, style=ROLE_STYLE.get(i.role, "")),
                         i.url.removeprefix("http://"),
                         fmt.health(i.health, drained=bool(r and r.drained)),
-                        proc.state if proc else "-",
+                        fmt.process(proc.state, proc.restarts, proc.next_restart_in_s)
+                        if proc
+                        else "-",
                         load,
                         fmt.pct(i.kv_usage),
                         fmt.ms_pair(i.ttft.p50, i.ttft.p99),

@@ -111,6 +111,18 @@ def probes(spec: FleetSpec, port: str | int) -> Obj:
     }
 
 
+def router_probes(port: str | int) -> Obj:
+    """The router's probes check only that it listens: its /health answers 503 while no
+    prefill or decode is healthy, which is the fleet's state, not the router's, and would
+    otherwise pull it out of its Service (or restart it) just while an instance restarts."""
+    tcp = {"tcpSocket": {"port": port}}
+    return {
+        "startupProbe": {**tcp, "periodSeconds": 2, "failureThreshold": 60},
+        "readinessProbe": {**tcp, "periodSeconds": 5, "failureThreshold": 3},
+        "livenessProbe": {**tcp, "periodSeconds": 10, "timeoutSeconds": 5, "failureThreshold": 6},
+    }
+
+
 def gpus_per_pod(spec: FleetSpec, inst: InstancePlan) -> int:
     if spec.fleet.platform != "gpu" or inst.role not in GPU_ROLES:
         return 0

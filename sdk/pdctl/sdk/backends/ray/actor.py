@@ -7,6 +7,13 @@ pipe whose write end only this actor holds. Whatever ends the actor — ``pdctl 
 ``ray.kill``, ``ray stop``, its worker or its whole node dying — closes the lifeline, and
 the shepherd stops every process of the instance: no vLLM process outlives its actor.
 
+The actor also applies the group's restart policy, by the same rules as the local
+supervisor (:mod:`pdctl.sdk.fleet.policy`): a thread watches the instance, counts any exit
+it did not ask for (code 0 included) and a ready API server whose engine died as a
+failure, restarts it after the backoff with a fresh engine id, gives up on a crash loop,
+and tells the router ``down``/``up``. Ray itself never restarts the actor (see
+:meth:`~pdctl.sdk.backends.ray.cluster.RayCluster.create`).
+
 Plain Python: the backend wraps :class:`InstanceProcess` with ``ray.remote``; Ray is
 imported only inside the methods that ask it something.
 """
@@ -18,6 +25,7 @@ import contextlib
 import os
 import subprocess
 import sys
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
@@ -26,16 +34,19 @@ from typing import Any
 
 import httpx
 
-from pdctl.sdk.fleet.probe import probe_ready
+from pdctl.sdk.fleet.policy import Liveness, RestartPolicy, RestartTracker
+from pdctl.sdk.fleet.probe import probe_health, probe_ready
 from pdctl.sdk.fleet.procs import kill_group
 from pdctl.sdk.fleet.state import read_exit, state_root, tail
+from pdctl.sdk.fleet.supervisor import RouterNotifier, router_api_key
 from pdctl.sdk.modelinfo import looks_like_local_path
-from pdctl.sdk.render import InstancePlan, render_fleet, router_plan
+from pdctl.sdk.render import InstancePlan, render_fleet, router_plan, with_engine_id
 from pdctl.sdk.shepherd import group_members
 from pdctl.sdk.spec import FleetSpec
 
 TAIL_LINES = 15
 PROBE_TIMEOUT_S = 2.0
+WATCH_INTERVAL_S = 1.0
 
 
 @dataclass(frozen=True)
@@ -93,6 +104,21 @@ class InstanceProcess:
         self.ready_at: float | None = None
         self.stopping = False
         self._life_w: int | None = None
+        self._stop = threading.Event()
+        self._lock = threading.RLock()
+        self._watcher: threading.Thread | None = None
+        self.restarts = 0
+        self.last_restart_at: float | None = None
+        self.next_restart_at: float | None = None
+        self.last_failure: str | None = None
+        self._live = False
+        """The watcher has seen this process ready (its liveness is being watched)."""
+        self._ever_ready = self._told_up = False
+        self.gave_up = False
+        """The restart policy gave up (a crash loop): state failed."""
+        self.policy = RestartPolicy()
+        self.tracker = RestartTracker(self.policy)
+        self.liveness = Liveness()
 
     def describe(self) -> dict[str, Any]:
         return self.record.as_dict()
@@ -109,6 +135,15 @@ class InstanceProcess:
         local = plan.role != "router" and looks_like_local_path(path)
         if local and not Path(os.path.expanduser(path)).exists():
             return {"error": f"model.path {path} does not exist on node {self.record.node_ip}"}
+        self.policy = RestartPolicy.for_plan(self.spec, plan)
+        self.tracker = RestartTracker(self.policy)
+        self.liveness = Liveness(http_errors_are_fatal=plan.role != "router")
+        self._spawn(plan)
+        self._watcher = threading.Thread(target=self._watch, daemon=True)
+        self._watcher.start()
+        return self.info()
+
+    def _spawn(self, plan: InstancePlan) -> None:
         with contextlib.suppress(FileNotFoundError):
             self.exit_file.unlink()
         life_r, self._life_w = os.pipe()
@@ -144,7 +179,8 @@ class InstanceProcess:
             )
         os.close(life_r)  # the shepherd holds its own copy; EOF comes when we go
         self.started_at = time.time()
-        return self.info()
+        self.ready_at = None
+        self._live = self._told_up = False
 
     def exit_code(self) -> int | None:
         if self.proc is None or self.proc.poll() is None:
@@ -160,6 +196,10 @@ class InstanceProcess:
         why = ""
         if self.proc is None:
             state = "starting"
+        elif self.gave_up:
+            state = "failed"
+        elif self.next_restart_at is not None:
+            state = "backoff"
         elif code is not None:
             state = "stopped" if self.stopping else "exited"
         elif self.stopping:
@@ -167,7 +207,7 @@ class InstanceProcess:
         elif self.plan is not None:
             ok, why = self._probe(self.plan)
             if ok:
-                self.ready_at = self.ready_at or time.time()
+                self._seen_ready()
                 state = "ready"
             elif self.ready_at is not None:
                 state = "unhealthy"
@@ -179,6 +219,11 @@ class InstanceProcess:
             "started_at": self.started_at,
             "log": f"{self.record.node_ip}:{self.log}",
             "log_tail": tail(str(self.log), TAIL_LINES) if code is not None else [],
+            "restarts": self.restarts,
+            "restart_policy": self.policy.describe(),
+            "last_restart_at": self.last_restart_at,
+            "next_restart_at": self.next_restart_at,
+            "last_failure": self.last_failure,
         }
 
     def _probe(self, plan: InstancePlan) -> tuple[bool, str]:
@@ -197,6 +242,16 @@ class InstanceProcess:
         """SIGTERM to the shepherd (it stops the group, SIGKILL after the grace period);
         whatever is left after that goes too. Returns the final :meth:`info`."""
         self.stopping = True
+        self._stop.set()
+        with self._lock:
+            self._stop_group()
+        if self._life_w is not None:
+            with contextlib.suppress(OSError):
+                os.close(self._life_w)
+            self._life_w = None
+        return self.info()
+
+    def _stop_group(self) -> None:
         proc = self.proc
         if proc is not None:
             if proc.poll() is None:
@@ -209,8 +264,83 @@ class InstanceProcess:
                     proc.wait(5)
             if group_members(proc.pid):
                 kill_group(proc.pid, 2)
-        if self._life_w is not None:
-            with contextlib.suppress(OSError):
-                os.close(self._life_w)
-            self._life_w = None
-        return self.info()
+
+    # ------------------------------------------------------------------ restart policy
+
+    def _watch(self) -> None:
+        """The restart policy's thread: until :meth:`stop`, once a second."""
+        while not self._stop.wait(WATCH_INTERVAL_S):
+            try:
+                self._watch_once()
+            except Exception as e:  # supervision goes on whatever one round hit
+                self.last_failure = f"watcher: {type(e).__name__}: {e}"
+
+    def _watch_once(self) -> None:
+        plan = self.plan
+        if plan is None or self.gave_up or self.stopping:
+            return
+        code = self.exit_code()
+        if code is not None:
+            why = f"exited with code {code}"
+            self._failed(why + (" without being asked to" if code == 0 else ""))
+            return
+        if not self._live:
+            if not self._probe(plan)[0]:
+                return
+            self._seen_ready()
+        if self.restarts and not self._told_up:
+            self._told_up = True
+            self._notify("up")
+        dead = self.liveness.observe(self._health(plan), time.monotonic())
+        if dead is not None:
+            with self._lock:
+                self._stop_group()  # an API server up without an engine: stop it
+            self._failed(dead)
+
+    def _seen_ready(self) -> None:
+        if not self._live:
+            self._live = self._ever_ready = True
+            self.ready_at = self.ready_at or time.time()
+            self.liveness.reset(time.monotonic())
+
+    def _failed(self, why: str) -> None:
+        self.last_failure = why
+        self._notify("down")
+        if not self._ever_ready:
+            self._stop.set()  # a start-up failure: reported as exited, never looped
+            return
+        decision = self.tracker.on_failure(time.time())
+        if not decision.restart:
+            self.gave_up = True
+            self.last_failure = f"{why}; {decision.message}"
+            return
+        self.next_restart_at = time.time() + decision.delay_s
+        if self._stop.wait(decision.delay_s):
+            return
+        with self._lock:
+            if self.stopping:
+                return
+            self._stop_group()
+            self.restarts += 1
+            self.last_restart_at = time.time()
+            self.next_restart_at = None
+            assert self.plan is not None
+            base = instance_plan(self.spec, self.record.name).engine_id
+            if base is not None:  # a fresh engine id: peers must not reuse the dead agent
+                self.plan = with_engine_id(self.plan, f"{base}-r{self.restarts}")
+            self._spawn(self.plan)
+
+    def _health(self, plan: InstancePlan) -> int | None:
+        async def probe() -> int | None:
+            async with httpx.AsyncClient() as client:
+                return await probe_health(client, plan.url, PROBE_TIMEOUT_S)
+
+        return asyncio.run(probe())
+
+    def _notify(self, event: str) -> None:
+        """Tell the router (when the fleet has one, and this is not it)."""
+        router = router_plan(self.spec, ())
+        if router is None or self.plan is None or self.plan.role == "router":
+            return
+        notifier = RouterNotifier(router.url, router_api_key(self.spec))
+        asyncio.run(notifier(self.record.name, event))

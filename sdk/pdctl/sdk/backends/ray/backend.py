@@ -277,7 +277,8 @@ def _from_info(name: str, role: str, url: str, info: dict[str, Any], now: float)
     why = str(info.get("why") or "")
     if not tail and why and state != "ready":
         tail = (why,)
-    running = state not in ("exited", "stopped")
+    running = state not in ("exited", "stopped", "backoff", "failed")
+    nxt = info.get("next_restart_at")
     return InstanceStatus(
         name=name,
         role=role,
@@ -286,9 +287,13 @@ def _from_info(name: str, role: str, url: str, info: dict[str, Any], now: float)
         pid=info.get("pid"),
         exit_code=info.get("exit_code"),
         uptime_s=now - float(started) if running and started else None,
-        restarts=0,
+        restarts=int(info.get("restarts") or 0),
         log=str(info.get("log", "")),
         log_tail=tail,
+        restart_policy=str(info.get("restart_policy") or ""),
+        last_restart_at=info.get("last_restart_at"),
+        next_restart_in_s=None if nxt is None else max(0.0, float(nxt) - now),
+        last_failure=info.get("last_failure"),
     )
 
 
