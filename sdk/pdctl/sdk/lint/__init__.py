@@ -7,6 +7,7 @@ production and how to fix it. Rules are plain functions over a :class:`LintConte
 
 from __future__ import annotations
 
+from pdctl.sdk.lint import cache as _cache_rules
 from pdctl.sdk.lint import k8s as _k8s_rules
 from pdctl.sdk.lint import local as _local_rules
 from pdctl.sdk.lint import observability as _observability_rules
@@ -31,6 +32,7 @@ _REGISTERED = (
     _k8s_rules,
     _ray_rules,
     _observability_rules,
+    _cache_rules,
 )  # importing them registers the rules
 
 __all__ = [

@@ -338,17 +338,37 @@ class Legs(RouterBase):
         make_prefill: Callable[[dict[str, Any]], dict[str, Any]],
         *,
         decode_only: bool = False,
+        token_ids: list[int] | None = None,
     ) -> tuple[Upstream, Response]:
         """Run the mode's legs; returns decode's instance and response head (still
-        outstanding). ``decode_only`` skips prefill (decode computes the prompt)."""
+        outstanding). ``decode_only`` skips prefill (decode computes the prompt);
+        ``token_ids`` (the prompt's) let the cache-aware policy choose by prefix."""
         rid = tl.id
-        d = await self.acquire(self.decodes, tl)
+        cache = self.cache if token_ids else None
+        keys = cache.keys(token_ids) if cache is not None and token_ids else []
+        score = cache.scores if cache is not None else None
+        d = await self.acquire(
+            self.decodes, tl, scores=score(self.decodes, keys) if score else None
+        )
         tl.decode = d.name
+        if cache is not None and token_ids and self.mode != "colocated" and not decode_only:
+            limit = self.settings.disaggregate_min_uncached_tokens
+            uncached = len(token_ids) - cache.overlap(d, keys) * cache.block_size
+            if limit and uncached <= limit:
+                decode_only = True
+                tl.decision = "decode-only"
+                tl.note(f"{uncached} uncached tokens on {d.name}: decode alone")
         if self.mode == "colocated" or decode_only:
+            if cache is not None:
+                cache.routed(d, keys, tl)
             d, r = await self._decode(d, path, body, rid, tl)
         else:
-            p = await self.acquire(self.prefills, tl)
+            p = await self.acquire(
+                self.prefills, tl, scores=score(self.prefills, keys) if score else None
+            )
             tl.prefill = p.name
+            if cache is not None:
+                cache.routed(p, keys, tl)
             if self.mode == "push":
                 d, r = await self._push(p, d, path, body, rid, tl, make_prefill)
             else:
