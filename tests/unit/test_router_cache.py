@@ -116,3 +116,20 @@ async def test_events_configured_but_silent_publishers_degrade():
         await send_all(t, prompts(2, 2))
         states = {i.state for i in t.router.cache.index.instances.values()}
         assert "EXACT" not in states
+
+
+async def test_long_prompts_share_one_tokenize_per_head():
+    """Prompts over 1024 characters are looked up by their first 1024 x 2^k characters:
+    a group sharing that head costs one /tokenize, and still stays on one prefill."""
+    router = {"policy": "cache_aware"}
+    async with rig("push", prefills=PREFILLS, router=router, fleet=NO_EVENTS) as t:
+        items = [
+            (g, f"group {g} " + chr(ord("a") + g) * 1100 + f" question {n} " + "y" * 200)
+            for n in range(3)
+            for g in range(3)
+        ]
+        used = await send_all(t, items)
+        assert all(len(v) == 1 for v in used.values()), used
+        assert sum(m.state.tokenized for m in t.mocks.values()) == 3
+        tl = t.router.history[-1]
+        assert any("prompt blocks" in n for n in tl.notes)

@@ -89,6 +89,9 @@ class BlockHasher:
         self.algo = algo
         self._fn = HASH_FUNCTIONS[algo]
         self.none_hash = self._fn(seed if seed is not None else DEFAULT_SEED)
+        self._memo: dict[tuple[bytes, tuple[int, ...]], bytes] = {}
+        """(parent digest, block tokens) -> digest: shared prefixes are hashed once."""
+        self.memo_size = 1 << 16
 
     def digests(self, token_ids: Sequence[int], limit: int | None = None) -> list[bytes]:
         """The full digests of the prompt's full blocks (at most ``limit`` of them)."""
@@ -98,9 +101,16 @@ class BlockHasher:
             n = min(n, limit)
         out: list[bytes] = []
         parent = self.none_hash
+        memo = self._memo
         for i in range(n):
-            parent = self._fn((parent, tuple(token_ids[i * bs : (i + 1) * bs]), None))
-            out.append(parent)
+            block = tuple(token_ids[i * bs : (i + 1) * bs])
+            d = memo.get((parent, block))
+            if d is None:
+                if len(memo) >= self.memo_size:
+                    memo.clear()
+                d = memo[(parent, block)] = self._fn((parent, block, None))
+            parent = d
+            out.append(d)
         return out
 
     def keys(self, token_ids: Sequence[int], limit: int | None = None) -> list[int]:

@@ -42,6 +42,20 @@ _CHAT_KEYS = (
 )
 
 
+HEAD_MIN_CHARS = 1024
+
+
+def _head(prompt: str) -> str:
+    """The prompt itself, or its first 1024 x 2^k characters (the most that are fewer
+    than the prompt's)."""
+    if len(prompt) <= HEAD_MIN_CHARS:
+        return prompt
+    n = HEAD_MIN_CHARS
+    while 2 * n < len(prompt):
+        n *= 2
+    return prompt[:n]
+
+
 class CacheAware:
     """The prefix index of a fleet and what the router does with it."""
 
@@ -120,23 +134,40 @@ class CacheAware:
 
     # ------------------------------------------------------------------ token ids
 
-    async def token_ids(self, path: str, body: dict[str, Any], tl: Timeline) -> list[int] | None:
-        """The prompt's token ids (text path), from an instance's ``/tokenize``; None when
-        the request is not one prompt or no instance could tokenize it."""
+    async def token_ids(
+        self, path: str, body: dict[str, Any], tl: Timeline
+    ) -> tuple[list[int], int] | None:
+        """(token ids to look the prompt up by, the prompt's length in tokens) on the text
+        path, from an instance's ``/tokenize``; None when the request is not one prompt
+        or no instance could tokenize it.
+
+        A completion prompt over 1024 characters is looked up by its head: the first
+        ``n`` characters, ``n`` the largest of 1024, 2048, 4096, ... shorter than the
+        prompt, are tokenized (and cached,
+        so prompts sharing that head share one ``/tokenize``), their last block dropped
+        (a token may straddle the cut), and the length extrapolated."""
         if path == "/v1/completions":
             prompt = body.get("prompt")
             if isinstance(prompt, list) and prompt and all(isinstance(t, int) for t in prompt):
-                return list(prompt)
+                return list(prompt), len(prompt)
             if not isinstance(prompt, str):
                 return None
-            req: dict[str, Any] = {"prompt": prompt}
+            head = _head(prompt)
+            ids = await self._cached(head, {"prompt": head}, tl)
+            if ids is None or head is prompt:
+                return None if ids is None else (ids, len(ids))
+            keep = max(0, len(ids) // self.block_size - 1) * self.block_size
+            return ids[:keep], round(len(ids) * len(prompt) / len(head))
         elif path == "/v1/chat/completions":
             req = {k: body[k] for k in _CHAT_KEYS if k in body}
             if not isinstance(req.get("messages"), list):
                 return None
-        else:
-            return None
-        key = path + json.dumps(req, sort_keys=True, separators=(",", ":"))
+            key = "\0chat" + json.dumps(req, sort_keys=True, separators=(",", ":"))
+            ids = await self._cached(key, req, tl)
+            return None if ids is None else (ids, len(ids))
+        return None
+
+    async def _cached(self, key: str, req: dict[str, Any], tl: Timeline) -> list[int] | None:
         hit = self._tokens.get(key)
         if hit is not None:
             self._tokens.move_to_end(key)
@@ -171,20 +202,23 @@ class CacheAware:
             tl.note(f"cache_aware: /tokenize on {u.name} failed: {e}")
             return None
         tokens = data.get("tokens") if isinstance(data, dict) else None
-        if not isinstance(tokens, list):
+        if not isinstance(tokens, list) or not all(type(t) is int for t in tokens[:1]):
             tl.note(f"cache_aware: /tokenize on {u.name} answered {resp.status}")
             return None
-        return [int(t) for t in tokens]
+        return tokens
 
     # ------------------------------------------------------------------ choice
 
     def keys(self, token_ids: Sequence[int]) -> list[int]:
         return self.hasher.keys(token_ids)
 
-    def scores(self, pool: Sequence[Upstream], keys: Sequence[int]) -> dict[str, float]:
-        """Each instance's score for a prompt of ``keys`` (see the module doc)."""
+    def scores(
+        self, pool: Sequence[Upstream], keys: Sequence[int], blocks: int = 0
+    ) -> dict[str, float]:
+        """Each instance's score for a prompt of ``blocks`` full blocks whose leading ones
+        are ``keys`` (see the module doc)."""
         s = self.router.settings
-        total = max(1, len(keys))
+        total = max(1, blocks, len(keys))
         over = self.index.overlaps((u.name for u in pool if u.name in self.index.instances), keys)
         return {
             u.name: s.cache_weight_prefix * over.get(u.name, 0) / total

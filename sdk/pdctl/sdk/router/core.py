@@ -77,9 +77,10 @@ class Router(Legs):
         answer asks decode for its token ids so that it can be migrated."""
         stream = bool(body.get("stream"))
         sent = with_token_ids(body) if stream and self._migrates(body) else body
-        ids = await self.cache.token_ids(path, body, tl) if self.cache is not None else None
+        found = await self.cache.token_ids(path, body, tl) if self.cache is not None else None
+        ids, n = found if found is not None else (None, None)
         try:
-            d, r = await self.legs(path, sent, tl, prefill_body, token_ids=ids)
+            d, r = await self.legs(path, sent, tl, prefill_body, token_ids=ids, prompt_len=n)
         except LegFailed as e:
             if e.upstream.role != "decode" or not self._migrates(body):
                 raise

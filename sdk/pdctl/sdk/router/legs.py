@@ -339,21 +339,24 @@ class Legs(RouterBase):
         *,
         decode_only: bool = False,
         token_ids: list[int] | None = None,
+        prompt_len: int | None = None,
     ) -> tuple[Upstream, Response]:
         """Run the mode's legs; returns decode's instance and response head (still
         outstanding). ``decode_only`` skips prefill (decode computes the prompt);
-        ``token_ids`` (the prompt's) let the cache-aware policy choose by prefix."""
+        ``token_ids`` (the prompt's, or its head's when ``prompt_len`` says it is longer)
+        let the cache-aware policy choose by prefix."""
         rid = tl.id
         cache = self.cache if token_ids else None
+        n = prompt_len or len(token_ids or ())
         keys = cache.keys(token_ids) if cache is not None and token_ids else []
-        score = cache.scores if cache is not None else None
+        blocks = n // cache.block_size if cache is not None else 0
         d = await self.acquire(
-            self.decodes, tl, scores=score(self.decodes, keys) if score else None
+            self.decodes, tl, scores=cache.scores(self.decodes, keys, blocks) if cache else None
         )
         tl.decode = d.name
         if cache is not None and token_ids and self.mode != "colocated" and not decode_only:
             limit = self.settings.disaggregate_min_uncached_tokens
-            uncached = len(token_ids) - cache.overlap(d, keys) * cache.block_size
+            uncached = n - cache.overlap(d, keys) * cache.block_size
             if limit and uncached <= limit:
                 decode_only = True
                 tl.decision = "decode-only"
@@ -363,9 +366,8 @@ class Legs(RouterBase):
                 cache.routed(d, keys, tl)
             d, r = await self._decode(d, path, body, rid, tl)
         else:
-            p = await self.acquire(
-                self.prefills, tl, scores=score(self.prefills, keys) if score else None
-            )
+            scores = cache.scores(self.prefills, keys, blocks) if cache else None
+            p = await self.acquire(self.prefills, tl, scores=scores)
             tl.prefill = p.name
             if cache is not None:
                 cache.routed(p, keys, tl)
