@@ -135,7 +135,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 "repeats": per,
             }
             print(
-                f"{'token ids' if ids else 'text     '} concurrency {conc:>2}: router CPU per request least_loaded "
+                f"{'token ids' if ids else 'text     '} concurrency {conc:>2}: "
+                f"router CPU per request least_loaded "
                 f"{med['least_loaded']:.3f} ms, cache_aware {med['cache_aware']:.3f} ms, "
                 f"ratio {med['cache_aware'] / med['least_loaded']:.2f}"
             )

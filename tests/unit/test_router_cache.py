@@ -133,3 +133,25 @@ async def test_long_prompts_share_one_tokenize_per_head():
         assert sum(m.state.tokenized for m in t.mocks.values()) == 3
         tl = t.router.history[-1]
         assert any("prompt blocks" in n for n in tl.notes)
+
+
+async def test_state_client_and_fleet_view_carry_the_index():
+    from pdctl.sdk.router.control import RouterControl
+    from pdctl.tui.views.fleet import cache_cell
+
+    router = {"policy": "cache_aware"}
+    async with rig("push", prefills=PREFILLS, router=router, fleet=NO_EVENTS) as t:
+        await send_all(t, prompts(1, 3))
+        st = await RouterControl(t.url).state()
+        used = t.router.history[-1].prefill
+        assert used is not None
+        i = st.instance(used)
+        assert i.kv_index == "FALLBACK"
+        assert i.prefix_hit_rate is not None
+        assert i.prefix_hit_rate > 0.5
+        cell = cache_cell(i.kv_index, i.prefix_hit_rate)
+        assert str(cell).startswith("FALLBACK ")
+    async with rig("push", prefills=PREFILLS) as t:
+        st = await RouterControl(t.url).state()
+        assert all(i.kv_index is None for i in st.instances)
+    assert cache_cell(None, None) == "-"
