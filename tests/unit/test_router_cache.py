@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 import httpx
+import pytest
 
 from pdctl.sdk.router.mock import MockConfig
 from tests.unit.test_router import Rig, rig
@@ -155,3 +156,21 @@ async def test_state_client_and_fleet_view_carry_the_index():
         st = await RouterControl(t.url).state()
         assert all(i.kv_index is None for i in st.instances)
     assert cache_cell(None, None) == "-"
+
+
+async def test_policy_switches_at_run_time():
+    from pdctl.sdk.router.control import RouterControl, RouterControlError
+
+    async with rig("push", prefills=PREFILLS, router={"policy": "cache_aware"}) as t:
+        ctl = RouterControl(t.url)
+        await ctl.set_policy("least_loaded")
+        assert t.router.settings.policy == "least_loaded"
+        await send_all(t, prompts(1, 2))
+        assert t.router.cache is not None
+        assert t.router.cache.tokenize_calls == 0  # least_loaded: no lookups
+        await ctl.set_policy("cache_aware")
+        await send_all(t, prompts(1, 1))
+        assert t.router.cache.tokenize_calls == 1
+    async with rig("push", prefills=PREFILLS, router={"policy": "least_loaded"}) as t:
+        with pytest.raises(RouterControlError, match="cache_aware needs"):
+            await RouterControl(t.url).set_policy("cache_aware")

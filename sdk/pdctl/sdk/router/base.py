@@ -130,6 +130,10 @@ class RouterBase:
 
     # ------------------------------------------------------------------ selection
 
+    @property
+    def cache_aware(self) -> bool:
+        return self.cache is not None and self.settings.policy == "cache_aware"
+
     def select(
         self,
         pool: list[Upstream],
@@ -207,6 +211,22 @@ class RouterBase:
             f"(choose one of: {', '.join(self.modes())})"
         )
 
+    def policies(self) -> tuple[str, ...]:
+        """The selection policies this router can switch to (cache_aware needs the index
+        it was started with)."""
+        base = ("round_robin", "least_loaded", "power_of_two")
+        return (*base, "cache_aware") if self.cache is not None else base
+
+    def set_policy(self, policy: str) -> str:
+        if policy not in self.policies():
+            raise ValueError(
+                f"policy {policy!r} is not available here (choose one of: "
+                f"{', '.join(self.policies())}; cache_aware needs router.policy = "
+                "'cache_aware' at start)"
+            )
+        self.settings = self.settings.model_copy(update={"policy": policy})
+        return policy
+
     def set_drained(self, name: str, drained: bool) -> Upstream:
         for u in self.upstreams:
             if u.name == name:
@@ -230,6 +250,7 @@ class RouterBase:
         extra = {"kv_index": self.cache.summary()} if self.cache is not None else {}
         return {
             **extra,
+            "policy": self.settings.policy,
             "mode": self.mode,
             "modes": list(self.modes()),
             "instances": [

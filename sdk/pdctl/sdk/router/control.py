@@ -142,6 +142,12 @@ class RouterControl:
     async def set_mode(self, mode: str) -> RouterState:
         return RouterState.from_json(await self._call("POST", "/v1/pdctl/mode", {"mode": mode}))
 
+    async def set_policy(self, policy: str) -> RouterState:
+        """Switch the selection policy (cache_aware only on a router started with it)."""
+        return RouterState.from_json(
+            await self._call("POST", "/v1/pdctl/policy", {"policy": policy})
+        )
+
     async def requests(
         self, limit: int = 200, *, instance: str | None = None, outcome: str | None = None
     ) -> list[dict[str, Any]]:

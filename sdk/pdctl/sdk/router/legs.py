@@ -346,7 +346,7 @@ class Legs(RouterBase):
         ``token_ids`` (the prompt's, or its head's when ``prompt_len`` says it is longer)
         let the cache-aware policy choose by prefix."""
         rid = tl.id
-        cache = self.cache if token_ids else None
+        cache = self.cache if token_ids and self.cache_aware else None
         n = prompt_len or len(token_ids or ())
         keys = cache.keys(token_ids) if cache is not None and token_ids else []
         blocks = n // cache.block_size if cache is not None else 0
