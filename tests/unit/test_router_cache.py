@@ -174,3 +174,16 @@ async def test_policy_switches_at_run_time():
     async with rig("push", prefills=PREFILLS, router={"policy": "least_loaded"}) as t:
         with pytest.raises(RouterControlError, match="cache_aware needs"):
             await RouterControl(t.url).set_policy("cache_aware")
+
+
+async def test_monitor_reads_the_index_state_from_the_router():
+    from pdctl.sdk.metrics.monitor import FleetMonitor, Target
+
+    router = {"policy": "cache_aware"}
+    async with rig("push", prefills=PREFILLS, router=router, fleet=NO_EVENTS) as t:
+        await send_all(t, prompts(1, 2))
+        targets = [Target("router", "router", t.url)]
+        targets += [Target(u.name, u.role, u.url) for u in t.router.prefills]
+        snap = await FleetMonitor(targets).poll()
+        states = {i.name: i.kv_index for i in snap.instances}
+        assert states == {"router": None, **{u.name: "FALLBACK" for u in t.router.prefills}}
