@@ -140,7 +140,7 @@ class EventSubscriber:
         sub.connect(self.endpoint)
         self._state("DEGRADED", "syncing: replaying the instance's recent events")
         try:
-            await self._replay(ctx, 0, decode)
+            await self._replay(ctx, 0, decode, "syncing")
             while True:
                 if await sub.poll(int(self.probe_interval_s * 1000)):
                     topic_seq_payload = await sub.recv_multipart()
@@ -155,15 +155,15 @@ class EventSubscriber:
                         self.next_seq = None
                     elif self.next_seq is not None and seq > self.next_seq:
                         self.gaps += 1
-                        await self._replay(ctx, self.next_seq, decode)
+                        await self._replay(ctx, self.next_seq, decode, "gap")
                     self._apply(seq, payload, decode)
                 else:
-                    await self._replay(ctx, self.next_seq or 0, decode)
+                    await self._replay(ctx, self.next_seq or 0, decode, "stream quiet")
         finally:
             sub.close(linger=0)
             ctx.term()
 
-    async def _replay(self, ctx: Any, start: int, decode: Callable[[bytes], Any]) -> None:
+    async def _replay(self, ctx: Any, start: int, decode: Callable[[bytes], Any], why: str) -> None:
         """Ask the replay socket for every batch from ``start``; EXACT when it answers
         (and covers the gap), DEGRADED when it does not."""
         import zmq
@@ -176,7 +176,6 @@ class EventSubscriber:
             first: int | None = None
             while True:
                 if not await sock.poll(int(self.probe_timeout_s * 1000)):
-                    why = "gap" if self.next_seq is not None and start > 0 else "no answer"
                     self._state(
                         "DEGRADED",
                         f"{why}: the event publisher at {self.replay_endpoint} did not "
