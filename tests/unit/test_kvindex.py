@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import itertools
 import socket
+from types import SimpleNamespace
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -330,3 +331,47 @@ async def test_subscriber_follows_a_restarted_publisher(fake_pub):
         await until(lambda: 99 in idx.exact)
         assert 10 not in idx.exact
         assert sub.restarts == 1
+
+
+async def test_subscriber_reads_vllms_own_publisher():
+    """vLLM's ZmqEventPublisher (its wire format, replay socket and int hashes) into the
+    index, with the keys the router computes for the same tokens."""
+    ke = pytest.importorskip("vllm.distributed.kv_events")
+    kcu = pytest.importorskip("vllm.v1.core.kv_cache_utils")
+    hashing = pytest.importorskip("vllm.utils.hashing")
+    kcu.init_none_hash(hashing.sha256)
+    toks = list(range(100, 164))
+    digests = BlockHasher(32).digests(toks)
+    port = free_port_pair()
+    pub = ke.ZmqEventPublisher(
+        0, endpoint=f"tcp://127.0.0.1:{port}", replay_endpoint=f"tcp://127.0.0.1:{port + 1}"
+    )
+    try:
+
+        def batch(*events: object) -> object:
+            return ke.KVEventBatch(ts=1.0, events=list(events))
+
+        def stored(i: int, parent: object) -> object:
+            return ke.BlockStored(
+                block_hashes=[kcu.maybe_convert_block_hash(digests[i])],
+                parent_block_hash=parent,
+                token_ids=toks[i * 32 : (i + 1) * 32],
+                block_size=32,
+                lora_id=None,
+                medium="GPU",
+                lora_name=None,
+            )
+
+        pub.publish(batch(stored(0, None)))  # before the subscriber: replayed
+        idx = InstanceIndex("p0")
+        async with following(SimpleNamespace(port=port), idx, check=BlockHasher(32).first_key):
+            await until(lambda: bool(idx.exact))
+            assert idx.exact == {BlockHasher(32).keys(toks)[0]}
+            pub.publish(batch(stored(1, kcu.maybe_convert_block_hash(digests[0]))))
+            await until(lambda: len(idx.exact) == 2)
+            assert idx.overlap(BlockHasher(32).keys(toks), 0.0) == 2
+            assert idx.hash_mismatches == 0
+            pub.publish(batch(ke.AllBlocksCleared()))
+            await until(lambda: not idx.exact)
+    finally:
+        pub.shutdown()
