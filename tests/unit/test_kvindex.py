@@ -7,8 +7,8 @@ import asyncio
 import contextlib
 import itertools
 import socket
-from types import SimpleNamespace
 from collections.abc import AsyncIterator, Callable
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
