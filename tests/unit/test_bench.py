@@ -317,3 +317,42 @@ def test_cell_needs_exactly_one_loop_kind():
         asyncio.run(loadgen.run_cell("http://x", "m", [], 4))
     with pytest.raises(BenchError, match="either"):
         asyncio.run(loadgen.run_cell("http://x", "m", [], 4, offsets=[0.0], concurrency=2))
+
+
+def test_shared_prefix_prompts_share_within_groups_only():
+    from pdctl.sdk.bench.loadgen import shared_prefix_prompts
+
+    ps = shared_prefix_prompts(12, 64, 1000, 3, 8, seed=1)
+    toks = [p.tokens or [] for p in ps]
+    assert all(len(t) == 64 for t in toks)
+    assert toks[0][:56] == toks[3][:56] == toks[9][:56]  # group 0
+    assert toks[0][:56] != toks[1][:56]
+    assert len({tuple(t) for t in toks}) == 12  # every suffix its own
+    other = shared_prefix_prompts(3, 64, 1000, 3, 8, seed=2)
+    assert other[0].tokens is not None
+    assert other[0].tokens[:56] != toks[0][:56]
+
+
+def test_shared_prefix_preset_compares_policies_cell_by_cell():
+    p = PRESETS["shared-prefix"]
+    cells = p.cells()
+    assert [c.policy for c in cells] == ["least_loaded", "cache_aware"]
+    assert p.prefix_caching
+    assert p.as_dict()["policies"] == ["least_loaded", "cache_aware"]
+    with pytest.raises(BenchError, match="policy"):
+        BenchPlan(policies=("fastest",))
+    with pytest.raises(BenchError, match="shared_prefix"):
+        BenchPlan(input_lens=(16,), shared_prefix=(2, 16))
+
+
+def test_bench_spec_starts_the_router_cache_aware_when_compared():
+    from pdctl.sdk.bench.suite import spec_for
+    from pdctl.sdk.spec import FleetSpec
+    from tests.conftest import spec_dict
+
+    spec = FleetSpec(**spec_dict())
+    out = spec_for(spec, "push", PRESETS["shared-prefix"])
+    assert out.router is not None
+    assert out.router.policy == "cache_aware"
+    assert out.kv_events_on
+    assert spec_for(spec, "push", PRESETS["cpu-smoke"]).router.policy != "cache_aware"  # type: ignore[union-attr]

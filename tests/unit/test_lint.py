@@ -240,6 +240,16 @@ CASES: dict[str, tuple[Callable[[Any], dict[str, Any]], Callable[[Any], dict[str
         lambda md: _cpu(fleet={"connector_options": {"pdctl_nixl_sync_mode": "none"}}),
         lambda md: _cpu(fleet={"connector_options": {"pdctl_nixl_sync_mode": "strict"}}),
     ),
+    "PD039": (
+        lambda md: _cpu(router={"policy": "cache_aware"}, fleet={"kv_events": False}),
+        lambda md: _cpu(router={"policy": "cache_aware"}),
+    ),
+    "PD040": (
+        lambda md: _cpu(
+            router={"policy": "cache_aware"}, decode=[{"env": {"PYTHONHASHSEED": "1"}}]
+        ),
+        lambda md: _cpu(router={"policy": "cache_aware"}, fleet={"env": {"PYTHONHASHSEED": "1"}}),
+    ),
 }
 
 ENV = {"PDCTL_TEST_SET_KEY": "secret"}
@@ -250,7 +260,7 @@ def codes(d: dict[str, Any]) -> set[str]:
 
 
 def test_every_rule_has_a_case():
-    assert {r.code for r in RULES} == set(CASES) | {"PD002", "PD038"}
+    assert {r.code for r in RULES} == set(CASES) | {"PD002", "PD038", "PD041"}
 
 
 @pytest.mark.parametrize("code", sorted(CASES))
@@ -353,3 +363,69 @@ def test_unknown_sync_mode_is_an_error_naming_the_field():
     (f,) = [f for f in lint(FleetSpec(**d), check_bound_ports=False).findings if f.code == "PD043"]
     assert f.severity == "error"
     assert f.field == "fleet.connector_options.pdctl_nixl_sync_mode"
+
+
+def _cache_findings(d: dict[str, Any]) -> list[Any]:
+    return lint(FleetSpec(**d), check_bound_ports=False, environ=ENV).findings
+
+
+def test_pd040_hash_algo_block_size_and_seed():
+    cache = {"policy": "cache_aware"}
+    xx = _cpu(router=cache, fleet={"prefix_caching_hash_algo": "xxhash"})
+    assert "fleet.prefix_caching_hash_algo" in {f.field for f in _cache_findings(xx)}
+    seeded = _cpu(
+        router=cache, fleet={"prefix_caching_hash_algo": "xxhash", "env": {"PYTHONHASHSEED": "7"}}
+    )
+    assert "PD040" not in {f.code for f in _cache_findings(seeded)}
+    sizes = _cpu(router=cache, decode=[{"host": "127.0.0.1", "cpu_cores": [1], "block_size": 64}])
+    assert "block_size" in {f.field for f in _cache_findings(sizes) if f.code == "PD040"}
+    # not cache_aware: nothing to agree on
+    assert "PD040" not in codes(_cpu(decode=[{"env": {"PYTHONHASHSEED": "1"}}]))
+
+
+def test_pd041_push_decode_prefix_caching_without_the_fix(monkeypatch):
+    from pdctl.sdk.lint import cache
+
+    monkeypatch.setattr(cache, "push_prefix_fix_present", lambda: False)
+    on = _cpu(fleet={"enable_prefix_caching": True})
+    (f,) = [f for f in _cache_findings(on) if f.code == "PD041"]
+    assert f.severity == "warning"
+    assert "--no-enable-prefix-caching" in f.fix
+    assert "PD041" in codes(_cpu())  # vLLM's default is prefix caching on
+    assert "PD041" not in codes(_cpu(fleet={"enable_prefix_caching": False}))
+    off_on_decode = _cpu(
+        fleet={"enable_prefix_caching": True},
+        decode=[
+            {"host": "127.0.0.1", "cpu_cores": [1], "vllm_args": ["--no-enable-prefix-caching"]}
+        ],
+    )
+    assert "PD041" not in codes(off_on_decode)
+    assert "PD041" not in codes(_cpu(fleet={"mode": "pull", "enable_prefix_caching": True}))
+    monkeypatch.setattr(cache, "push_prefix_fix_present", lambda: True)
+    assert "PD041" not in codes(on)
+
+
+def test_push_prefix_fix_detected_in_installed_vllm():
+    pytest.importorskip("vllm")  # only located, never imported by the rule
+    from pdctl.sdk.lint.cache import push_prefix_fix_present
+
+    assert push_prefix_fix_present() is True
+
+
+def test_kv_event_ports_are_planned_and_checked():
+    from pdctl.sdk.render import render_fleet
+
+    d = _cpu(router={"policy": "cache_aware"})
+    plan = render_fleet(FleetSpec(**d))
+    ports = [i.kv_events_port for i in plan.instances]
+    assert ports == [5557, 5559]
+    for i in plan.instances:
+        cfg = i.argv[i.argv.index("--kv-events-config") + 1]
+        assert f'"endpoint":"tcp://*:{i.kv_events_port}"' in cfg
+        assert f'"replay_endpoint":"tcp://*:{i.kv_events_ports[1]}"' in cfg
+    # an explicit HTTP port on the way: automatic KV event ports step around it
+    d["prefill"][0]["http_port"] = 5558
+    plan = render_fleet(FleetSpec(**d))
+    assert all(5558 not in i.kv_events_ports for i in plan.instances)
+    # off by default without cache_aware
+    assert all(i.kv_events_port is None for i in render_fleet(FleetSpec(**_cpu())).instances)

@@ -359,3 +359,21 @@ def test_lifecycle_watch_times_idle_kv_and_counts_downs():
         w.update([idle], t + 1)
     assert w.update([idle], 140.0)[1] == {"decode-0": 3}
     assert w.update([idle], 140.0 + CRASH_WINDOW_S)[1] == {}  # old downs age out
+
+
+def test_prefix_hit_rate_over_the_window():
+    from pdctl.sdk.metrics.derive import Scrape
+    from pdctl.sdk.metrics.monitor import _hit_rate
+    from pdctl.sdk.metrics.promtext import parse
+
+    def scrape(q: float, h: float, at: float) -> Scrape:
+        text = (
+            f'vllm:prefix_cache_queries_total{{engine="0"}} {q}\n'
+            f'vllm:prefix_cache_hits_total{{engine="0"}} {h}\n'
+        )
+        return Scrape(parse(text), at)
+
+    assert _hit_rate(scrape(1000, 250, 0), None) == 0.25
+    assert _hit_rate(scrape(3000, 1850, 5), scrape(1000, 250, 0)) == 0.8
+    assert _hit_rate(scrape(1000, 250, 5), scrape(1000, 250, 0)) is None  # no queries
+    assert _hit_rate(Scrape([], 0), None) is None

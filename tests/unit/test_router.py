@@ -56,6 +56,7 @@ async def rig(
     api_key: bytes | None = None,
     max_body: int = 1 << 20,
     render: bool = False,
+    fleet: dict[str, Any] | None = None,
 ) -> AsyncIterator[Rig]:
     pcfgs = prefills or [
         prefill or MockConfig(role="prefill", engine_id="prefill-0", side_channel_port=5600)
@@ -68,7 +69,7 @@ async def rig(
     fleet_mode = "push" if mode.startswith("push") else mode
     spec = FleetSpec(
         model={"path": "org/m", "served_name": "tiny"},
-        fleet={"mode": fleet_mode, "platform": "gpu"},
+        fleet={"mode": fleet_mode, "platform": "gpu", **(fleet or {})},
         prefill=[
             {
                 "name": f"prefill{'' if i == 0 else i}",

@@ -74,6 +74,15 @@ class InstancePlan(BaseModel):
     kv_transfer_config: dict[str, Any] | None
     argv: tuple[str, ...]
     env: dict[str, str]
+    kv_events_port: int | None = None
+    """The KV event publisher's port (ZMQ PUB); its replay socket listens on the next."""
+
+    @property
+    def kv_events_ports(self) -> tuple[int, ...]:
+        """(publisher, replay) when the instance publishes KV cache events."""
+        if self.kv_events_port is None:
+            return ()
+        return (self.kv_events_port, self.kv_events_port + 1)
 
     @property
     def url(self) -> str:
@@ -100,7 +109,7 @@ class InstancePlan(BaseModel):
         return tuple(f"{self.engine_id}_dp{r}" for r in range(self.dp))
 
     def ports(self) -> tuple[int, ...]:
-        return (self.http_port, *self.side_channel_ports)
+        return (self.http_port, *self.side_channel_ports, *self.kv_events_ports)
 
     def shell(self) -> str:
         """One shell line that reproduces the launch."""
@@ -110,6 +119,8 @@ class InstancePlan(BaseModel):
 
     def as_json(self) -> dict[str, Any]:
         d = self.model_dump(mode="json")
+        if self.kv_events_port is None:
+            d.pop("kv_events_port")
         d["url"] = self.url
         d["engine_ids"] = list(self.engine_ids)
         d["side_channel_ports"] = list(self.side_channel_ports)
@@ -210,6 +221,38 @@ def _group_ports(
     return out
 
 
+def _kv_events_ports(spec: FleetSpec, book: _PortBook) -> dict[tuple[Role, int], int]:
+    """(role, group index) → first KV event port (two per instance and DP rank: vLLM
+    offsets both sockets by the rank), when the fleet publishes KV events."""
+    if not spec.kv_events_on:
+        return {}
+    out: dict[tuple[Role, int], int] = {}
+    for role, gi, g in spec.groups():
+        width = 2 * g.count * g.dp
+        first = book.first_free_range(g.host, spec.fleet.kv_events_port_base, width)
+        book.take(g.host, range(first, first + width))
+        out[(role, gi)] = first
+    return out
+
+
+def kv_events_config(port: int) -> dict[str, Any]:
+    """vLLM's ``--kv-events-config`` for a publisher on ``port`` (replay on the next)."""
+    return {
+        "enable_kv_cache_events": True,
+        "publisher": "zmq",
+        "endpoint": f"tcp://*:{port}",
+        "replay_endpoint": f"tcp://*:{port + 1}",
+    }
+
+
+def with_kv_events(inst: InstancePlan, port: int) -> InstancePlan:
+    """``inst`` publishing its KV cache events on ``port`` (and replaying on the next)."""
+    cfg = json.dumps(kv_events_config(port), separators=(",", ":"))
+    return inst.model_copy(
+        update={"kv_events_port": port, "argv": (*inst.argv, "--kv-events-config", cfg)}
+    )
+
+
 def _render_ports(spec: FleetSpec, book: _PortBook) -> list[int]:
     """First HTTP port of every render group (explicit ones first)."""
     for r in spec.render:
@@ -233,6 +276,7 @@ def render_fleet(spec: FleetSpec) -> FleetPlan:
         if r.http_port is not None:
             book.take(r.host, range(r.http_port, r.http_port + r.count))
     ports = _group_ports(spec, book)
+    events = _kv_events_ports(spec, book)
     next_device: dict[str, int] = {}
     instances: list[InstancePlan] = []
     n_by_role = {"prefill": len(spec.prefill), "decode": len(spec.decode)}
@@ -250,9 +294,10 @@ def render_fleet(spec: FleetSpec) -> FleetPlan:
                     devices = tuple(range(start, start + g.ranks))
                     next_device[hk] = start + g.ranks
             cores = split_cores(g.cpu_cores, g.count)[i]
-            instances.append(
-                _instance(spec, role, gi, gname, g, i, http0 + i, sc0 + i * g.dp, devices, cores)
-            )
+            inst = _instance(spec, role, gi, gname, g, i, http0 + i, sc0 + i * g.dp, devices, cores)
+            if (role, gi) in events:
+                inst = with_kv_events(inst, events[(role, gi)] + 2 * i * g.dp)
+            instances.append(inst)
     for ri, (r, http0) in enumerate(zip(spec.render, _render_ports(spec, book), strict=True)):
         rname = render_group_name(ri, r, len(spec.render))
         for i in range(r.count):
@@ -410,6 +455,8 @@ def _instance(
             if fleet.enable_prefix_caching
             else "--no-enable-prefix-caching"
         )
+    if fleet.prefix_caching_hash_algo != "sha256":
+        args += ["--prefix-caching-hash-algo", fleet.prefix_caching_hash_algo]
     if ktc is not None:
         args += ["--kv-transfer-config", json.dumps(ktc, separators=(",", ":"))]
     if spec.router is not None and spec.router.path == "tokens":

@@ -21,8 +21,9 @@ FailurePolicy = Literal["fail", "recompute"]
 ConnectorChoice = Literal["pdctl", "stock"]
 RouterPath = Literal["text", "tokens"]
 RenderFallback = Literal["error", "text"]
-RouterPolicy = Literal["round_robin", "least_loaded", "power_of_two"]
+RouterPolicy = Literal["round_robin", "least_loaded", "power_of_two", "cache_aware"]
 RestartMode = Literal["never", "on-failure"]
+HashAlgo = Literal["sha256", "sha256_cbor", "xxhash", "xxhash_cbor"]
 
 Port = Annotated[int, Field(ge=1, le=65535)]
 _NAME_RE = re.compile(r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?$")
@@ -106,6 +107,22 @@ class FleetSettings(_Strict):
     ucx: UcxSpec = Field(default_factory=UcxSpec)
     enable_prefix_caching: bool | None = Field(
         default=None, description="None keeps vLLM's default; false for honest benchmarks."
+    )
+    kv_events: bool | None = Field(
+        default=None,
+        description="Every instance publishes its KV cache events (vLLM's "
+        "--kv-events-config, a ZMQ publisher and replay socket per instance) for the "
+        "router's prefix index; default: on when router.policy is 'cache_aware'.",
+    )
+    kv_events_port_base: Port = Field(
+        default=5557,
+        description="First port tried for the KV event publishers; each instance takes "
+        "two (publisher, replay), planned per host like the other ports.",
+    )
+    prefix_caching_hash_algo: HashAlgo = Field(
+        default="sha256",
+        description="vLLM's --prefix-caching-hash-algo on every instance; the router "
+        "hashes prompts the same way to look them up in the instances' caches.",
     )
     python: str | None = Field(
         default=None,
@@ -311,6 +328,25 @@ class RouterSpec(_Strict):
         ge=0,
         description="tokens path: prompts with fewer tokens go to decode alone (no prefill, "
         "no KV transfer); 0 disaggregates every prompt.",
+    )
+    disaggregate_min_uncached_tokens: int = Field(
+        default=0,
+        ge=0,
+        description="cache_aware: a prompt whose tokens not already cached on the chosen "
+        "decode number at most this goes to decode alone (no prefill, no KV transfer); "
+        "0 disaggregates every prompt.",
+    )
+    cache_weight_prefix: float = Field(
+        default=1.0,
+        ge=0,
+        description="cache_aware: weight of the cached share of the prompt (0-1) in an "
+        "instance's score.",
+    )
+    cache_weight_load: float = Field(
+        default=0.25,
+        ge=0,
+        description="cache_aware: weight of each request in flight on an instance, "
+        "subtracted from its score (0.25: a whole-prompt hit outweighs 3 more in flight).",
     )
     otlp_endpoint: str | None = Field(
         default=None,
@@ -644,6 +680,15 @@ class FleetSpec(_InitOnly):
                 "(or set router.path = 'text')"
             )
         return self
+
+    @property
+    def kv_events_on(self) -> bool:
+        """Whether instances publish KV cache events: ``fleet.kv_events``, by default on
+        with the cache-aware router policy (unless prefix caching is off)."""
+        if self.fleet.kv_events is not None:
+            return self.fleet.kv_events
+        cache_aware = self.router is not None and self.router.policy == "cache_aware"
+        return cache_aware and self.fleet.enable_prefix_caching is not False
 
     def groups(self) -> list[tuple[Role, int, InstanceGroup]]:
         """All groups in render order: prefill groups first, then decode groups."""

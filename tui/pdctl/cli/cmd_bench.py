@@ -32,9 +32,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_spec_arguments(p)
     p.add_argument(
         "--preset",
-        choices=("cpu-smoke", "paper"),
+        choices=("cpu-smoke", "paper", "shared-prefix"),
         default=None,
-        help="cpu-smoke: minutes on the local CPU demo fleet; paper: the published grid "
+        help="cpu-smoke: minutes on the local CPU demo fleet; shared-prefix: router "
+        "policies on prompts sharing prefixes; paper: the published grid "
         "(1k-16k input, 1-8 req/s, 128 output, push vs pull) for GPU fleets",
     )
     p.add_argument("--modes", help="comma list of push,push-sequential,pull,colocated")
@@ -221,6 +222,7 @@ def _dry_run(plan: BenchPlan, spec: FleetSpec, source: str, args: argparse.Names
         out.print(
             f"  {c.mode:16} input {c.input_len:6}  rate {_fmt(c.rate, 2):>5}  "
             f"{plan.requests_in(c)} requests (+{plan.warmup} warm-up, {plan.verify} checked)"
+            + (f"  policy {c.policy}" if c.policy else "")
         )
     out.print(f"expected duration: about {est / 60:.1f} min (fleet starts assumed 60 s)")
     return 0

@@ -55,6 +55,7 @@ def snapshot_view(snap: Snapshot) -> RenderableType:
         "KV use",
         "KV moved",
         "xfer p50/p99 ms",
+        "prefix hits",
     ):
         t.add_column(col, no_wrap=True)
     for i in snap.instances:
@@ -70,6 +71,8 @@ def snapshot_view(snap: Snapshot) -> RenderableType:
             "-" if i.kv_usage is None else f"{i.kv_usage:.0%}",
             _bytes(tr.bytes_total),
             f"{_ms(tr.xfer_time.p50)}/{_ms(tr.xfer_time.p99)}",
+            ("-" if i.prefix_hit_rate is None else f"{i.prefix_hit_rate:.0%}")
+            + (f" {i.kv_index}" if i.kv_index else ""),
         )
     s = snap.summary
     lines = [

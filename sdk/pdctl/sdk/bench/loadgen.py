@@ -67,6 +67,29 @@ def synthetic_prompts(
     return out
 
 
+def shared_prefix_prompts(
+    count: int, input_len: int, vocab_size: int, groups: int, suffix_len: int, *, seed: int = 0
+) -> list[Prompt]:
+    """``count`` prompts of ``input_len`` token ids in ``groups`` groups (taken in turn):
+    a group's prompts share their first ``input_len - suffix_len`` tokens, then each has
+    its own suffix (its index in the first two suffix tokens). ``seed`` draws the
+    prefixes, so another seed gives groups nothing in common with these."""
+    base = vocab_size - RESERVED_IDS
+    if base < 2 or count > base * base:
+        raise BenchError(f"vocab_size {vocab_size} is too small for {count} prompts")
+    rng = random.Random(seed)
+    prefixes = [
+        [RESERVED_IDS + rng.randrange(base) for _ in range(input_len - suffix_len)]
+        for _ in range(groups)
+    ]
+    out = []
+    for i in range(count):
+        head = [RESERVED_IDS + i // base, RESERVED_IDS + i % base]
+        tail = [RESERVED_IDS + rng.randrange(base) for _ in range(suffix_len - 2)]
+        out.append(Prompt(prefixes[i % groups] + head + tail))
+    return out
+
+
 def dataset_prompts(path: Path, count: int) -> list[Prompt]:
     """Prompts from a JSON-lines file: ``{"prompt": "..."}`` or ``{"prompt_token_ids":
     [...]}`` per line, cycled to ``count``."""

@@ -23,6 +23,8 @@ class Cell:
     input_len: int
     rate: float
     """Requests/s (inf: all at once); ignored in closed loop."""
+    policy: str = ""
+    """The router's selection policy for the cell ("": the spec's)."""
 
 
 @dataclass(frozen=True)
@@ -43,6 +45,12 @@ class BenchPlan:
     """Requests per cell whose output token ids are compared with one instance's own."""
     prefix_caching: bool = False
     """Off by default (the published grid's setting); unique prompt prefixes anyway."""
+    policies: tuple[str, ...] = ()
+    """Router selection policies compared cell by cell on the same fleet (empty: the
+    spec's own); with cache_aware among them the router is started cache_aware."""
+    shared_prefix: tuple[int, int] | None = None
+    """(groups, suffix tokens): prompts come in that many groups sharing a prefix, each
+    with a unique suffix of that many tokens (None: every prompt unique)."""
     notes: tuple[str, ...] = field(default_factory=tuple)
 
     def __post_init__(self) -> None:
@@ -57,6 +65,16 @@ class BenchPlan:
             raise BenchError("--output-len must be >= 1")
         if self.concurrency is not None and self.concurrency < 1:
             raise BenchError("--concurrency must be >= 1")
+        known = ("round_robin", "least_loaded", "power_of_two", "cache_aware")
+        if any(p not in known for p in self.policies):
+            raise BenchError(f"unknown policy in {self.policies}: choose from {', '.join(known)}")
+        if self.shared_prefix is not None:
+            groups, suffix = self.shared_prefix
+            if groups < 1 or suffix < 2 or any(n <= suffix for n in self.input_lens):
+                raise BenchError(
+                    "shared_prefix: give groups >= 1 and a suffix of >= 2 tokens shorter "
+                    "than every input length"
+                )
 
     @property
     def fleet_modes(self) -> list[str]:
@@ -73,11 +91,12 @@ class BenchPlan:
     def cells(self) -> list[Cell]:
         rates = self.rates if self.concurrency is None else (math.inf,)
         return [
-            Cell(m, n, r)
+            Cell(m, n, r, p)
             for fm in self.fleet_modes
             for m in self.modes_on(fm)
             for n in self.input_lens
             for r in rates
+            for p in (self.policies or ("",))
         ]
 
     def requests_in(self, cell: Cell) -> int:
@@ -111,6 +130,8 @@ class BenchPlan:
             "seed": self.seed,
             "verify": self.verify,
             "prefix_caching": self.prefix_caching,
+            "policies": list(self.policies),
+            "shared_prefix": list(self.shared_prefix) if self.shared_prefix else None,
             "slo": None if self.slo is None else vars(self.slo),
         }
 
@@ -140,5 +161,20 @@ PRESETS: dict[str, BenchPlan] = {
         max_requests=480,
         warmup=4,
         verify=8,
+    ),
+    # cache_aware vs least_loaded on one push fleet with prefix caching: 4 groups of
+    # prompts sharing a 480-token prefix, unique 32-token suffixes, closed loop
+    "shared-prefix": BenchPlan(
+        modes=("push",),
+        input_lens=(512,),
+        rates=(math.inf,),
+        output_len=16,
+        concurrency=2,
+        max_requests=32,
+        warmup=2,
+        verify=4,
+        prefix_caching=True,
+        policies=("least_loaded", "cache_aware"),
+        shared_prefix=(4, 32),
     ),
 }

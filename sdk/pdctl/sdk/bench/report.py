@@ -37,6 +37,8 @@ CSV_FIELDS = (
     "kv_bytes_moved",
     "median_kv_xfer_ms",
     "registration_first_ratio",
+    "policy",
+    "prefill_prefix_hit_rate",
 )
 
 

@@ -18,6 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import httpx
+
 from pdctl.sdk.bench.arrivals import arrival_offsets
 from pdctl.sdk.bench.loadgen import (
     BenchError,
@@ -25,12 +27,14 @@ from pdctl.sdk.bench.loadgen import (
     dataset_prompts,
     reference_outputs,
     run_cell,
+    shared_prefix_prompts,
     synthetic_prompts,
 )
 from pdctl.sdk.bench.plan import BenchPlan, Cell
 from pdctl.sdk.bench.stats import RequestResult, summarize
 from pdctl.sdk.fleet import AsyncFleet
 from pdctl.sdk.metrics.monitor import FleetMonitor, Snapshot
+from pdctl.sdk.metrics.promtext import MetricsParseError, parse, total
 from pdctl.sdk.modelinfo import ModelInfoError, read_model_info, text_config
 from pdctl.sdk.router.control import RouterControl
 from pdctl.sdk.spec import FleetSpec, RouterSpec
@@ -62,6 +66,8 @@ def spec_for(spec: FleetSpec, fleet_mode: str, plan: BenchPlan) -> FleetSpec:
         for role in ("prefill", "decode")
     }
     router = spec.router or RouterSpec()
+    if "cache_aware" in plan.policies:
+        router = router.model_copy(update={"policy": "cache_aware"})
     return spec.model_copy(update={"fleet": fleet, "router": router, **groups})
 
 
@@ -102,6 +108,20 @@ def _server_figures(after: Snapshot) -> dict[str, Any]:
     }
 
 
+async def prefix_counters(urls: list[str]) -> tuple[float, float]:
+    """vLLM's prefix-cache (queried, hit) token counters summed over ``urls``."""
+    q = h = 0.0
+    async with httpx.AsyncClient(timeout=10) as c:
+        for u in urls:
+            try:
+                samples = parse((await c.get(u + "/metrics")).text)
+            except (httpx.HTTPError, MetricsParseError):
+                continue
+            q += total(samples, "vllm:prefix_cache_queries_total") or 0.0
+            h += total(samples, "vllm:prefix_cache_hits_total") or 0.0
+    return q, h
+
+
 class BenchSuite:
     def __init__(
         self,
@@ -124,6 +144,17 @@ class BenchSuite:
         if self.dataset is not None:
             return dataset_prompts(Path(self.dataset), count)
         assert self._vocab is not None
+        if self.plan.shared_prefix is not None:
+            groups, suffix = self.plan.shared_prefix
+            self._next_index += 1  # a fresh seed: no cell inherits another's prefixes
+            return shared_prefix_prompts(
+                count,
+                input_len,
+                self._vocab,
+                groups,
+                suffix,
+                seed=self.plan.seed + self._next_index,
+            )
         out = synthetic_prompts(
             count,
             input_len,
@@ -177,6 +208,10 @@ class BenchSuite:
         plan = self.plan
         n = plan.requests_in(cell)
         prompts = self._prompts(cell.input_len, n + plan.warmup)
+        if cell.policy:
+            await RouterControl(router).set_policy(cell.policy)
+        prefills = [i.url for i in fleet.plan.instances if i.role == "prefill"]
+        hits0 = await prefix_counters(prefills)
         self.progress.on_cell_start(cell, n)
         monitor = FleetMonitor.for_fleet(spec, fleet.plan, window_s=1e9)
         await monitor.poll()  # opens the window the figures after the cell are taken over
@@ -206,6 +241,8 @@ class BenchSuite:
                 on_done=self.progress.on_request,
             )
         after = await monitor.poll()
+        hits1 = await prefix_counters(prefills)
+        queried = hits1[0] - hits0[0]
         rec: dict[str, Any] = {
             "schema_version": SCHEMA_VERSION,
             "mode": cell.mode,
@@ -216,6 +253,8 @@ class BenchSuite:
             "burstiness": plan.burstiness,
             "max_concurrency": plan.concurrency,
             "num_prompts": n,
+            "policy": cell.policy or (spec.router.policy if spec.router else None),
+            "prefill_prefix_hit_rate": (hits1[1] - hits0[1]) / queried if queried else None,
         }
         rec.update(summarize(run.results, run.duration_s, plan.slo))
         rec.update(_server_figures(after))

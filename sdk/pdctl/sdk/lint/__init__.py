@@ -7,6 +7,7 @@ production and how to fix it. Rules are plain functions over a :class:`LintConte
 
 from __future__ import annotations
 
+from pdctl.sdk.lint import cache as _cache_rules
 from pdctl.sdk.lint import connector as _connector_rules
 from pdctl.sdk.lint import k8s as _k8s_rules
 from pdctl.sdk.lint import local as _local_rules
@@ -33,6 +34,7 @@ _REGISTERED = (
     _ray_rules,
     _observability_rules,
     _connector_rules,
+    _cache_rules,
 )  # importing them registers the rules
 
 __all__ = [

@@ -48,6 +48,8 @@ def _port_owners(ctx: LintContext) -> dict[tuple[str, int], list[str]]:
         for r, p in enumerate(inst.side_channel_ports):
             label = f"{inst.name} side channel" + (f" dp{r}" if inst.dp > 1 else "")
             owners[(hk, p)].append(f"{where}.side_channel_port ({label})")
+        for p, what in zip(inst.kv_events_ports, ("KV events", "KV events replay"), strict=False):
+            owners[(hk, p)].append(f"fleet.kv_events_port_base ({inst.name} {what})")
     return owners
 
 
@@ -105,6 +107,8 @@ def _port_in_use(ctx: LintContext) -> Iterator[Finding]:
             listeners.append(
                 (f"{where}.side_channel_port", sc_host, p, f"{inst.name} side channel")
             )
+        for p in inst.kv_events_ports:
+            listeners.append(("fleet.kv_events_port_base", inst.host, p, f"{inst.name} KV events"))
     for field_, host, port, label in listeners:
         if (host, port) in checked:
             continue
@@ -443,6 +447,8 @@ _MANAGED_ARGS = {
     "-dp": "dp",
     "--served-model-name": "model.served_name",
     "--model": "model.path",
+    "--kv-events-config": "fleet.kv_events",
+    "--prefix-caching-hash-algo": "fleet.prefix_caching_hash_algo",
 }
 _MANAGED_ENV = {
     "VLLM_NIXL_SIDE_CHANNEL_HOST": "side_channel_host",

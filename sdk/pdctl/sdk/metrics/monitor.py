@@ -62,6 +62,7 @@ WANTED = (
     V + "kv_cache_usage_perc",
     V + "prompt_tokens_by_source_total",
     V + "request_success_total",
+    V + "prefix_cache_",
     "pdctl",
 )
 """The series the monitor reads (router: pdctl_router_*, connector: pdctl:*); the
@@ -189,6 +190,9 @@ class FleetMonitor:
             "down_since": None if down is None else time.time() - (now - down),
             "malformed_lines": self._malformed.get(t.name, 0),
         }
+        if hist and t.role != "router":
+            base["prefix_hit_rate"] = _hit_rate(hist[-1], hist[0] if len(hist) > 1 else None)
+        base["kv_index"] = self._kv_index(t.name)
         if not hist or t.role == "router":
             return InstanceMetrics(**base)
         new, old = hist[-1], (hist[0] if len(hist) > 1 else None)
@@ -224,6 +228,16 @@ class FleetMonitor:
             else {},
             rendezvous=rendezvous_of(new, old, t.role),
         )
+
+    def _kv_index(self, name: str) -> str | None:
+        """The router's index state for ``name``, from its latest scrape."""
+        for t in self.targets:
+            hist = self._history.get(t.name) if t.role == "router" else None
+            if hist:
+                for s in hist[-1].by_name.get("pdctl_router_kv_index_state", ()):
+                    if s.label("instance") == name and s.value == 1:
+                        return s.label("state")
+        return None
 
     def _transfers(
         self, t: Target, new: Scrape, old: Scrape | None, dt: float, window: Any
@@ -360,3 +374,13 @@ class FleetMonitor:
             Alert(code, sev, subj, msg, self._alert_since.setdefault((code, subj), now))
             for code, sev, subj, msg in raised
         )
+
+
+def _hit_rate(new: Scrape, old: Scrape | None) -> float | None:
+    q, h = new.total(V + "prefix_cache_queries_total"), new.total(V + "prefix_cache_hits_total")
+    if q is None or h is None:
+        return None
+    if old is not None:
+        q = counter_delta(q, old.total(V + "prefix_cache_queries_total")) or 0.0
+        h = counter_delta(h, old.total(V + "prefix_cache_hits_total")) or 0.0
+    return h / q if q > 0 else None

@@ -61,6 +61,12 @@ class InstanceMetrics:
     rendezvous: Rendezvous | None = None
     """The connector's push rendezvous figures; None when its series are absent."""
     malformed_lines: int = 0
+    prefix_hit_rate: float | None = None
+    """vLLM's own prefix-cache hits / queried tokens (over the window when it has two
+    scrapes, else since start); None without queries."""
+    kv_index: str | None = None
+    """The cache_aware router's index state for this instance (EXACT, DEGRADED,
+    FALLBACK); None with other policies."""
 
 
 @dataclass(frozen=True)

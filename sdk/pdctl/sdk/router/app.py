@@ -4,7 +4,9 @@ Endpoints: ``POST /v1/completions`` and ``/v1/chat/completions`` (JSON or SSE),
 ``GET /v1/models``, ``/health``, ``/metrics`` and ``/v1/pdctl/requests``; operator
 control: ``GET /v1/pdctl/state`` (mode, per-instance in-flight legs and drained flags),
 ``POST /v1/pdctl/drain`` ``{"instance": NAME, "drain": true|false}`` and
-``POST /v1/pdctl/mode`` ``{"mode": MODE}`` and ``POST /v1/pdctl/instance``
+``POST /v1/pdctl/mode`` ``{"mode": MODE}``, ``POST /v1/pdctl/policy``
+``{"policy": POLICY}`` (cache_aware only where the router was started with it) and
+``POST /v1/pdctl/instance``
 ``{"instance": NAME, "event": "up"|"down"}`` (the supervisor's word that an instance was
 restarted and is ready, or stopped/failed: no waiting for the next health check); these
 need the API key when one is set.
@@ -36,7 +38,7 @@ Send = Callable[[Message], Awaitable[None]]
 
 DEFAULT_MAX_BODY = 8 * 1024 * 1024
 _COMPLETION_PATHS = ("/v1/completions", "/v1/chat/completions")
-_CONTROL_PATHS = ("/v1/pdctl/drain", "/v1/pdctl/mode", "/v1/pdctl/instance")
+_CONTROL_PATHS = ("/v1/pdctl/drain", "/v1/pdctl/mode", "/v1/pdctl/instance", "/v1/pdctl/policy")
 
 
 class ApiKeyError(ValueError):
@@ -211,7 +213,13 @@ class RouterApp:
             await _send_error(send, 400, "send a JSON object", "invalid_request_error")
             return
         router = self.router
-        if path.endswith("/mode"):
+        if path.endswith("/policy"):
+            try:
+                router.set_policy(str(req.get("policy")))
+            except ValueError as e:
+                await _send_error(send, 400, str(e), "invalid_request_error")
+                return
+        elif path.endswith("/mode"):
             try:
                 router.set_mode(str(req.get("mode")))
             except ValueError as e:

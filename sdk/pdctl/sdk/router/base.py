@@ -9,7 +9,7 @@ import time
 import uuid
 from collections import deque
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pdctl.sdk.pd import PrefillIdentity
 from pdctl.sdk.render import FleetPlan, InstancePlan
@@ -19,6 +19,9 @@ from pdctl.sdk.router.replies import RouteError, RouterMode, mode_of
 from pdctl.sdk.router.timeline import RouterMetrics, Timeline
 from pdctl.sdk.router.upstream import Pools, UpstreamError
 from pdctl.sdk.spec import FleetSpec, RouterSpec
+
+if TYPE_CHECKING:
+    from pdctl.sdk.router.cacheaware import CacheAware
 
 
 class RouterBase:
@@ -62,6 +65,11 @@ class RouterBase:
             self.settings.otlp_traces_url, **{"pdctl.fleet": spec.fleet.name}
         )
         self.registry = self.metrics.registry
+        self.cache: CacheAware | None = None
+        if self.settings.policy == "cache_aware":
+            from pdctl.sdk.router.cacheaware import CacheAware
+
+            self.cache = CacheAware(self, plan)
 
     def _upstream(self, inst: InstancePlan) -> Upstream:
         ident = PrefillIdentity.from_plan(inst) if inst.role == "prefill" else None
@@ -72,11 +80,15 @@ class RouterBase:
     async def start(self) -> None:
         if self._health_task is None:
             self._health_task = asyncio.create_task(self._health_loop())
+            if self.cache is not None:
+                self.cache.start()
 
     async def stop(self) -> None:
         if self._health_task is not None:
             self._health_task.cancel()
             self._health_task = None
+        if self.cache is not None:
+            await self.cache.stop()
         self.pools.close()
         self.tracer.shutdown()
 
@@ -118,17 +130,30 @@ class RouterBase:
 
     # ------------------------------------------------------------------ selection
 
-    def select(self, pool: list[Upstream], exclude: tuple[Upstream, ...] = ()) -> Upstream:
-        return choose(pool, self.settings.policy, self._rr, exclude)
+    @property
+    def cache_aware(self) -> bool:
+        return self.cache is not None and self.settings.policy == "cache_aware"
+
+    def select(
+        self,
+        pool: list[Upstream],
+        exclude: tuple[Upstream, ...] = (),
+        scores: dict[str, float] | None = None,
+    ) -> Upstream:
+        return choose(pool, self.settings.policy, self._rr, exclude, scores)
 
     async def acquire(
-        self, pool: list[Upstream], tl: Timeline, exclude: tuple[Upstream, ...] = ()
+        self,
+        pool: list[Upstream],
+        tl: Timeline,
+        exclude: tuple[Upstream, ...] = (),
+        scores: dict[str, float] | None = None,
     ) -> Upstream:
         """:meth:`select`, but when no instance of the role is available, hold the
         request up to ``router.unavailable_wait_s`` for one to come back (re-checking the
         role's unhealthy instances meanwhile) before answering 503."""
         try:
-            return self.select(pool, exclude)
+            return self.select(pool, exclude, scores)
         except RouteError as e:
             wait = self.settings.unavailable_wait_s
             if e.status != 503 or wait <= 0 or all(u.drained for u in pool if u not in exclude):
@@ -145,7 +170,7 @@ class RouterBase:
                 async with asyncio.timeout(min(left, 0.5)):
                     await changed.wait()
             with contextlib.suppress(RouteError):
-                u = self.select(pool, exclude)
+                u = self.select(pool, exclude, scores)
                 tl.note(f"waited {time.perf_counter() - t:.2f} s for a healthy {u.role}")
                 return u
         tl.note(f"no healthy instance within router.unavailable_wait_s = {wait:g} s")
@@ -186,6 +211,22 @@ class RouterBase:
             f"(choose one of: {', '.join(self.modes())})"
         )
 
+    def policies(self) -> tuple[str, ...]:
+        """The selection policies this router can switch to (cache_aware needs the index
+        it was started with)."""
+        base = ("round_robin", "least_loaded", "power_of_two")
+        return (*base, "cache_aware") if self.cache is not None else base
+
+    def set_policy(self, policy: str) -> str:
+        if policy not in self.policies():
+            raise ValueError(
+                f"policy {policy!r} is not available here (choose one of: "
+                f"{', '.join(self.policies())}; cache_aware needs router.policy = "
+                "'cache_aware' at start)"
+            )
+        self.settings = self.settings.model_copy(update={"policy": policy})
+        return policy
+
     def set_drained(self, name: str, drained: bool) -> Upstream:
         for u in self.upstreams:
             if u.name == name:
@@ -206,7 +247,10 @@ class RouterBase:
         raise KeyError(name)
 
     def control_state(self) -> dict[str, Any]:
+        extra = {"kv_index": self.cache.summary()} if self.cache is not None else {}
         return {
+            **extra,
+            "policy": self.settings.policy,
             "mode": self.mode,
             "modes": list(self.modes()),
             "instances": [

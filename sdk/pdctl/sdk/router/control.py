@@ -36,6 +36,11 @@ class RoutedInstance:
     in_flight: int
     """Legs the router has sent to this instance that have not finished."""
     breaker: str
+    kv_index: str | None = None
+    """cache_aware: EXACT (from the instance's KV events), DEGRADED (events lagging or
+    lost) or FALLBACK (the router's routing history); None with other policies."""
+    prefix_hit_rate: float | None = None
+    """cache_aware: share of routed prompt blocks the index believed the instance held."""
 
 
 @dataclass(frozen=True)
@@ -53,6 +58,7 @@ class RouterState:
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> RouterState:
+        index = (data.get("kv_index") or {}).get("instances") or {}
         return cls(
             mode=str(data.get("mode")),
             modes=tuple(str(m) for m in data.get("modes", ())),
@@ -65,6 +71,8 @@ class RouterState:
                     drained=bool(i["drained"]),
                     in_flight=int(i["in_flight"]),
                     breaker=str(i["breaker"]),
+                    kv_index=index.get(i["name"], {}).get("state"),
+                    prefix_hit_rate=index.get(i["name"], {}).get("predicted_hit_rate"),
                 )
                 for i in data.get("instances", ())
             ),
@@ -133,6 +141,12 @@ class RouterControl:
 
     async def set_mode(self, mode: str) -> RouterState:
         return RouterState.from_json(await self._call("POST", "/v1/pdctl/mode", {"mode": mode}))
+
+    async def set_policy(self, policy: str) -> RouterState:
+        """Switch the selection policy (cache_aware only on a router started with it)."""
+        return RouterState.from_json(
+            await self._call("POST", "/v1/pdctl/policy", {"policy": policy})
+        )
 
     async def requests(
         self, limit: int = 200, *, instance: str | None = None, outcome: str | None = None

@@ -81,8 +81,11 @@ class Router(Legs):
         answer asks decode for its token ids so that it can be migrated."""
         stream = bool(body.get("stream"))
         sent = with_token_ids(body) if stream and self._migrates(body) else body
+        cache = self.cache if self.cache_aware else None
+        found = await cache.token_ids(path, body, tl) if cache is not None else None
+        ids, n = found if found is not None else (None, None)
         try:
-            d, r = await self.legs(path, sent, tl, prefill_body)
+            d, r = await self.legs(path, sent, tl, prefill_body, token_ids=ids, prompt_len=n)
         except LegFailed as e:
             if e.upstream.role != "decode" or not self._migrates(body):
                 raise

@@ -68,8 +68,11 @@ def choose(
     policy: str,
     rr: Iterator[int],
     exclude: tuple[Upstream, ...] = (),
+    scores: dict[str, float] | None = None,
 ) -> Upstream:
-    """Pick one eligible, undrained instance of ``pool`` by ``policy``; 503 when none."""
+    """Pick one eligible, undrained instance of ``pool`` by ``policy``; 503 when none.
+    ``cache_aware`` takes the best of ``scores`` (ties: least loaded), and without
+    scores is ``least_loaded``."""
     cands = [u for u in pool if u.eligible() and not u.drained and u not in exclude]
     if not cands:
         role = pool[0].role if pool else "instance"
@@ -83,6 +86,9 @@ def choose(
     if policy == "power_of_two":
         a, b = random.sample(cands, 2)
         return a if a.outstanding <= b.outstanding else b
+    if policy == "cache_aware" and scores:
+        top = max(scores.get(u.name, 0.0) for u in cands)
+        cands = [u for u in cands if scores.get(u.name, 0.0) == top]
     low = min(u.outstanding for u in cands)
     best = [u for u in cands if u.outstanding == low]
     return best[next(rr) % len(best)]

@@ -338,17 +338,39 @@ class Legs(RouterBase):
         make_prefill: Callable[[dict[str, Any]], dict[str, Any]],
         *,
         decode_only: bool = False,
+        token_ids: list[int] | None = None,
+        prompt_len: int | None = None,
     ) -> tuple[Upstream, Response]:
         """Run the mode's legs; returns decode's instance and response head (still
-        outstanding). ``decode_only`` skips prefill (decode computes the prompt)."""
+        outstanding). ``decode_only`` skips prefill (decode computes the prompt);
+        ``token_ids`` (the prompt's, or its head's when ``prompt_len`` says it is longer)
+        let the cache-aware policy choose by prefix."""
         rid = tl.id
-        d = await self.acquire(self.decodes, tl)
+        cache = self.cache if token_ids and self.cache_aware else None
+        n = prompt_len or len(token_ids or ())
+        keys = cache.keys(token_ids) if cache is not None and token_ids else []
+        blocks = n // cache.block_size if cache is not None else 0
+        d = await self.acquire(
+            self.decodes, tl, scores=cache.scores(self.decodes, keys, blocks) if cache else None
+        )
         tl.decode = d.name
+        if cache is not None and token_ids and self.mode != "colocated" and not decode_only:
+            limit = self.settings.disaggregate_min_uncached_tokens
+            uncached = n - cache.overlap(d, keys) * cache.block_size
+            if limit and uncached <= limit:
+                decode_only = True
+                tl.decision = "decode-only"
+                tl.note(f"{uncached} uncached tokens on {d.name}: decode alone")
         if self.mode == "colocated" or decode_only:
+            if cache is not None:
+                cache.routed(d, keys, tl)
             d, r = await self._decode(d, path, body, rid, tl)
         else:
-            p = await self.acquire(self.prefills, tl)
+            scores = cache.scores(self.prefills, keys, blocks) if cache else None
+            p = await self.acquire(self.prefills, tl, scores=scores)
             tl.prefill = p.name
+            if cache is not None:
+                cache.routed(p, keys, tl)
             if self.mode == "push":
                 d, r = await self._push(p, d, path, body, rid, tl, make_prefill)
             else:

@@ -50,6 +50,18 @@ class MockState:
     in_flight: int = 0
     cancelled: int = 0
     completed: int = 0
+    tokenized: int = 0
+    """``POST /tokenize`` calls (answered at once, not counted as requests)."""
+
+
+def _tokenize(req: dict[str, Any]) -> bytes:
+    """A stand-in tokenizer: one token per character of the prompt (or of the chat
+    messages' contents), so prompts sharing a prefix share leading tokens."""
+    text = req.get("prompt")
+    if not isinstance(text, str):
+        text = "".join(str(m.get("content", "")) for m in req.get("messages") or [])
+    tokens = [ord(ch) % 32000 for ch in text]
+    return json.dumps({"count": len(tokens), "max_model_len": 1024, "tokens": tokens}).encode()
 
 
 class _Req(asyncio.Protocol):
@@ -150,6 +162,10 @@ class MockServer:
                 conn.write(_response(404, b"{}"))
             return
         st = self.state
+        if path == b"/tokenize":
+            st.tokenized += 1
+            conn.write(_response(200, _tokenize(json.loads(body or b"{}"))))
+            return
         st.in_flight += 1
         try:
             req = json.loads(body) if body else {}

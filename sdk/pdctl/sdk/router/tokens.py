@@ -154,7 +154,9 @@ async def route_tokens(
     else:
         tl.decision = "decode-only" if decode_only else "disaggregated"
     router.metrics.decisions.inc(tl.decision, tl.route_path)
-    d, r = await router.legs(GENERATE_PATH, gen, tl, prefill_generate_body, decode_only=decode_only)
+    d, r = await router.legs(
+        GENERATE_PATH, gen, tl, prefill_generate_body, decode_only=decode_only, token_ids=ids
+    )
     context = {"prompt_token_ids": ids, "body": body, "path": path, "render": rs}
     if stream and r.status == 200:
         return StreamReply(

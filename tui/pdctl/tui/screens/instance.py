@@ -60,6 +60,8 @@ def identity(i: InstanceMetrics, u: Update) -> Text:
         else:
             _kv(t, "routing", "drained" if r.drained else "receives requests")
             _kv(t, "in flight", f"{r.in_flight} (breaker {r.breaker})")
+            if r.kv_index is not None:
+                _kv(t, "KV index", f"{r.kv_index}, prefix hits {fmt.pct(r.prefix_hit_rate)}")
     if i.malformed_lines:
         _kv(t, "bad lines", str(i.malformed_lines))
     return t

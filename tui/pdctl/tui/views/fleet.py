@@ -36,7 +36,17 @@ COLUMNS = (
     Column("inflight", "in flight", 9, wide=2),
     Column("moved", "KV moved", 10, wide=1),
     Column("trend", "req/s trend", 14, wide=3),
+    Column("cache", "KV index", 14, wide=7),
 )
+
+
+def cache_cell(state: str | None, hit: float | None) -> Cell:
+    """cache_aware: the instance's KV index state and the share of routed prompt blocks
+    it held ("-" with other policies)."""
+    if state is None:
+        return fmt.DASH
+    style = {"EXACT": "green", "DEGRADED": "yellow"}.get(state, "dim")
+    return Text(f"{state} {fmt.pct(hit)}", style=style)
 
 
 def ordered(instances: Sequence[InstanceMetrics]) -> list[InstanceMetrics]:
@@ -100,6 +110,7 @@ class FleetView(View):
                         fmt.count(inflight),
                         fmt.size(i.transfers.bytes_total),
                         fmt.spark(h.series(i.name, "req_rate"), 12),
+                        cache_cell(r.kv_index, r.prefix_hit_rate) if r else fmt.DASH,
                     ),
                 )
             )
