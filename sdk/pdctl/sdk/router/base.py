@@ -24,6 +24,11 @@ if TYPE_CHECKING:
     from pdctl.sdk.router.cacheaware import CacheAware
 
 
+UP_GRACE_S = 5.0
+"""After the supervisor says an instance is up, failed health checks (other than a refused
+connection) do not mark it down for this long."""
+
+
 class RouterBase:
     """The router's state: its instances and their health, selection, operator control
     and bookkeeping. Single event loop; no locks."""
@@ -98,13 +103,20 @@ class RouterBase:
             await asyncio.sleep(self.health_interval_s)
 
     async def _check(self, u: Upstream) -> None:
+        refused = False
         try:
             async with asyncio.timeout(2.0):
                 r = await u.pool.request("GET", "/health")
                 await r.read()
             healthy = r.status == 200
-        except (UpstreamError, TimeoutError, OSError):
+        except UpstreamError as e:
+            healthy, refused = False, e.connect
+        except (TimeoutError, OSError):
             healthy = False
+        if not healthy and not refused and time.monotonic() < u.trusted_until:
+            # the supervisor said "up" moments ago: a slow answer from a server that has
+            # just started does not overrule it (a refused connection does)
+            return
         self._set(u, healthy)
 
     async def _recheck(self, u: Upstream) -> None:
@@ -240,9 +252,10 @@ class RouterBase:
         An instance said to be up also gets a fresh circuit breaker."""
         for u in self.upstreams:
             if u.name == name:
-                u.healthy = healthy
                 if healthy:
                     u.breaker = Breaker()
+                u.trusted_until = time.monotonic() + UP_GRACE_S if healthy else 0.0
+                self._set(u, healthy)
                 return u
         raise KeyError(name)
 

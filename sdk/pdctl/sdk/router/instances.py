@@ -58,6 +58,8 @@ class Upstream:
     drained: bool = False
     """Set by an operator: no new requests go here; those in flight finish."""
     breaker: Breaker = field(default_factory=Breaker)
+    trusted_until: float = 0.0
+    """Monotonic time until which the supervisor's "up" outweighs failed health checks."""
 
     def eligible(self) -> bool:
         return self.healthy and self.breaker.allows()
