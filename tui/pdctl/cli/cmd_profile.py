@@ -101,6 +101,7 @@ def run(args: argparse.Namespace) -> int:
         old = load_profile(out_path)
         if same_target(old, prof):
             prof.prefill, prof.decode, prof.kv_path = old.prefill, old.decode, old.kv_path
+            prof.vllm_version = old.vllm_version
             resumed = len(old.prefill) + len(old.decode)
     max_len = base.model.max_model_len or 8192
     sweep = default_sweep(max_len, prof.max_num_seqs, args.quick)
@@ -110,7 +111,10 @@ def run(args: argparse.Namespace) -> int:
     one = one.model_copy(
         update={"fleet": one.fleet.model_copy(update={"name": f"{base.fleet.name}-profile"})}
     )
-    prof = asyncio.run(_measure(args, one, source, prof, vocab, sweep, out_path))
+    done_p = {p.input_len for p in prof.prefill}
+    done_d = {(d.batch, d.context) for d in prof.decode}
+    if not (set(sweep.prefill_lens) <= done_p and set(sweep.decode_points) <= done_d):
+        prof = asyncio.run(_measure(args, one, source, prof, vocab, sweep, out_path))
     if not args.no_probe and prof.kv_path is None:
         console(stderr=True).print("[dim]measuring the KV path (pdctl probe)[/]")
         prof.kv_path = _probe_path(base, prof, sweep)

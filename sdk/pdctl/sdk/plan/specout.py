@@ -5,13 +5,15 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from pdctl.sdk.errors import PdctlError
 from pdctl.sdk.plan.planner import Layout
 from pdctl.sdk.spec import FleetSpec, InstanceGroup
 
 
 def spec_for_layout(base: FleetSpec, layout: Layout) -> FleetSpec:
     """``base`` with its groups replaced by ``layout``'s: the first prefill (decode) group
-    is the template; CPU cores and GPU indices of the base groups are shared out in order."""
+    is the template; each instance gets as many CPU cores (GPUs: TP x PP x DP) as one
+    instance of the template, taken in order from all the base groups' cores (GPUs)."""
     p_tpl = base.prefill[0] if base.prefill else base.decode[0]
     d_tpl = base.decode[0] if base.decode else p_tpl
     cores = [c for _, _, g in base.groups() for c in (g.cpu_cores or [])]
@@ -19,21 +21,31 @@ def spec_for_layout(base: FleetSpec, layout: Layout) -> FleetSpec:
     wanted = [(p_tpl, layout.prefill, "prefill")]
     if layout.decode:
         wanted.append((d_tpl, layout.decode, "decode"))
-    total = layout.instances
     groups: dict[str, list[InstanceGroup]] = {"prefill": [], "decode": []}
-    start = 0
+    used_cores = used_devices = 0
     for tpl, count, role in wanted:
         upd: dict[str, Any] = {"count": count, "tp": layout.tp, "mode": None}
-        if cores:
-            per = max(1, len(cores) // total)
-            upd["cpu_cores"] = cores[start * per : (start + count) * per] or None
-        if devices:
-            per = layout.tp
-            upd["devices"] = devices[start * per : (start + count) * per] or None
+        if tpl.cpu_cores:
+            per = max(1, len(tpl.cpu_cores) // tpl.count)
+            upd["cpu_cores"] = _take(cores, used_cores, count * per, "CPU cores")
+            used_cores += count * per
+        if tpl.devices:
+            per = layout.tp * tpl.pp * tpl.dp
+            upd["devices"] = _take(devices, used_devices, count * per, "GPUs")
+            used_devices += count * per
         groups[role].append(tpl.model_copy(update=upd))
-        start += count
     fleet = base.fleet.model_copy(update={"mode": layout.mode})
     return base.model_copy(update={"fleet": fleet, **groups})
+
+
+def _take(pool: list[int], start: int, n: int, what: str) -> list[int]:
+    if start + n > len(pool):
+        raise PdctlError(
+            f"the base spec's groups hold {len(pool)} {what}; this layout needs {start + n} "
+            "(an instance gets as many as one instance of the base spec's group): add them "
+            "to the base spec's groups or lower --budget"
+        )
+    return pool[start : start + n]
 
 
 def to_toml(spec: FleetSpec, header: str = "") -> str:
