@@ -200,3 +200,53 @@ def test_steady_gaps_skip_the_ramp_and_sweep_shapes():
     assert max(quick.prefill_lens) < 1024
     assert {b for b, _ in quick.decode_points} == {1, 4}
     assert default_sweep(1024, 4, quick=False).total > quick.total
+
+
+def _inst(name: str, role: str, rate: float | None, ttft: float, itl: float):
+    from pdctl.sdk.metrics.derive import Latency
+    from pdctl.sdk.metrics.monitor import InstanceMetrics
+
+    return InstanceMetrics(
+        name,
+        role,
+        "http://x",
+        "UP",
+        request_rate=rate,
+        ttft=Latency(p50=ttft),
+        itl=Latency(p50=itl),
+    )
+
+
+def test_live_correction_factors_for_the_current_layout():
+    from pdctl.sdk.metrics.monitor import Snapshot
+    from pdctl.sdk.plan.live import corrections, layout_of, live_figures
+    from pdctl.sdk.spec import FleetSpec
+    from tests.conftest import spec_dict
+
+    spec = FleetSpec(**spec_dict())
+    current = layout_of(spec)
+    assert current == Layout(spec.fleet.mode, 1, 1)
+    snap = Snapshot(
+        0.0,
+        10.0,
+        (_inst("p", "prefill", 0.4, 0.5, 0.0), _inst("d", "decode", 0.4, 3.0, 0.03)),
+        {},
+        (),
+        None,
+        (),
+        {},
+    )
+    live = live_figures(snap)
+    assert live.rate == pytest.approx(0.4)  # prefill side only: each request counts once
+    assert live.ttft_p50_s == 3.0
+    prof = seven_b("NVIDIA L40S", kv_path=SEED_PATH)
+    plan = make_plan(
+        prof, Workload(8192, 256, live.rate), Slos(1.5, 0.05), 2, transfers(prof, 8192)
+    )
+    corr = corrections(plan, current, live)
+    pred = next(c for c in plan.candidates if c.layout == current).pred
+    assert corr["ttft_factor"] == pytest.approx(3.0 / pred.ttft_s["p50"], rel=1e-3)
+    assert corr["itl_factor"] == pytest.approx(0.03 / pred.itl_s["p50"], rel=1e-3)
+    idle = Snapshot(0.0, 10.0, (_inst("p", "prefill", None, 0.5, 0.0),), {}, (), None, (), {})
+    with pytest.raises(ProfileError, match="--rate"):
+        live_figures(idle)

@@ -23,7 +23,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--profile", required=True, help="profile JSON written by pdctl profile")
     p.add_argument("--isl", required=True, help="prompt tokens: median, or MEDIAN,P95")
     p.add_argument("--osl", type=int, required=True, help="output tokens per request")
-    p.add_argument("--rate", type=float, required=True, help="requests per second")
+    p.add_argument(
+        "--rate", type=float, help="requests per second (with --from-fleet: the live rate)"
+    )
     p.add_argument("--ttft-slo", type=float, metavar="MS", help="TTFT SLO (milliseconds)")
     p.add_argument(
         "--itl-slo", type=float, metavar="MS", help="ITL SLO on each request's TPOT (ms)"
@@ -38,6 +40,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("-f", "--file", help="base spec for -o (default: the spec profiled)")
     p.add_argument("-o", "--output", help="write the recommended layout as a spec TOML")
+    p.add_argument(
+        "--from-fleet",
+        action="store_true",
+        help="read the running fleet of -f (rate, TTFT, ITL): re-plan at the live rate and "
+        "print correction factors observed/predicted for its current layout",
+    )
+    p.add_argument("--window", type=float, default=10.0, help="--from-fleet: seconds observed")
     p.add_argument("--json", action="store_true", help="print the plan as JSON")
 
 
@@ -72,15 +81,47 @@ def run(args: argparse.Namespace) -> int:
         tpot_s=args.itl_slo / 1e3 if args.itl_slo else None,
         pct=args.slo_pct,
     )
-    plan = make_plan(profile, Workload(isl, args.osl, args.rate, p95), slos, args.budget, tr, modes)
+    live = _live(args) if args.from_fleet else None
+    rate = args.rate or (live[1].rate if live else None)
+    if not rate:
+        raise SystemExit("pdctl plan: give --rate R (requests per second) or --from-fleet")
+    plan = make_plan(profile, Workload(isl, args.osl, rate, p95), slos, args.budget, tr, modes)
     written = _write_spec(args, profile.spec_source, plan) if args.output else None
+    corr = None
+    if live is not None:
+        from pdctl.sdk.plan.live import corrections, layout_of
+
+        corr = corrections(plan, layout_of(live[0]), live[1])
     if args.json:
         out = plan.as_dict()
         out["spec_written"] = written
+        if corr is not None:
+            out["live"] = corr
         print_json(out)
     else:
         _print(plan, written)
+        if corr is not None:
+            console().print(f"live: {corr}")
     return 0 if plan.best.meets else 1
+
+
+def _live(args: argparse.Namespace) -> tuple[Any, Any]:
+    import asyncio
+
+    from pdctl.sdk.metrics.monitor import FleetMonitor
+    from pdctl.sdk.plan.live import live_figures
+    from pdctl.sdk.render import render_fleet
+    from pdctl.sdk.specload import load_spec
+
+    spec = load_spec(args.file).spec
+
+    async def observe() -> Any:
+        mon = FleetMonitor.for_fleet(spec, render_fleet(spec), window_s=args.window + 5)
+        await mon.poll()
+        await asyncio.sleep(args.window)
+        return await mon.poll()
+
+    return spec, live_figures(asyncio.run(observe()))
 
 
 def _write_spec(args: argparse.Namespace, source: str | None, plan: Plan) -> str:
