@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pdctl.cli.common import add_spec_arguments, console, print_json
+from pdctl.cli.common import add_spec_arguments, console, print_json, progress_bars
 
 if TYPE_CHECKING:
     from pdctl.sdk.plan.profile import KvPath, Profile
@@ -133,7 +133,6 @@ async def _measure(
     sweep: Sweep,
     out_path: Path,
 ) -> Profile:
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from pdctl.sdk.fleet import AsyncFleet
     from pdctl.sdk.plan.profiler import ProfileProgress, Profiler, vllm_version
@@ -149,14 +148,7 @@ async def _measure(
             else fleet.plan.instances[0].url
         )
         prof.vllm_version = await vllm_version(fleet.plan.instances[0].url)
-        with Progress(
-            TextColumn("{task.description}"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TimeElapsedColumn(),
-            console=err,
-            disable=not err.is_terminal and args.json,
-        ) as bar:
+        with progress_bars(err, args.json) as bar:
             task = bar.add_task("profile", total=sweep.total)
             hooks = ProfileProgress(
                 on_point=lambda what: bar.update(task, description=what),

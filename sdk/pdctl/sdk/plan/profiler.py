@@ -122,7 +122,7 @@ class Profiler:
         return out
 
     async def run(self, profile: Profile) -> Profile:
-        await self._one(profile, 1)  # warm-up, unmeasured
+        await self._one(profile, 16)  # warm-up, unmeasured
         have_p = {p.input_len for p in profile.prefill}
         for length in self.sweep.prefill_lens:
             label = f"prefill {length} tokens"
