@@ -28,7 +28,7 @@ from pdctl.sdk.bench.loadgen import Prompt, run_cell, synthetic_prompts
 from pdctl.sdk.bench.stats import Slo, summarize
 from pdctl.sdk.fleet import AsyncFleet
 from pdctl.sdk.modelinfo import read_model_info, text_config
-from pdctl.sdk.plan import Layout, Slos, Workload, load_profile, make_plan, transfers
+from pdctl.sdk.plan import Layout, Slos, Workload, fit, load_profile, make_plan, transfers
 from pdctl.sdk.plan.specout import spec_for_layout
 from pdctl.sdk.specload import load_spec
 
@@ -48,13 +48,25 @@ class Case:
     slos: Slos
 
 
-def cases(rates: tuple[float, float, float], slo: tuple[float, ...]) -> list[Case]:
-    t1, i1, t2, i2, t3, i3 = slo
-    return [
-        Case("short prompts / long outputs", Workload(32, 192, rates[0]), Slos(t1, i1)),
-        Case("long prompts / short outputs", Workload(768, 12, rates[1]), Slos(t2, i2)),
-        Case("mixed", Workload(192, 48, rates[2], isl_p95=640), Slos(t3, i3)),
-    ]
+SHAPES = (
+    ("short prompts / long outputs", Workload(32, 160, 1.0)),
+    ("long prompts / short outputs", Workload(768, 12, 1.0)),
+    ("mixed", Workload(192, 48, 1.0, isl_p95=640)),
+)
+
+
+def cases(prof: Any, load: float) -> list[Case]:
+    """Each shape at a rate that keeps one instance ``load`` busy (prefill + decode time
+    per request x rate), with SLOs from the profile's own fits: TTFT 3 x prefill(ISL) +
+    50 ms, TPOT 2 x the batch-1 step at that context."""
+    curves = fit(prof)
+    out = []
+    for name, w in SHAPES:
+        busy = curves.prefill_s(w.isl) + (w.osl - 1) * curves.step_s(1, w.isl + w.osl / 2)
+        rate = round(load / busy, 2)
+        slos = Slos(3 * curves.prefill_s(w.isl) + 0.05, 2 * curves.step_s(1, w.isl + w.osl / 2))
+        out.append(Case(name, Workload(w.isl, w.osl, rate, w.isl_p95), slos))
+    return out
 
 
 def prompts_for(w: Workload, n: int, vocab: int, first: int) -> list[Prompt]:
@@ -102,22 +114,27 @@ def main() -> int:
     ap.add_argument("--profile", required=True)
     ap.add_argument("-f", "--file", default=str(DEMO))
     ap.add_argument("--requests", type=int, default=24, help="measured requests per cell")
-    ap.add_argument("--rates", default="1.0,1.0,1.5")
-    ap.add_argument("--slo", default="400,60,800,60,600,60", help="TTFT,TPOT ms per workload")
+    ap.add_argument("--load", type=float, default=0.6, help="busy share of one instance")
     ap.add_argument("--out", default="plan-verify.json")
+    ap.add_argument("--dry-run", action="store_true", help="plan only, start nothing")
     args = ap.parse_args()
     prof = load_profile(args.profile)
     spec = load_spec(args.file).spec
     info = read_model_info(spec.model.path)
     vocab = int(text_config(info.raw)["vocab_size"]) if info else 0
-    rates = tuple(float(x) for x in args.rates.split(","))
-    slo_ms = tuple(float(x) / 1e3 for x in args.slo.split(","))
-    items = cases((rates[0], rates[1], rates[2]), slo_ms)
+    items = cases(prof, args.load)
     plans = []
     for case in items:
         tr = transfers(prof, case.work.isl)
         plans.append(make_plan(prof, case.work, case.slos, 2, tr))
-        print(f"{case.name}: {plans[-1].summary}", flush=True)
+        print(
+            f"{case.name}: ISL {case.work.isl} OSL {case.work.osl} {case.work.rate} req/s, "
+            f"SLO TTFT {case.slos.ttft_s * 1e3:.0f} ms TPOT {case.slos.tpot_s * 1e3:.1f} ms: "  # type: ignore[operator]
+            f"{plans[-1].summary}",
+            flush=True,
+        )
+    if args.dry_run:
+        return 0
     measured: dict[str, list[Any]] = {}
     for lay in LAYOUTS:
         measured[lay.name] = asyncio.run(measure(spec, lay, items, args.requests, vocab))
@@ -150,7 +167,21 @@ def main() -> int:
                 f"{cand.goodput:.2f} meas {_f(m.get('goodput'), 2)}"
             )
         print(f"  recommended {plan.best.layout.name}; best measured goodput {best_measured.name}")
-    Path(args.out).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+    meta = [
+        {
+            "workload": c.name,
+            "isl": c.work.isl,
+            "isl_p95": c.work.isl_p95,
+            "osl": c.work.osl,
+            "rate": c.work.rate,
+            "ttft_slo_ms": (c.slos.ttft_s or 0) * 1e3,
+            "tpot_slo_ms": (c.slos.tpot_s or 0) * 1e3,
+            "recommended": p.best.layout.name,
+        }
+        for c, p in zip(items, plans, strict=True)
+    ]
+    doc = {"profile": prof.tag(), "cases": meta, "rows": record}
+    Path(args.out).write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
     return 0
 
 

@@ -56,62 +56,21 @@ def test_plan_table_and_spec_output(l40s_profile, tmp_path, capsys):
     assert spec_out.read_text().startswith("# pdctl plan: do not disaggregate")
 
 
+def _plan(profile, *args: str) -> int:
+    return main(["plan", "--profile", str(profile), *args])
+
+
 def test_plan_exit_1_when_nothing_meets_and_2_on_bad_input(l40s_profile, capsys):
-    rc = main(
-        [
-            "plan",
-            "--profile",
-            str(l40s_profile),
-            "--isl",
-            "8192",
-            "--osl",
-            "64",
-            "--rate",
-            "9",
-            "--ttft-slo",
-            "100",
-            "--budget",
-            "2",
-            "--json",
-        ]
-    )
-    assert rc == 1
+    hard = ["--isl", "8192", "--osl", "64", "--rate", "9", "--ttft-slo", "100", "--budget", "2"]
+    assert _plan(l40s_profile, *hard, "--json") == 1
     assert "no layout meets" in json.loads(capsys.readouterr().out)["summary"]
+    small = ["--osl", "1", "--rate", "1", "--budget", "1"]
     with pytest.raises(SystemExit, match="--isl"):
-        main(
-            [
-                "plan",
-                "--profile",
-                str(l40s_profile),
-                "--isl",
-                "8k",
-                "--osl",
-                "1",
-                "--rate",
-                "1",
-                "--budget",
-                "1",
-            ]
-        )
-    assert (
-        main(
-            [
-                "plan",
-                "--profile",
-                "/nonexistent.json",
-                "--isl",
-                "8",
-                "--osl",
-                "1",
-                "--rate",
-                "1",
-                "--budget",
-                "1",
-            ]
-        )
-        == 2
-    )
+        _plan(l40s_profile, "--isl", "8k", *small)
+    assert _plan("/nonexistent.json", "--isl", "8", *small) == 2
     assert "pdctl profile" in capsys.readouterr().err
+    with pytest.raises(SystemExit, match="--rate"):
+        _plan(l40s_profile, "--isl", "8", "--osl", "1", "--budget", "1")
     # -o without a base spec: the profile names none
-    assert main(["plan", "--profile", str(l40s_profile), *SEED_ARGS, "-o", "x.toml"]) == 2
+    assert _plan(l40s_profile, *SEED_ARGS, "-o", "x.toml") == 2
     assert "-f SPEC" in capsys.readouterr().err
