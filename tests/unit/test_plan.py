@@ -250,3 +250,31 @@ def test_live_correction_factors_for_the_current_layout():
     idle = Snapshot(0.0, 10.0, (_inst("p", "prefill", None, 0.5, 0.0),), {}, (), None, (), {})
     with pytest.raises(ProfileError, match="--rate"):
         live_figures(idle)
+
+
+def test_served_path_is_fitted_from_1p1d_ttft_and_preferred_to_the_probe():
+    from pdctl.sdk.plan.kvpath import served_path
+    from pdctl.sdk.plan.profile import DisaggPoint
+
+    prof = seven_b("NVIDIA L40S", kv_path=SEED_PATH)
+    c = fit(prof)
+    kv = prof.kv.layout()
+    # served: 20 ms per request + 2 GB/s on top of prefill and one decode step
+    prof.disagg = [
+        DisaggPoint(
+            input_len=n,
+            ttft_s=c.prefill_s(n) + c.step_s(1, n) + 0.02 + kv.per_rank(n, 1) / 2e9,
+        )
+        for n in (1024, 4096, 8192)
+    ]
+    t = served_path(prof)
+    assert t is not None
+    assert t.overhead_s == pytest.approx(0.02, rel=1e-3)
+    assert t.bps == pytest.approx(2e9, rel=1e-3)
+    tr = transfers(prof, 8192)
+    assert tr is not None
+    assert tr["push"].path == "measured P/D"
+    assert "1P1D push TTFT at 1024/4096/8192" in tr["push"].source
+    prof.disagg = prof.disagg[:1]  # one length cannot separate the two terms
+    assert served_path(prof) is None
+    assert transfers(prof, 8192)["push"].path == "measured"  # type: ignore[index]

@@ -2,8 +2,9 @@
 
 Starts one colocated instance built from the spec's first group (same model, TP, cores
 or GPUs, engine flags), sweeps prompt lengths (TTFT) and (batch, context) (inter-token
-gap) through it, measures the KV path with ``pdctl probe`` at two prompt lengths, and
-writes the profile JSON tagged with model, hardware, TP and vLLM version. Every point is
+gap) through it, then TTFT through a real 1P1D push pair of the spec at three prompt
+lengths (the KV path as served: connector, router, scheduling), measures the raw KV path
+with ``pdctl probe`` at two prompt lengths, and writes the profile JSON tagged with model, hardware, TP and vLLM version. Every point is
 saved as measured; running again with the same ``-o`` resumes (``--fresh`` starts over).
 Exit codes: 0 written, 2 bad input or the instance failed, 130 interrupted.
 """
@@ -32,6 +33,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--quick", action="store_true", help="few points, few repeats (minutes)")
     p.add_argument("--fresh", action="store_true", help="discard points already in --output")
     p.add_argument("--no-probe", action="store_true", help="skip the KV path measurement")
+    p.add_argument("--no-disagg", action="store_true", help="skip the 1P1D push TTFT measurement")
     p.add_argument("--repeats", type=int, help="requests per prefill point")
     p.add_argument("--json", action="store_true", help="print a summary as JSON")
 
@@ -88,6 +90,7 @@ def _base_profile(spec: FleetSpec, source: str) -> tuple[Profile, int]:
 
 
 def run(args: argparse.Namespace) -> int:
+    from pdctl.sdk.errors import PdctlError
     from pdctl.sdk.plan.planner import Layout
     from pdctl.sdk.plan.profile import load_profile, save_profile
     from pdctl.sdk.plan.profiler import Sweep, default_sweep, same_target
@@ -101,8 +104,9 @@ def run(args: argparse.Namespace) -> int:
         old = load_profile(out_path)
         if same_target(old, prof):
             prof.prefill, prof.decode, prof.kv_path = old.prefill, old.decode, old.kv_path
+            prof.disagg = old.disagg
             prof.vllm_version = old.vllm_version
-            resumed = len(old.prefill) + len(old.decode)
+            resumed = len(old.prefill) + len(old.decode) + len(old.disagg)
     max_len = base.model.max_model_len or 8192
     sweep = default_sweep(max_len, prof.max_num_seqs, args.quick)
     if args.repeats:
@@ -114,7 +118,23 @@ def run(args: argparse.Namespace) -> int:
     done_p = {p.input_len for p in prof.prefill}
     done_d = {(d.batch, d.context) for d in prof.decode}
     if not (set(sweep.prefill_lens) <= done_p and set(sweep.decode_points) <= done_d):
-        prof = asyncio.run(_measure(args, one, source, prof, vocab, sweep, out_path))
+        what = f"one instance of {source}"
+        prof = asyncio.run(_measure(args, one, what, prof, vocab, sweep, out_path))
+    lens = sorted(sweep.prefill_lens)
+    disagg = (lens[0], lens[len(lens) // 2], lens[-1])
+    if not args.no_disagg and not set(disagg) <= {d.input_len for d in prof.disagg}:
+        try:
+            pair = spec_for_layout(base, Layout("push", 1, 1, prof.tp))
+        except PdctlError as e:
+            prof.notes.append(f"no 1P1D measurement: {e}")
+        else:
+            pair = pair.model_copy(
+                update={
+                    "fleet": pair.fleet.model_copy(update={"name": f"{base.fleet.name}-profile"})
+                }
+            )
+            what = f"a 1P1D push pair of {source}"
+            prof = asyncio.run(_measure(args, pair, what, prof, vocab, sweep, out_path, disagg))
     if not args.no_probe and prof.kv_path is None:
         console(stderr=True).print("[dim]measuring the KV path (pdctl probe)[/]")
         prof.kv_path = _probe_path(base, prof, sweep)
@@ -126,40 +146,42 @@ def run(args: argparse.Namespace) -> int:
 
 async def _measure(
     args: argparse.Namespace,
-    one: FleetSpec,
-    source: str,
+    spec: FleetSpec,
+    what: str,
     prof: Profile,
     vocab: int,
     sweep: Sweep,
     out_path: Path,
+    disagg: tuple[int, ...] = (),
 ) -> Profile:
-
+    """Start ``spec``, measure through its router (or its only instance), stop it:
+    the colocated sweep, or with ``disagg`` the 1P1D TTFT at those prompt lengths."""
     from pdctl.sdk.fleet import AsyncFleet
     from pdctl.sdk.plan.profiler import ProfileProgress, Profiler, vllm_version
 
     err = console(stderr=True)
-    fleet = AsyncFleet(one, ready_timeout=600.0)
-    err.print(f"[dim]starting one instance of {source} ({prof.hardware})[/]")
+    fleet = AsyncFleet(spec, ready_timeout=600.0)
+    err.print(f"[dim]starting {what} ({prof.hardware})[/]")
     await fleet.up()
     try:
-        url = (
-            f"http://127.0.0.1:{one.router.port}"
-            if one.router is not None
-            else fleet.plan.instances[0].url
-        )
-        prof.vllm_version = await vllm_version(fleet.plan.instances[0].url)
+        first = fleet.plan.instances[0].url
+        url = f"http://127.0.0.1:{spec.router.port}" if spec.router is not None else first
+        if not disagg:
+            prof.vllm_version = await vllm_version(first)
         with progress_bars(err, args.json) as bar:
-            task = bar.add_task("profile", total=sweep.total)
+            task = bar.add_task("profile", total=len(disagg) or sweep.total)
             hooks = ProfileProgress(
                 on_point=lambda what: bar.update(task, description=what),
                 on_done=lambda what, skipped: bar.advance(task),
             )
-            profiler = Profiler(
-                url, one.model.effective_served_name, vocab, sweep, _saver(out_path), hooks
-            )
-            prof = await profiler.run(prof)
+            model = spec.model.effective_served_name
+            profiler = Profiler(url, model, vocab, sweep, _saver(out_path), hooks)
+            if disagg:
+                prof = await profiler.run_disagg(prof, disagg, spec.fleet.mode)
+            else:
+                prof = await profiler.run(prof)
     finally:
-        err.print("[dim]stopping the instance[/]")
+        err.print("[dim]stopping it[/]")
         await fleet.down()
     return prof
 
@@ -174,8 +196,8 @@ def _report(args: argparse.Namespace, prof: Profile, out_path: Path, resumed: in
         out = console()
         out.print(f"profile of {prof.tag()} written to {out_path}")
         out.print(
-            f"  {len(prof.prefill)} prefill points, {len(prof.decode)} decode points"
-            + (f" ({resumed} resumed)" if resumed else "")
+            f"  {len(prof.prefill)} prefill points, {len(prof.decode)} decode points, "
+            f"{len(prof.disagg)} 1P1D points" + (f" ({resumed} resumed)" if resumed else "")
         )
         if prof.kv_path is not None:
             out.print(

@@ -13,7 +13,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from pdctl.sdk.plan.model import Transfer
-from pdctl.sdk.plan.profile import Profile, ProfileError
+from pdctl.sdk.plan.profile import Profile, ProfileError, fit, nnls
 from pdctl.sdk.preflight.evidence import Evidence
 from pdctl.sdk.preflight.model import Inventory
 from pdctl.sdk.preflight.stack import Stack
@@ -37,6 +37,9 @@ def transfers(
         t = Transfer(per_token, kv_bps, OVERHEAD_S, "given", f"--kv-gbps {kv_bps / 1e9:g}")
         return {"push": t, "pull": t}
     if topology is None:
+        served = served_path(profile)
+        if served is not None:
+            return {"push": served, "pull": served}
         if measured is None:
             return None
         t = Transfer(
@@ -46,6 +49,32 @@ def transfers(
     return {
         mode: _from_topology(profile, isl, mode, topology, gpu_name) for mode in ("push", "pull")
     }
+
+
+def served_path(profile: Profile) -> Transfer | None:
+    """The KV path as a real 1P1D pair serves it: measured disaggregated TTFT minus the
+    fitted prefill time and one decode step, fitted as ``overhead + bytes / bandwidth``
+    (None with fewer than two prompt lengths)."""
+    if len({d.input_len for d in profile.disagg}) < 2:
+        return None
+    curves = fit(profile)
+    kv = profile.kv.layout()
+    rows, extra = [], []
+    for d in profile.disagg:
+        rows.append([1.0, float(kv.per_rank(d.input_len, profile.tp))])
+        base = curves.prefill_s(d.input_len) + curves.step_s(1, d.input_len)
+        extra.append(max(d.ttft_s - base, 1e-6))
+    overhead, per_byte = nnls(rows, extra)
+    lens = "/".join(str(d.input_len) for d in profile.disagg)
+    return Transfer(
+        kv.per_rank(1, profile.tp),
+        1 / per_byte if per_byte > 0 else 1e15,
+        overhead,
+        "measured P/D",
+        f"1P1D {profile.disagg[0].mode} TTFT at {lens} tokens minus prefill and one decode "
+        f"step: {overhead * 1e3:.1f} ms + bytes / "
+        + (f"{1e-9 / per_byte:.3g} GB/s" if per_byte > 0 else "(no per-byte cost seen)"),
+    )
 
 
 def _from_topology(

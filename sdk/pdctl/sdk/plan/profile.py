@@ -50,6 +50,13 @@ class DecodePoint(_Strict):
     samples: int = Field(default=1, ge=1)
 
 
+class DisaggPoint(_Strict):
+    input_len: int = Field(ge=1)
+    ttft_s: float = Field(gt=0, description="Median TTFT through a real 1P1D pair.")
+    mode: Literal["push", "pull"] = "push"
+    samples: int = Field(default=1, ge=1)
+
+
 class KvPath(_Strict):
     bytes_per_s: float = Field(gt=0)
     overhead_s: float = Field(default=0.0, ge=0, description="Fixed cost per transfer.")
@@ -111,6 +118,9 @@ class Profile(_Strict):
     prefill: list[PrefillPoint] = Field(default_factory=list)
     decode: list[DecodePoint] = Field(default_factory=list)
     kv_path: KvPath | None = None
+    disagg: list[DisaggPoint] = Field(
+        default_factory=list, description="TTFT through a real 1P1D pair (KV path as served)."
+    )
     spec_source: str | None = Field(default=None, description="The spec it was taken on.")
     created: str | None = None
     notes: list[str] = Field(default_factory=list)

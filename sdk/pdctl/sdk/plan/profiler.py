@@ -23,7 +23,7 @@ import httpx
 
 from pdctl.sdk.bench.loadgen import Prompt, run_cell, synthetic_prompts
 from pdctl.sdk.bench.stats import RequestResult
-from pdctl.sdk.plan.profile import DecodePoint, PrefillPoint, Profile, ProfileError
+from pdctl.sdk.plan.profile import DecodePoint, DisaggPoint, PrefillPoint, Profile, ProfileError
 
 
 @dataclass(frozen=True)
@@ -154,6 +154,31 @@ class Profiler:
             self.progress.on_done(label, False)
         return profile
 
+    async def run_disagg(self, profile: Profile, lengths: tuple[int, ...], mode: str) -> Profile:
+        """TTFT through a real 1P1D pair (``self.url`` is its router) at ``lengths``."""
+        await self._one(profile, 16)
+        have = {d.input_len for d in profile.disagg}
+        for length in lengths:
+            label = f"1P1D {mode} {length} tokens"
+            self.progress.on_point(label)
+            if length in have:
+                self.progress.on_done(label, True)
+                continue
+            ttfts = [
+                t
+                for _ in range(self.sweep.repeats)
+                if (t := (await self._one(profile, length)).ttft_s)
+            ]
+            profile.disagg.append(
+                DisaggPoint(
+                    input_len=length, ttft_s=statistics.median(ttfts), mode=mode, samples=len(ttfts)
+                )
+            )
+            profile.disagg.sort(key=lambda d: d.input_len)
+            self.save(profile)
+            self.progress.on_done(label, False)
+        return profile
+
     async def _one(self, profile: Profile, length: int) -> RequestResult:
         run = await run_cell(self.url, self.model, self._prompts(1, length), 1, concurrency=1)
         r = run.results[0]
@@ -215,4 +240,5 @@ def describe(profile: Profile) -> dict[str, Any]:
         "prefill_points": len(profile.prefill),
         "decode_points": len(profile.decode),
         "kv_path": None if profile.kv_path is None else profile.kv_path.model_dump(),
+        "disagg_points": len(profile.disagg),
     }
