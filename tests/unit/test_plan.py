@@ -278,3 +278,21 @@ def test_served_path_is_fitted_from_1p1d_ttft_and_preferred_to_the_probe():
     prof.disagg = prof.disagg[:1]  # one length cannot separate the two terms
     assert served_path(prof) is None
     assert transfers(prof, 8192)["push"].path == "measured"  # type: ignore[index]
+
+
+def test_plan_watch_adds_correction_factors_to_a_snapshot():
+    from pdctl.sdk.metrics.monitor import Snapshot
+    from pdctl.sdk.plan.live import PlanWatch
+    from pdctl.sdk.spec import FleetSpec
+    from tests.conftest import spec_dict
+
+    watch = PlanWatch(
+        seven_b("NVIDIA L40S", kv_path=SEED_PATH), FleetSpec(**spec_dict()), 8192, 256
+    )
+    busy = (_inst("p", "prefill", 0.4, 0.5, 0.0), _inst("d", "decode", 0.4, 2.5, 0.025))
+    got = watch.check(Snapshot(0.0, 10.0, busy, {}, (), None, (), {}))
+    assert got["layout"] == "1P1D push"
+    assert got["rate"] == pytest.approx(0.4)
+    assert 0.5 < got["ttft_factor"] < 2  # 2.5 s observed vs the 1.3 s transfer model
+    quiet = (_inst("p", "prefill", None, 0.5, 0.0),)
+    assert "--rate" in watch.check(Snapshot(0.0, 10.0, quiet, {}, (), None, (), {}))["note"]

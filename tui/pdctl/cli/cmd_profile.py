@@ -4,8 +4,9 @@ Starts one colocated instance built from the spec's first group (same model, TP,
 or GPUs, engine flags), sweeps prompt lengths (TTFT) and (batch, context) (inter-token
 gap) through it, then TTFT through a real 1P1D push pair of the spec at three prompt
 lengths (the KV path as served: connector, router, scheduling), measures the raw KV path
-with ``pdctl probe`` at two prompt lengths, and writes the profile JSON tagged with model, hardware, TP and vLLM version. Every point is
-saved as measured; running again with the same ``-o`` resumes (``--fresh`` starts over).
+with ``pdctl probe`` at two prompt lengths, and writes the profile JSON tagged with
+model, hardware, TP and vLLM version. Every point is saved as measured; running again
+with the same ``-o`` resumes (``--fresh`` starts over).
 Exit codes: 0 written, 2 bad input or the instance failed, 130 interrupted.
 """
 

@@ -14,8 +14,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from pdctl.sdk.metrics.monitor import Snapshot
-from pdctl.sdk.plan.planner import Layout, Plan
-from pdctl.sdk.plan.profile import ProfileError
+from pdctl.sdk.plan.kvpath import transfers
+from pdctl.sdk.plan.model import Workload
+from pdctl.sdk.plan.planner import Layout, Plan, Slos, make_plan
+from pdctl.sdk.plan.profile import Profile, ProfileError
 from pdctl.sdk.spec import FleetSpec
 
 
@@ -81,3 +83,26 @@ def _ratio(obs: float | None, pred: float) -> float | None:
     if obs is None or pred <= 0 or pred == float("inf"):
         return None
     return round(obs / pred, 3)
+
+
+@dataclass(frozen=True)
+class PlanWatch:
+    """What the metrics stream needs to compare a live fleet with the planner."""
+
+    profile: Profile
+    spec: FleetSpec
+    isl: int
+    osl: int
+    isl_p95: int | None = None
+
+    def check(self, snap: Snapshot) -> dict[str, Any]:
+        """Correction factors of the current layout at the snapshot's rate."""
+        try:
+            live = live_figures(snap)
+        except ProfileError as e:
+            return {"note": str(e)}
+        current = layout_of(self.spec)
+        work = Workload(self.isl, self.osl, live.rate, self.isl_p95)
+        tr = transfers(self.profile, self.isl)
+        plan = make_plan(self.profile, work, Slos(), current.gpus, tr)
+        return corrections(plan, current, live)
