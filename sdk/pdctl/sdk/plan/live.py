@@ -47,7 +47,7 @@ def live_figures(snap: Snapshot) -> LiveFigures:
     if not rates:
         raise ProfileError(
             "the fleet reports no request rate yet: let it serve traffic for a while (the "
-            "rate needs two scrapes) or pass --rate"
+            "rate needs two scrapes); pdctl plan can take --rate instead"
         )
     ttfts = [i.ttft.p50 for i in back if i.ttft.p50 is not None]
     itls = [i.itl.p50 for i in back if i.itl.p50 is not None]
