@@ -47,9 +47,10 @@ def run(args: argparse.Namespace) -> int:
         spec = scaled(spec, group, n)
     backend = open_backend(spec, source=str(loaded.source))
     asyncio.run(backend.up(wait=args.wait))
+    where = f"{spec.backend.kind}: {spec.fleet.name}"
     if args.json:
-        print_json({"applied": counts, "where": backend.where})
+        print_json({"applied": counts, "fleet": spec.fleet.name})
     else:
         done = ", ".join(f"{g} = {n}" for g, n in counts.items())
-        console().print(f"applied {done} ({backend.where})")
+        console().print(f"applied {done} ({where})")
     return 0
