@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pdctl.cli.common import add_spec_arguments, console, print_json
+from pdctl.cli.common import add_spec_arguments, console, print_json, progress_bars
 
 if TYPE_CHECKING:
     from pdctl.sdk.bench.plan import BenchPlan
@@ -229,7 +229,6 @@ def _dry_run(plan: BenchPlan, spec: FleetSpec, source: str, args: argparse.Names
 
 
 async def _run(plan: BenchPlan, spec: FleetSpec, source: str, args: argparse.Namespace) -> int:
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from pdctl.sdk.bench import report
     from pdctl.sdk.bench.suite import BenchSuite
@@ -239,15 +238,7 @@ async def _run(plan: BenchPlan, spec: FleetSpec, source: str, args: argparse.Nam
     await asyncio.to_thread(out_dir.mkdir, parents=True, exist_ok=True)
     err = console(stderr=True)
     started = time.time()
-    with Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=err,
-        transient=False,
-        disable=not err.is_terminal and args.json,
-    ) as bar:
+    with progress_bars(err, args.json) as bar:
         total = bar.add_task("cells", total=len(plan.cells()))
         cell_task: list[Any] = [None]
 

@@ -157,3 +157,19 @@ STATE_STYLE = {
     "stopping": "magenta",
     "stopped": "dim",
 }
+
+
+def progress_bars(err: Console, quiet: bool) -> Any:
+    """rich progress bars (description, bar, done/total, elapsed) on ``err``; hidden when
+    ``quiet`` and ``err`` is not a terminal."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    return Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=err,
+        transient=False,
+        disable=not err.is_terminal and quiet,
+    )

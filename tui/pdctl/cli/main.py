@@ -50,6 +50,9 @@ SUBCOMMANDS: tuple[Subcommand, ...] = (
         "dashboards", "write Grafana dashboards for the fleet's Prometheus", "observability"
     ),
     Subcommand("probe", "measure real NIXL push transfers shaped like a model's KV", "cmd_probe"),
+    Subcommand("profile", "measure prefill and decode curves of a spec's instance", "cmd_profile"),
+    Subcommand("plan", "recommend a P:D layout for a workload and its SLOs", "cmd_plan"),
+    Subcommand("scale", "set a group's instance count on Kubernetes", "cmd_scale"),
 )
 
 

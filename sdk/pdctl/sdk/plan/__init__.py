@@ -1,0 +1,41 @@
+"""``pdctl plan``/``pdctl profile``'s engine: from a measured profile, a workload and
+its SLOs to a P:D layout.
+
+* :mod:`~pdctl.sdk.plan.profile` — the profile schema and its fitted curves.
+* :mod:`~pdctl.sdk.plan.model` — queueing and latency of one layout (docs/plan.md).
+* :mod:`~pdctl.sdk.plan.kvpath` — KV transfer time: measured, or preflight's path model.
+* :mod:`~pdctl.sdk.plan.planner` — candidates, recommendation, reasons.
+* :mod:`~pdctl.sdk.plan.specout` — the recommended layout as a spec.
+* :mod:`~pdctl.sdk.plan.profiler` — measures a profile on a running instance.
+"""
+
+from pdctl.sdk.plan.kvpath import transfers
+from pdctl.sdk.plan.model import Prediction, Transfer, Workload
+from pdctl.sdk.plan.planner import Candidate, Layout, Plan, Slos, layouts, make_plan
+from pdctl.sdk.plan.profile import (
+    Curves,
+    Profile,
+    ProfileError,
+    fit,
+    load_profile,
+    save_profile,
+)
+
+__all__ = [
+    "Candidate",
+    "Curves",
+    "Layout",
+    "Plan",
+    "Prediction",
+    "Profile",
+    "ProfileError",
+    "Slos",
+    "Transfer",
+    "Workload",
+    "fit",
+    "layouts",
+    "load_profile",
+    "make_plan",
+    "save_profile",
+    "transfers",
+]

@@ -1,0 +1,108 @@
+"""Live figures of a running fleet against the plan's prediction (correction factors).
+
+From one metrics :class:`~pdctl.sdk.metrics.monitor.Snapshot`: the request rate (the
+prefill or colocated instances' ``request_rate`` summed), TTFT p50 (the highest of the
+decode or colocated instances', which is what a client sees last) and ITL p50 (their
+median). The correction factors are observed / predicted for the fleet's current layout
+at the observed rate, as Dynamo's SLA planner keeps them (pure).
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+from typing import Any
+
+from pdctl.sdk.metrics.monitor import Snapshot
+from pdctl.sdk.plan.kvpath import transfers
+from pdctl.sdk.plan.model import Workload
+from pdctl.sdk.plan.planner import Layout, Plan, Slos, make_plan
+from pdctl.sdk.plan.profile import Profile, ProfileError
+from pdctl.sdk.spec import FleetSpec
+
+
+@dataclass(frozen=True)
+class LiveFigures:
+    rate: float
+    ttft_p50_s: float | None
+    itl_p50_s: float | None
+    instances: int
+
+
+def layout_of(spec: FleetSpec) -> Layout:
+    """The spec's layout in the planner's terms (TP of its first group)."""
+    n_p = sum(g.count for g in spec.prefill)
+    n_d = sum(g.count for g in spec.decode)
+    tp = (spec.prefill or spec.decode)[0].tp
+    if spec.fleet.mode == "colocated":
+        return Layout("colocated", n_p + n_d, 0, tp)
+    return Layout(spec.fleet.mode, n_p, n_d, tp)
+
+
+def live_figures(snap: Snapshot) -> LiveFigures:
+    up = [i for i in snap.instances if i.health == "UP"]
+    front = [i for i in up if i.role in ("prefill", "colocated")]
+    back = [i for i in up if i.role in ("decode", "colocated")]
+    rates = [i.request_rate for i in front if i.request_rate is not None]
+    if not rates:
+        raise ProfileError(
+            "the fleet reports no request rate yet: let it serve traffic for a while (the "
+            "rate needs two scrapes); pdctl plan can take --rate instead"
+        )
+    ttfts = [i.ttft.p50 for i in back if i.ttft.p50 is not None]
+    itls = [i.itl.p50 for i in back if i.itl.p50 is not None]
+    return LiveFigures(
+        rate=sum(rates),
+        ttft_p50_s=max(ttfts) if ttfts else None,
+        itl_p50_s=statistics.median(itls) if itls else None,
+        instances=len(up),
+    )
+
+
+def corrections(plan: Plan, current: Layout, live: LiveFigures) -> dict[str, Any]:
+    """Observed / predicted TTFT and ITL p50 of the current layout (None where unknown)."""
+    cand = next((c for c in plan.candidates if c.layout == current), None)
+    if cand is None:
+        return {"layout": current.name, "note": "the current layout is outside the budget"}
+    p_ttft, p_itl = cand.pred.ttft_s["p50"], cand.pred.itl_s["p50"]
+    return {
+        "layout": current.name,
+        "rate": live.rate,
+        "observed_ms": {"ttft_p50": _ms(live.ttft_p50_s), "itl_p50": _ms(live.itl_p50_s)},
+        "predicted_ms": {"ttft_p50": _ms(p_ttft), "itl_p50": _ms(p_itl)},
+        "ttft_factor": _ratio(live.ttft_p50_s, p_ttft),
+        "itl_factor": _ratio(live.itl_p50_s, p_itl),
+    }
+
+
+def _ms(v: float | None) -> float | None:
+    return None if v is None or v == float("inf") else round(v * 1e3, 3)
+
+
+def _ratio(obs: float | None, pred: float) -> float | None:
+    if obs is None or pred <= 0 or pred == float("inf"):
+        return None
+    return round(obs / pred, 3)
+
+
+@dataclass(frozen=True)
+class PlanWatch:
+    """What the metrics stream needs to compare a live fleet with the planner."""
+
+    profile: Profile
+    spec: FleetSpec
+    isl: int
+    osl: int
+    isl_p95: int | None = None
+
+    def check(self, snap: Snapshot) -> dict[str, Any]:
+        """Correction factors of the current layout at the snapshot's rate."""
+        try:
+            live = live_figures(snap)
+        except ProfileError as e:
+            return {"note": str(e)}
+        current = layout_of(self.spec)
+        work = Workload(self.isl, self.osl, live.rate, self.isl_p95)
+        tr = transfers(self.profile, self.isl)
+        plan = make_plan(self.profile, work, Slos(), current.gpus, tr)
+        return corrections(plan, current, live)
