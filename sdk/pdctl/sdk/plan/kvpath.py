@@ -15,10 +15,10 @@ from pathlib import Path
 from pdctl.sdk.plan.model import Transfer
 from pdctl.sdk.plan.profile import Profile, ProfileError, fit, nnls
 from pdctl.sdk.preflight.evidence import Evidence
-from pdctl.sdk.preflight.model import Inventory
+from pdctl.sdk.preflight.model import Inventory, PlannedPair
 from pdctl.sdk.preflight.stack import Stack
 from pdctl.sdk.preflight.topo import parse_topo
-from pdctl.sdk.preflight.verdict import OVERHEAD_S, PlannedPair, Workload, evaluate_pair
+from pdctl.sdk.preflight.verdict import OVERHEAD_S, Workload, evaluate_pair
 
 
 def transfers(

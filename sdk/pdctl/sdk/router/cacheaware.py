@@ -18,7 +18,7 @@ import itertools
 import json
 from collections import OrderedDict
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from pdctl.sdk.kvindex import BlockHasher, CacheIndex, IndexState, InstanceIndex
 from pdctl.sdk.kvindex.index import STATES
@@ -28,8 +28,8 @@ from pdctl.sdk.router.replies import RouteError
 if TYPE_CHECKING:
     from pdctl.sdk.kvindex.subscriber import EventSubscriber
     from pdctl.sdk.render import FleetPlan
-    from pdctl.sdk.router.base import RouterBase
-    from pdctl.sdk.router.timeline import Timeline
+    from pdctl.sdk.router.timeline import RouterMetrics, Timeline
+    from pdctl.sdk.spec import FleetSpec, RouterSpec
 
 _CHAT_KEYS = (
     "messages",
@@ -56,10 +56,23 @@ def _head(prompt: str) -> str:
     return prompt[:n]
 
 
+class RouterView(Protocol):
+    """What the cache-aware choice reads of the router (its base class has it; a
+    protocol so that this module does not import the router back)."""
+
+    spec: FleetSpec
+    settings: RouterSpec
+    served_name: str
+    upstreams: list[Upstream]
+    prefills: list[Upstream]
+    decodes: list[Upstream]
+    metrics: RouterMetrics
+
+
 class CacheAware:
     """The prefix index of a fleet and what the router does with it."""
 
-    def __init__(self, router: RouterBase, plan: FleetPlan, tokenize_cache: int = 4096) -> None:
+    def __init__(self, router: RouterView, plan: FleetPlan, tokenize_cache: int = 4096) -> None:
         spec = router.spec
         self.router = router
         names = [u.name for u in router.upstreams if u.role != "render"]
