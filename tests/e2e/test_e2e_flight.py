@@ -27,7 +27,7 @@ from tests.e2e.conftest import WORDS, demo_spec, extra_router, running_fleet
 pytestmark = pytest.mark.e2e
 
 NAME = "e2e-flight"
-N = 12
+N = 24  # rounds per mode: the p50 comparison between modes needs enough of them
 XFER = "vllm:nixl_xfer_time_seconds"
 BYTES = "vllm:nixl_bytes_transferred"
 

@@ -297,3 +297,14 @@ def test_continuation_keeps_sampling_and_reduces_max_tokens():
     assert new["prompt"] == [1, 2, 7]
     assert (new["max_tokens"], new["temperature"], new["stop"]) == (3, 0, ["x"])
     assert new["return_token_ids"] is True
+
+
+async def test_decode_5xx_does_not_cancel_prefill():
+    """A 5xx is not a refusal: prefill's answer may re-point decode at a restarted
+    prefill, so it is awaited."""
+    pcfg = MockConfig(role="prefill", engine_id="prefill-0", delay_s=0.3)
+    dcfg = MockConfig(role="decode", status=500)
+    async with rig("push", prefill=pcfg, decodes=[dcfg]) as t, httpx.AsyncClient() as c:
+        r = await c.post(t.url + "/v1/completions", json=body(), timeout=10)
+        assert r.status_code == 500
+        assert (t.p.state.completed, t.p.state.cancelled) == (1, 0)

@@ -60,12 +60,14 @@ async def _cancel(task: asyncio.Task[tuple[Upstream, Response]]) -> None:
 
 
 def _refused(d_task: asyncio.Task[tuple[Upstream, Response]]) -> bool:
-    """Decode's leg is done and answered with an error status (or failed)."""
+    """Decode's leg is done and refused the request itself (4xx: bad input). A 5xx is
+    not a refusal: decode may have been told a prefill that has since restarted, and the
+    prefill's answer is what lets the router re-send decode with the right identity."""
     if not d_task.done() or d_task.cancelled():
         return False
     if d_task.exception() is not None:
         return False  # raised when awaited, after prefill settles
-    return d_task.result()[1].status != 200
+    return 400 <= d_task.result()[1].status < 500
 
 
 async def _cancel_prefill(task: asyncio.Task[tuple[Upstream, dict[str, Any]]]) -> None:
