@@ -25,11 +25,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import httpx
 
@@ -39,7 +37,7 @@ from pdctl.sdk.fleet.policy import Liveness, RestartPolicy, RestartTracker
 from pdctl.sdk.fleet.probe import probe_health, probe_ready
 from pdctl.sdk.fleet.state import InstanceRecord, read_exit, tail
 from pdctl.sdk.render import InstancePlan, with_engine_id
-from pdctl.sdk.router.control import RouterControl
+from pdctl.sdk.router.control import ApiKeyError, RouterControl, read_api_key
 from pdctl.sdk.spec import FleetSpec
 
 log = logging.getLogger("pdctl.fleet")
@@ -88,15 +86,11 @@ class _Instance:
 
 def router_api_key(spec: FleetSpec) -> str | None:
     """The key the router wants on control requests (None: none set, or unreadable)."""
-    src = spec.router.api_key if spec.router is not None else None
-    if src is None:
+    try:
+        key = read_api_key(spec.router.api_key if spec.router is not None else None)
+    except ApiKeyError:
         return None
-    if src.env:
-        return os.environ.get(src.env) or None
-    if src.file:
-        with contextlib.suppress(OSError, IndexError):
-            return Path(os.path.expanduser(src.file)).read_text().splitlines()[0].strip()
-    return None
+    return None if key is None else key.decode()
 
 
 class RouterNotifier:

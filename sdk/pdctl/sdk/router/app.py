@@ -21,13 +21,12 @@ import asyncio
 import contextlib
 import hmac
 import json
-import os
 import time
 from collections.abc import Awaitable, Callable, MutableMapping
-from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs
 
+from pdctl.sdk.router.control import read_api_key
 from pdctl.sdk.router.core import Reply, RouteError, Router, StreamReply, error_body
 from pdctl.sdk.router.flightrec import FlightRecorder
 
@@ -41,29 +40,9 @@ _COMPLETION_PATHS = ("/v1/completions", "/v1/chat/completions")
 _CONTROL_PATHS = ("/v1/pdctl/drain", "/v1/pdctl/mode", "/v1/pdctl/instance", "/v1/pdctl/policy")
 
 
-class ApiKeyError(ValueError):
-    """The configured API key source cannot be read."""
-
-
 def load_api_key(router: Router) -> bytes | None:
     """The key clients must present, from the spec's env var or file (never the spec)."""
-    src = router.settings.api_key
-    if src is None:
-        return None
-    if src.env:
-        val = os.environ.get(src.env, "")
-        if not val:
-            raise ApiKeyError(f"router.api_key.env names {src.env}, which is not set")
-        return val.encode()
-    if src.file:
-        try:
-            lines = Path(os.path.expanduser(src.file)).read_text().splitlines()
-        except OSError as e:
-            raise ApiKeyError(f"cannot read router.api_key.file {src.file}: {e}") from None
-        if not lines or not lines[0].strip():
-            raise ApiKeyError(f"router.api_key.file {src.file} is empty")
-        return lines[0].strip().encode()
-    return None
+    return read_api_key(router.settings.api_key)
 
 
 class _BodyTooLarge(Exception):

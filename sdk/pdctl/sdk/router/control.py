@@ -13,13 +13,43 @@ new requests from being routed to it; the legs already in flight finish normally
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from dataclasses import dataclass
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import httpx
 
 from pdctl.sdk.errors import PdctlError
+
+if TYPE_CHECKING:
+    from pdctl.sdk.spec import ApiKeySpec
+
+
+class ApiKeyError(ValueError):
+    """The router's API key source is configured but unusable."""
+
+
+def read_api_key(src: ApiKeySpec | None) -> bytes | None:
+    """The router's API key, from the spec's env var or file (the spec never holds it);
+    None when none is configured. Raises :class:`ApiKeyError` naming the field."""
+    if src is None:
+        return None
+    if src.env:
+        val = os.environ.get(src.env, "")
+        if not val:
+            raise ApiKeyError(f"router.api_key.env names {src.env}, which is not set")
+        return val.encode()
+    if src.file:
+        try:
+            lines = Path(os.path.expanduser(src.file)).read_text().splitlines()
+        except OSError as e:
+            raise ApiKeyError(f"cannot read router.api_key.file {src.file}: {e}") from None
+        if not lines or not lines[0].strip():
+            raise ApiKeyError(f"router.api_key.file {src.file} is empty")
+        return lines[0].strip().encode()
+    return None
 
 
 class RouterControlError(PdctlError):
