@@ -239,25 +239,28 @@ class RouterBase:
         self.settings = self.settings.model_copy(update={"policy": policy})
         return policy
 
-    def set_drained(self, name: str, drained: bool) -> Upstream:
+    def upstream(self, name: str) -> Upstream:
+        """The instance called ``name``; KeyError when there is none."""
         for u in self.upstreams:
             if u.name == name:
-                u.drained = drained
                 return u
         raise KeyError(name)
+
+    def set_drained(self, name: str, drained: bool) -> Upstream:
+        u = self.upstream(name)
+        u.drained = drained
+        return u
 
     def set_health(self, name: str, healthy: bool) -> Upstream:
         """The supervisor says an instance is up (restarted and ready) or down (stopped,
         failed, restarting): take it at its word now instead of at the next health check.
         An instance said to be up also gets a fresh circuit breaker."""
-        for u in self.upstreams:
-            if u.name == name:
-                if healthy:
-                    u.breaker = Breaker()
-                u.trusted_until = time.monotonic() + UP_GRACE_S if healthy else 0.0
-                self._set(u, healthy)
-                return u
-        raise KeyError(name)
+        u = self.upstream(name)
+        if healthy:
+            u.breaker = Breaker()
+        u.trusted_until = time.monotonic() + UP_GRACE_S if healthy else 0.0
+        self._set(u, healthy)
+        return u
 
     def control_state(self) -> dict[str, Any]:
         extra = {"kv_index": self.cache.summary()} if self.cache is not None else {}
