@@ -252,6 +252,30 @@ def test_instance_service_is_headless_and_published_before_ready():
     assert [p["name"] for p in svc["spec"]["ports"]] == ["http", "nixl", "nixl-1"]
 
 
+def test_kv_events_reach_the_router_pod():
+    """cache_aware on Kubernetes: each pod publishes its KV events on all interfaces,
+    declares both ports, and the router's plan subscribes at the instance's DNS name."""
+    spec = kube(
+        k8s={"namespace": "llm"},
+        prefill=[{"count": 2}],
+        fleet={"enable_prefix_caching": True},
+        router={"policy": "cache_aware"},
+    )
+    docs = render_manifests(spec)
+    plan = cluster_plan(spec)
+    for name, svc in by_kind(docs, "Service").items():
+        if name == "pdctl-router":
+            continue
+        inst = plan.by_name(name.removeprefix("pdctl-"))
+        assert inst.kv_events_port is not None
+        ports = {p["name"]: p["port"] for p in svc["spec"]["ports"]}
+        assert ports["kv-events"] == inst.kv_events_port
+        assert ports["kv-replay"] == inst.kv_events_port + 1
+        cfg = json.loads(flag(list(inst.argv), "--kv-events-config"))
+        assert cfg["endpoint"] == f"tcp://*:{inst.kv_events_port}"
+        assert inst.host.endswith(".llm.svc.cluster.local")
+
+
 def test_cluster_plan_names_each_instance_by_dns():
     spec = kube(k8s={"namespace": "llm"}, prefill=[{"count": 2}], decode=[{"tp": 16}])
     plan = cluster_plan(spec)

@@ -330,11 +330,13 @@ class RouterSpec(_Strict):
         "no KV transfer); 0 disaggregates every prompt.",
     )
     disaggregate_min_uncached_tokens: int = Field(
-        default=0,
+        default=256,
         ge=0,
         description="cache_aware: a prompt whose tokens not already cached on the chosen "
         "decode number at most this goes to decode alone (no prefill, no KV transfer); "
-        "0 disaggregates every prompt.",
+        "0 disaggregates every prompt. Decode holds what it computed and, with its prefix "
+        "caching on, the KV pushed to it, so a follow-up sharing a prefix decode already "
+        "holds skips the two-leg push. Other policies ignore it.",
     )
     cache_weight_prefix: float = Field(
         default=1.0,

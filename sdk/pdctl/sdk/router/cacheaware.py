@@ -3,10 +3,12 @@
 An instance's score is ``router.cache_weight_prefix`` times the share of the prompt's full
 blocks it holds (:mod:`pdctl.sdk.kvindex`) minus ``router.cache_weight_load`` times its
 requests in flight; the best score wins, ties go to the least loaded. Prefill is chosen
-by score; decode by score too when it publishes KV events (it only caches what it
-computed itself, since pushed KV is not cached), which with decode prefix caching off
-is load alone. With ``router.disaggregate_min_uncached_tokens`` a prompt whose tokens
-not cached on the chosen decode are that few goes to decode alone.
+by score; decode by score too when it publishes KV events: with its prefix caching on,
+decode caches what it computed and the KV pushed to it (vLLM caches received blocks once
+the transfer is done), so with it off this is load alone. With
+``router.disaggregate_min_uncached_tokens`` (256 by default) a prompt whose tokens not
+cached on the chosen decode are that few goes to decode alone: the follow-ups of a
+prefix decode already received skip the two-leg push.
 
 The text path needs the prompt's token ids to hash it: it asks an instance's
 ``/tokenize`` once per distinct prompt (cached); the tokens path has them already.

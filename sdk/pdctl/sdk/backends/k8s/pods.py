@@ -77,6 +77,10 @@ def container_ports(inst: InstancePlan) -> list[Obj]:
     ports: list[Obj] = [{"name": "http", "containerPort": inst.http_port}]
     for r, port in enumerate(inst.side_channel_ports):
         ports.append({"name": "nixl" if r == 0 else f"nixl-{r}", "containerPort": port})
+    # vLLM's KV-event publisher and its replay socket (cache_aware): the router in its pod
+    # subscribes to them at the instance's DNS name
+    for name, port in zip(("kv-events", "kv-replay"), inst.kv_events_ports, strict=False):
+        ports.append({"name": name, "containerPort": port})
     return ports
 
 
