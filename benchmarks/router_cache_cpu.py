@@ -46,7 +46,10 @@ def router_argv(prefills: list[str], decode: str, port: int, policy: str, tmp: P
             for i, u in enumerate(prefills)
         ],
         decode=[{"http_port": int(decode.rsplit(":", 1)[1]), "devices": [7]}],
-        router={"port": port, "policy": policy},
+        # every prompt disaggregated: both routers run the same legs, so the difference
+        # is the cache-aware choice itself (the default threshold would send follow-ups
+        # to decode alone, a cheaper route, flattering cache_aware)
+        router={"port": port, "policy": policy, "disaggregate_min_uncached_tokens": 0},
     )
     f = tmp / f"spec-{port}.json"
     f.write_text(spec.model_dump_json())

@@ -123,7 +123,7 @@ def table(records: list[dict[str, Any]]) -> Any:
         title="pdctl bench (ms; same = sampled outputs equal to one instance's own)",
         header_style="bold",
     )
-    for col in (
+    cols = [
         "mode",
         "in",
         "rate",
@@ -136,12 +136,25 @@ def table(records: list[dict[str, Any]]) -> Any:
         "ITL99",
         "KV MB",
         "reg1st",
-    ):
-        t.add_column(col, justify="left" if col == "mode" else "right", no_wrap=True)
+    ]
+    # the shared-prefix preset compares router policies: name them, with their hit rates
+    policies = len({r.get("policy") for r in records}) > 1
+    if policies:
+        cols[1:1] = ["policy"]
+        cols += ["hit P", "hit all", "D alone"]
+    for col in cols:
+        left = col in ("mode", "policy")
+        t.add_column(col, justify="left" if left else "right", no_wrap=True)
     for r in records:
         bad = (r.get("mismatched") or 0) + (r.get("wrong_length") or 0)
+        extra = [
+            _fmt(r.get("prefill_prefix_hit_rate"), 2),
+            _fmt(r.get("fleet_prefix_hit_rate"), 2),
+            _fmt(r.get("decode_alone_share"), 2),
+        ]
         t.add_row(
             r["mode"],
+            *([str(r.get("policy"))] if policies else []),
             str(r["input_len"]),
             str(r["request_rate"]),
             f"{r['completed']}/{r['failed']}",
@@ -153,26 +166,37 @@ def table(records: list[dict[str, Any]]) -> Any:
             _fmt(r.get("p99_itl_ms")),
             _fmt((r.get("kv_bytes_moved") or 0) / 1e6, 2),
             _fmt(r.get("registration_first_ratio"), 2),
+            *(extra if policies else []),
         )
     return t
 
 
+def _arm(r: dict[str, Any], policies: bool) -> str:
+    return f"{r['mode']}/{r.get('policy')}" if policies else str(r["mode"])
+
+
 def ratios(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Median-TTFT ratio of every mode to the first mode, cell by cell."""
+    """Median-TTFT ratio of every arm to the first, cell by cell; an arm is a mode, or a
+    mode and a router policy when the records compare policies."""
     if not records:
         return []
-    base_mode = records[0]["mode"]
-    base = {(r["input_len"], str(r["request_rate"])): r for r in records if r["mode"] == base_mode}
+    policies = len({r.get("policy") for r in records}) > 1
+    first = _arm(records[0], policies)
+
+    def cell(r: dict[str, Any]) -> tuple[Any, str]:
+        return r["input_len"], str(r["request_rate"])
+
+    base = {cell(r): r for r in records if _arm(r, policies) == first}
     out = []
     for r in records:
-        b = base.get((r["input_len"], str(r["request_rate"])))
-        if r["mode"] == base_mode or b is None:
+        b = base.get(cell(r))
+        if _arm(r, policies) == first or b is None:
             continue
         if r.get("median_ttft_ms") and b.get("median_ttft_ms"):
             out.append(
                 {
-                    "mode": r["mode"],
-                    "vs": base_mode,
+                    "mode": _arm(r, policies),
+                    "vs": first,
                     "input_len": r["input_len"],
                     "request_rate": r["request_rate"],
                     "median_ttft_ratio": r["median_ttft_ms"] / b["median_ttft_ms"],
@@ -277,7 +301,7 @@ async def _run(plan: BenchPlan, spec: FleetSpec, source: str, args: argparse.Nam
     else:
         out = console()
         if not out.is_terminal:
-            out.width = max(out.width, 120)
+            out.width = max(out.width, 170)
         out.print(table(records))
         for r in rs:
             out.print(

@@ -39,6 +39,8 @@ CSV_FIELDS = (
     "registration_first_ratio",
     "policy",
     "prefill_prefix_hit_rate",
+    "fleet_prefix_hit_rate",
+    "decode_alone_share",
 )
 
 
@@ -70,10 +72,28 @@ def _rate(v: Any) -> float:
         return math.inf
 
 
+def _bars(ax: Any, cells: Sequence[dict[str, Any]], arms: list[str], arm: Any, metric: str) -> None:
+    """One bar per arm: the median, with the p99 as a whisker."""
+    xs, med, hi = [], [], []
+    for i, a in enumerate(arms):
+        r = next((c for c in cells if arm(c) == a), None)
+        m = r.get(f"median_{metric}_ms") if r else None
+        if r is None or m is None:
+            continue
+        p99 = r.get(f"p99_{metric}_ms")
+        xs.append(i)
+        med.append(float(m))
+        hi.append(max(0.0, float(p99) - float(m)) if p99 is not None else 0.0)
+    ax.bar(xs, med, yerr=[[0.0] * len(hi), hi], capsize=3, color="tab:blue", alpha=0.8)
+    ax.set_xticks(range(len(arms)), arms, rotation=15, fontsize="small")
+    ax.grid(alpha=0.3, axis="y")
+
+
 def plot(path: Path, records: Sequence[dict[str, Any]], title: str = "") -> Path | None:
     """TTFT (top row) and TPOT (bottom row) medians with p99 whiskers against the
-    request rate; one panel per input length, one line per mode. None without
-    matplotlib."""
+    request rate; one panel per input length, one line per arm (a mode, or a mode and a
+    router policy when the records compare policies). Cells without a finite rate (all
+    at once, or a closed loop) are bars, one per arm. None without matplotlib."""
     try:
         import matplotlib
 
@@ -82,14 +102,26 @@ def plot(path: Path, records: Sequence[dict[str, Any]], title: str = "") -> Path
     except ImportError:
         return None
     lens = sorted({int(r["input_len"]) for r in records})
-    modes = list(dict.fromkeys(str(r["mode"]) for r in records))
+    policies = len({r.get("policy") for r in records}) > 1
+
+    def arm(r: dict[str, Any]) -> str:
+        return f"{r['mode']}/{r.get('policy')}" if policies else str(r["mode"])
+
+    arms = list(dict.fromkeys(arm(r) for r in records))
     fig, axes = plt.subplots(
         2, max(1, len(lens)), figsize=(4.2 * max(1, len(lens)), 6.4), squeeze=False
     )
     for col, n in enumerate(lens):
         for row, (metric, label) in enumerate((("ttft", "TTFT (ms)"), ("tpot", "TPOT (ms)"))):
             ax = axes[row][col]
-            for mode in modes:
+            cells = [r for r in records if int(r["input_len"]) == n]
+            if not any(math.isfinite(_rate(r["request_rate"])) for r in cells):
+                _bars(ax, cells, arms, arm, metric)
+                ax.set_ylabel(label)
+                if row == 0:
+                    ax.set_title(f"input {n} tokens")
+                continue
+            for mode in arms:
                 pts = sorted(
                     (
                         (
@@ -98,7 +130,7 @@ def plot(path: Path, records: Sequence[dict[str, Any]], title: str = "") -> Path
                             r.get(f"p99_{metric}_ms"),
                         )
                         for r in records
-                        if r["mode"] == mode and int(r["input_len"]) == n
+                        if arm(r) == mode and int(r["input_len"]) == n
                     ),
                     key=lambda p: p[0],
                 )
@@ -118,7 +150,8 @@ def plot(path: Path, records: Sequence[dict[str, Any]], title: str = "") -> Path
             if row == 0:
                 ax.set_title(f"input {n} tokens")
             ax.grid(alpha=0.3)
-    axes[0][0].legend(loc="best", fontsize="small")
+    if axes[0][0].get_legend_handles_labels()[0]:
+        axes[0][0].legend(loc="best", fontsize="small")
     if title:
         fig.suptitle(title)
     fig.tight_layout()

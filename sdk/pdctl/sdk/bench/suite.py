@@ -122,6 +122,19 @@ async def prefix_counters(urls: list[str]) -> tuple[float, float]:
     return q, h
 
 
+DECISIONS = "pdctl_router_disaggregation_decisions_total"
+
+
+async def decode_alone_count(router: str) -> float:
+    """Requests the router has sent to decode alone (no prefill, no KV transfer)."""
+    async with httpx.AsyncClient(timeout=10) as c:
+        try:
+            samples = parse((await c.get(router + "/metrics")).text)
+        except (httpx.HTTPError, MetricsParseError):
+            return 0.0
+    return total(samples, DECISIONS, {"decision": "decode-only"}) or 0.0
+
+
 class BenchSuite:
     def __init__(
         self,
@@ -211,7 +224,9 @@ class BenchSuite:
         if cell.policy:
             await RouterControl(router).set_policy(cell.policy)
         prefills = [i.url for i in fleet.plan.instances if i.role == "prefill"]
+        engines = [i.url for i in fleet.plan.instances if i.role in ("prefill", "decode")]
         hits0 = await prefix_counters(prefills)
+        fleet0, alone0 = await prefix_counters(engines), await decode_alone_count(router)
         self.progress.on_cell_start(cell, n)
         monitor = FleetMonitor.for_fleet(spec, fleet.plan, window_s=1e9)
         await monitor.poll()  # opens the window the figures after the cell are taken over
@@ -242,7 +257,9 @@ class BenchSuite:
             )
         after = await monitor.poll()
         hits1 = await prefix_counters(prefills)
+        fleet1, alone1 = await prefix_counters(engines), await decode_alone_count(router)
         queried = hits1[0] - hits0[0]
+        fleet_queried = fleet1[0] - fleet0[0]
         rec: dict[str, Any] = {
             "schema_version": SCHEMA_VERSION,
             "mode": cell.mode,
@@ -255,6 +272,13 @@ class BenchSuite:
             "num_prompts": n,
             "policy": cell.policy or (spec.router.policy if spec.router else None),
             "prefill_prefix_hit_rate": (hits1[1] - hits0[1]) / queried if queried else None,
+            # prefills and decodes: decode's hits are prompts it computed alone on top of
+            # a prefix it holds, and the prefix of a pushed prompt it already had
+            "fleet_prefix_hit_rate": (
+                (fleet1[1] - fleet0[1]) / fleet_queried if fleet_queried else None
+            ),
+            # warmup included, as in the prefix counters
+            "decode_alone_share": (alone1 - alone0) / (n + plan.warmup),
         }
         rec.update(summarize(run.results, run.duration_s, plan.slo))
         rec.update(_server_figures(after))

@@ -363,6 +363,13 @@ class Legs(RouterBase):
                 decode_only = True
                 tl.decision = "decode-only"
                 tl.note(f"{uncached} uncached tokens on {d.name}: decode alone")
+        if self.mode == "colocated":
+            tl.decision = "colocated"
+        elif decode_only:
+            tl.decision = "decode-only"
+        elif tl.decision is None:
+            tl.decision = "disaggregated"
+        self.metrics.decisions.inc(tl.decision, tl.route_path)
         if self.mode == "colocated" or decode_only:
             if cache is not None:
                 cache.routed(d, keys, tl)

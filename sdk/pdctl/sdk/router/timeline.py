@@ -143,8 +143,10 @@ class RouterMetrics:
         )
         self.decisions = r.counter(
             "pdctl_router_disaggregation_decisions_total",
-            "tokens path: requests by decision (disaggregated, decode-only under "
-            "router.disaggregate_min_tokens, colocated) and route (tokens, text-fallback).",
+            "Requests by decision (disaggregated; decode-only under "
+            "router.disaggregate_min_tokens on the tokens path or "
+            "router.disaggregate_min_uncached_tokens with cache_aware; colocated) and "
+            "route (text, tokens, text-fallback).",
             ("decision", "route"),
         )
         self.migrations = r.counter(

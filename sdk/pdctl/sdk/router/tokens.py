@@ -137,8 +137,6 @@ async def route_tokens(
                 503, f"no render server available: {e}", "service_unavailable"
             ) from None
         tl.route_path = "text-fallback"
-        tl.decision = "colocated" if router.mode == "colocated" else "disaggregated"
-        router.metrics.decisions.inc(tl.decision, tl.route_path)
         return await fallback(path, body, tl)
     tl.route_path = "tokens"
     _keep_max_tokens(gen, body)
@@ -149,11 +147,6 @@ async def route_tokens(
     if stream:
         gen["stream_options"] = {"include_usage": True}
     decode_only = len(ids) < router.settings.disaggregate_min_tokens
-    if router.mode == "colocated":
-        tl.decision = "colocated"
-    else:
-        tl.decision = "decode-only" if decode_only else "disaggregated"
-    router.metrics.decisions.inc(tl.decision, tl.route_path)
     d, r = await router.legs(
         GENERATE_PATH, gen, tl, prefill_generate_body, decode_only=decode_only, token_ids=ids
     )
