@@ -691,7 +691,7 @@ class FleetSpec(_InitOnly):
         return cache_aware and self.fleet.enable_prefix_caching is not False
 
     def groups(self) -> list[tuple[Role, int, InstanceGroup]]:
-        """All groups in render order: prefill groups first, then decode groups."""
+        """All groups in plan order: prefill groups first, then decode groups."""
         out: list[tuple[Role, int, InstanceGroup]] = []
         out.extend(("prefill", i, g) for i, g in enumerate(self.prefill))
         out.extend(("decode", i, g) for i, g in enumerate(self.decode))

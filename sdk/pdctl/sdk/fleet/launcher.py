@@ -45,8 +45,8 @@ from pdctl.sdk.fleet.state import (
     write_state,
 )
 from pdctl.sdk.fleet.supervisor import RouterNotifier, Supervisor, _Instance, router_api_key
+from pdctl.sdk.fleetplan import InstancePlan, router_plan
 from pdctl.sdk.lint import lint, require_clean
-from pdctl.sdk.render import InstancePlan, router_plan
 from pdctl.sdk.shepherd import group_members
 from pdctl.sdk.spec import FleetSpec
 from pdctl.sdk.specload import load_spec
@@ -55,7 +55,7 @@ POLL_INTERVAL = 0.5
 
 
 class AsyncFleet(Supervisor):
-    """A local fleet rendered from a spec, supervised by this process.
+    """A local fleet planned from a spec, supervised by this process.
 
     ``async with AsyncFleet(spec) as fleet:`` brings it up (waiting for readiness) and
     always takes it down on the way out. Failed instances are restarted by their group's

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from pdctl.sdk.spec import RestartMode
 
 if TYPE_CHECKING:
-    from pdctl.sdk.render import InstancePlan
+    from pdctl.sdk.fleetplan import InstancePlan
     from pdctl.sdk.spec import FleetSpec, InstanceGroup, RenderGroup
 
 MAX_BACKOFF_S = 60.0

@@ -36,7 +36,7 @@ from pdctl.sdk.fleet.events import EventKind, FleetEvent
 from pdctl.sdk.fleet.policy import Liveness, RestartPolicy, RestartTracker
 from pdctl.sdk.fleet.probe import probe_health, probe_ready
 from pdctl.sdk.fleet.state import InstanceRecord, read_exit, tail
-from pdctl.sdk.render import InstancePlan, with_engine_id
+from pdctl.sdk.fleetplan import InstancePlan, with_engine_id
 from pdctl.sdk.router.control import ApiKeyError, RouterControl, read_api_key
 from pdctl.sdk.spec import FleetSpec
 

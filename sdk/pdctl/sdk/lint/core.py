@@ -11,15 +11,15 @@ from dataclasses import asdict, dataclass, field
 from typing import Literal
 
 from pdctl.sdk.errors import LintFailed
+from pdctl.sdk.fleetplan import (
+    FleetPlan,
+    InstancePlan,
+    build_plan,
+)
 from pdctl.sdk.modelinfo import (
     ModelInfo,
     ModelInfoError,
     read_model_info,
-)
-from pdctl.sdk.render import (
-    FleetPlan,
-    InstancePlan,
-    render_fleet,
 )
 from pdctl.sdk.spec import (
     FleetSpec,
@@ -143,7 +143,7 @@ def lint(
 ) -> LintReport:
     """Run every rule. Never raises for problems in the spec; they become findings."""
     try:
-        plan = render_fleet(spec)
+        plan = build_plan(spec)
     except ValueError as e:
         return LintReport(
             findings=[

@@ -11,6 +11,15 @@ from collections import defaultdict
 from collections.abc import Iterator
 from pathlib import Path
 
+from pdctl.sdk.fleetplan import (
+    InstancePlan,
+    compress_ranges,
+    effective_block_size,
+    effective_mode,
+    host_key,
+    is_loopback,
+    is_wildcard,
+)
 from pdctl.sdk.lint.core import (
     Finding,
     LintContext,
@@ -20,15 +29,6 @@ from pdctl.sdk.lint.core import (
 from pdctl.sdk.modelinfo import (
     config_path_for,
     looks_like_local_path,
-)
-from pdctl.sdk.render import (
-    InstancePlan,
-    compress_ranges,
-    effective_block_size,
-    effective_mode,
-    host_key,
-    is_loopback,
-    is_wildcard,
 )
 
 
@@ -298,7 +298,7 @@ def _engine_id_missing(ctx: LintContext) -> Iterator[Finding]:
                 "PD010",
                 "error",
                 f"{inst.group_role}[{inst.group_index}].engine_id",
-                f"{inst.name} renders an empty engine id",
+                f"{inst.name} gets an empty engine id",
                 "vLLM then invents a random one, so a concurrent router cannot name the "
                 "prefill before it answers and push mode degrades to sequential",
                 "use a pattern such as '{name}'",

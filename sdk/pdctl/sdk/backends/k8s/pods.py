@@ -9,7 +9,7 @@ import sys
 from typing import Any
 
 from pdctl.sdk.backends.k8s import names
-from pdctl.sdk.render import InstancePlan
+from pdctl.sdk.fleetplan import InstancePlan
 from pdctl.sdk.spec import FleetSpec
 
 Obj = dict[str, Any]
@@ -27,12 +27,12 @@ GPU_ROLES = frozenset({"prefill", "decode", "colocated"})
 
 
 def escape(arg: str) -> str:
-    """Keep Kubernetes from expanding ``$(NAME)`` inside a rendered argument."""
+    """Keep Kubernetes from expanding ``$(NAME)`` inside a planned argument."""
     return arg.replace("$(", "$$(")
 
 
 def pod_argv(spec: FleetSpec, inst: InstancePlan) -> list[str]:
-    """The instance's rendered argv, made to fit a pod.
+    """The instance's planned argv, made to fit a pod.
 
     The server binds every address of the pod (kubelet probes and peers come from outside
     it); the model path is the spec's (``~`` means nothing on the operator's disk here);

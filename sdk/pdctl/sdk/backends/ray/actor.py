@@ -1,6 +1,6 @@
 """The Ray actor behind one instance: it runs on the instance's node and supervises it.
 
-The actor renders its instance from the resolved spec *on the node* (so the interpreter
+The actor plans its instance from the resolved spec *on the node* (so the interpreter
 and ``~`` in the model path are the node's), then starts it under pdctl's shepherd
 exactly as the local launcher does: its own process group, CPU pinning, and a lifeline
 pipe whose write end only this actor holds. Whatever ends the actor — ``pdctl down``,
@@ -39,8 +39,8 @@ from pdctl.sdk.fleet.probe import probe_health, probe_ready
 from pdctl.sdk.fleet.procs import kill_group
 from pdctl.sdk.fleet.state import read_exit, state_root, tail
 from pdctl.sdk.fleet.supervisor import RouterNotifier, router_api_key
+from pdctl.sdk.fleetplan import InstancePlan, build_plan, router_plan, with_engine_id
 from pdctl.sdk.modelinfo import looks_like_local_path
-from pdctl.sdk.render import InstancePlan, render_fleet, router_plan, with_engine_id
 from pdctl.sdk.shepherd import group_members
 from pdctl.sdk.spec import FleetSpec
 
@@ -76,7 +76,7 @@ def instance_plan(spec: FleetSpec, name: str, spec_file: Path | None = None) -> 
         if plan is None:
             raise ValueError("the spec has no [router]")
         return plan
-    return render_fleet(spec).by_name(name)
+    return build_plan(spec).by_name(name)
 
 
 def gpu_env(platform: str) -> dict[str, str]:
