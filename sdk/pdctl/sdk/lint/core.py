@@ -1,6 +1,9 @@
 """The linter's engine: findings, the rule registry, the context rules read, the
-driver. The rules themselves live in :mod:`~pdctl.sdk.lint.local` (this machine and the
-P/D contract), :mod:`~pdctl.sdk.lint.k8s` and :mod:`~pdctl.sdk.lint.ray`.
+driver. The rules themselves live in :mod:`~pdctl.sdk.lint.network` (ports and hosts),
+:mod:`~pdctl.sdk.lint.contract` (the P/D contract), :mod:`~pdctl.sdk.lint.devices`,
+:mod:`~pdctl.sdk.lint.settings` (managed flags, model path, UCX, router),
+:mod:`~pdctl.sdk.lint.k8s`, :mod:`~pdctl.sdk.lint.ray`, :mod:`~pdctl.sdk.lint.observability`,
+:mod:`~pdctl.sdk.lint.connector` and :mod:`~pdctl.sdk.lint.cache`.
 """
 
 from __future__ import annotations
