@@ -19,7 +19,7 @@ from pdctl.sdk.backends.k8s import names
 from pdctl.sdk.backends.k8s.pods import (
     env_from,
     pod_spec,
-    router_probes,
+    router_health_checks,
     service_ports,
     vllm_container,
 )
@@ -131,7 +131,7 @@ def router_objects(spec: FleetSpec, rp: RouterPlan) -> list[Obj]:
         "command": ["python3", "-m", ROUTER_MODULE, "--spec-json", f"{SPEC_MOUNT}/{SPEC_FILE}"],
         "ports": [{"name": "http", "containerPort": rp.port}],
         "volumeMounts": [{"name": "spec", "mountPath": SPEC_MOUNT, "readOnly": True}],
-        **router_probes("http"),
+        **router_health_checks("http"),
     }
     if secrets := env_from(spec):
         container["envFrom"] = secrets

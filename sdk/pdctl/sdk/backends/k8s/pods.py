@@ -1,4 +1,4 @@
-"""Pod templates: the vLLM and router containers with their env, ports, probes and
+"""Pod templates: the vLLM and router containers with their env, ports, health checks and
 resources (pure functions over the spec and one instance's launch plan)."""
 
 from __future__ import annotations
@@ -34,9 +34,10 @@ def escape(arg: str) -> str:
 def pod_argv(spec: FleetSpec, inst: InstancePlan) -> list[str]:
     """The instance's planned argv, made to fit a pod.
 
-    The server binds every address of the pod (kubelet probes and peers come from outside
-    it); the model path is the spec's (``~`` means nothing on the operator's disk here);
-    the interpreter of the CPU platform is the image's ``python3``, not the local one.
+    The server binds every address of the pod (the kubelet's health checks and peers come
+    from outside it); the model path is the spec's (``~`` means nothing on the operator's
+    disk here); the interpreter of the CPU platform is the image's ``python3``, not the
+    local one.
     """
     argv = [escape(a) for a in inst.argv]
     if argv and argv[0] == sys.executable:
@@ -87,8 +88,9 @@ def service_ports(inst: InstancePlan) -> list[Obj]:
     ]
 
 
-def probes(spec: FleetSpec, port: str | int) -> Obj:
-    """Startup (model loading may take many minutes), readiness and liveness on /health."""
+def health_checks(spec: FleetSpec, port: str | int) -> Obj:
+    """Kubernetes' startup (model loading may take many minutes), readiness and liveness
+    probes on /health."""
 
     def check() -> Obj:
         return {"httpGet": {"path": HEALTH_PATH, "port": port}}
@@ -111,8 +113,8 @@ def probes(spec: FleetSpec, port: str | int) -> Obj:
     }
 
 
-def router_probes(port: str | int) -> Obj:
-    """The router's probes check only that it listens: its /health answers 503 while no
+def router_health_checks(port: str | int) -> Obj:
+    """The router's Kubernetes probes check only that it listens: its /health answers 503 while no
     prefill or decode is healthy, which is the fleet's state, not the router's, and would
     otherwise pull it out of its Service (or restart it) just while an instance restarts."""
     tcp = {"tcpSocket": {"port": port}}
@@ -206,7 +208,7 @@ def vllm_container(
         "volumeMounts": [{"name": SHM_VOLUME, "mountPath": "/dev/shm"}],
     }
     if leader:
-        c.update(probes(spec, "http"))
+        c.update(health_checks(spec, "http"))
     if secrets := env_from(spec):
         c["envFrom"] = secrets
     if res := resources(spec, inst):
