@@ -15,9 +15,9 @@ from pdctl.sdk.preflight.inventory import (
     inventory_from_sources,
     read_input,
 )
+from pdctl.sdk.preflight.kvpath import PathClass
 from pdctl.sdk.preflight.kvsize import KvLayout, kv_layout, prefill_flops, resolve_dtype
 from pdctl.sdk.preflight.model import Inventory, PlannedPair
-from pdctl.sdk.preflight.paths import PathClass
 from pdctl.sdk.preflight.report import KvSummary, PreflightReport, PreflightWarning
 from pdctl.sdk.preflight.sources import Sources, read_evidence
 from pdctl.sdk.preflight.stack import Stack, descriptor_check

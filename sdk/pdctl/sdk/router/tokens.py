@@ -30,7 +30,7 @@ from pdctl.sdk.router.replies import Reply, RouteError, StreamReply
 from pdctl.sdk.router.timeline import Timeline
 from pdctl.sdk.router.upstream import Response, UpstreamError
 
-GENERATE_PATH = "/inference/v1/generate"
+GENERATE_ENDPOINT = "/inference/v1/generate"
 """The engines' token-in/token-out endpoint."""
 ENDPOINTS = {
     # OpenAI path -> (render path, derender path)
@@ -155,7 +155,7 @@ async def route_tokens(
         tl.decision = "decode-only" if decode_only else "disaggregated"
     router.metrics.decisions.inc(tl.decision, tl.route_path)
     d, r = await router.legs(
-        GENERATE_PATH, gen, tl, prefill_generate_body, decode_only=decode_only, token_ids=ids
+        GENERATE_ENDPOINT, gen, tl, prefill_generate_body, decode_only=decode_only, token_ids=ids
     )
     context = {"prompt_token_ids": ids, "body": body, "path": path, "render": rs}
     if stream and r.status == 200:

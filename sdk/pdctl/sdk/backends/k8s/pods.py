@@ -14,7 +14,7 @@ from pdctl.sdk.spec import FleetSpec
 
 Obj = dict[str, Any]
 
-HEALTH_PATH = "/health"
+HEALTH_ENDPOINT = "/health"
 SHM_VOLUME = "dshm"
 POD_IP = {"fieldRef": {"fieldPath": "status.podIP"}}
 NODE_RANK_ENV = "PDCTL_NODE_RANK"
@@ -93,7 +93,7 @@ def health_checks(spec: FleetSpec, port: str | int) -> Obj:
     probes on /health."""
 
     def check() -> Obj:
-        return {"httpGet": {"path": HEALTH_PATH, "port": port}}
+        return {"httpGet": {"path": HEALTH_ENDPOINT, "port": port}}
 
     startup_period = 10
     k8s = names.k8s_settings(spec)
