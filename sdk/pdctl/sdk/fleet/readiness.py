@@ -1,7 +1,7 @@
 """Readiness and health checks of one server: ready when ``GET /health`` is 200 and
 ``/v1/models`` lists the served model; its health is the status ``GET /health`` answers,
-if any. A local Prometheus (role
-``prometheus``) is ready when ``GET /-/ready`` is 200 and alive when ``/-/healthy`` is."""
+if any. A local Prometheus (role ``prometheus``) is ready when ``GET /-/ready`` is 200
+and alive when ``/-/healthy`` is."""
 
 from __future__ import annotations
 
@@ -45,9 +45,9 @@ async def health_status(
 ) -> int | None:
     """The status code of ``GET /health`` (Prometheus: ``/-/healthy``); None when
     nothing answers in time."""
-    path = "/-/healthy" if role == "prometheus" else "/health"
+    endpoint = "/-/healthy" if role == "prometheus" else "/health"
     try:
-        r = await client.get(f"{url}{path}", timeout=timeout_s)
+        r = await client.get(f"{url}{endpoint}", timeout=timeout_s)
     except httpx.HTTPError:
         return None
     return r.status_code
