@@ -71,7 +71,7 @@ async def check(name: str, argv_for: Any, prefill_ms: float) -> dict[str, Any]:
         out: dict[str, Any] = {"router": name}
 
         def legs() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-            # only the disaggregated legs (routers may send their own probe requests)
+            # only the disaggregated legs (routers may send their own health-check requests)
             return (
                 [r for r in pm.state.requests if "kv_transfer_params" in r["body"]],
                 [r for r in dm.state.requests if "kv_transfer_params" in r["body"]],

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from pdctl.sdk import backends
-from pdctl.sdk.render import render_fleet
+from pdctl.sdk.fleetplan import build_plan
 from pdctl.sdk.spec import FleetSpec
 from pdctl.sdk.specload import load_spec
 from tests.conftest import EXAMPLES
@@ -22,7 +22,7 @@ def test_local_fleets_are_watched_as_written():
     spec = demo()
     seen, plan = backends.observed(spec)
     assert seen is spec
-    assert [i.url for i in plan.instances] == [i.url for i in render_fleet(spec).instances]
+    assert [i.url for i in plan.instances] == [i.url for i in build_plan(spec).instances]
 
 
 def test_other_backends_report_where_instances_run(monkeypatch: pytest.MonkeyPatch):
@@ -40,7 +40,7 @@ def test_other_backends_report_where_instances_run(monkeypatch: pytest.MonkeyPat
             return placed
 
         def endpoints(self) -> Any:
-            return render_fleet(placed)
+            return build_plan(placed)
 
     monkeypatch.setitem(backends.FACTORIES, "ray", Placed)
     seen, plan = backends.observed(spec)

@@ -13,7 +13,7 @@ import pytest
 
 from pdctl.cli.main import main
 from pdctl.sdk.backends import BackendError, open_backend
-from pdctl.sdk.backends.k8s import K8sBackend, Kubectl, KubectlError, render_manifests
+from pdctl.sdk.backends.k8s import K8sBackend, Kubectl, KubectlError, build_manifests
 from pdctl.sdk.backends.k8s.names import LWS_RESOURCE
 from pdctl.sdk.errors import LaunchError, NotRunningError
 from tests.conftest import EXAMPLES, FIXTURES
@@ -84,7 +84,7 @@ async def test_up_applies_the_rendered_manifests_and_prunes_stale_objects(kubect
     ]
     apply = calls[2]
     assert apply["argv"] == ["apply", "-n", "default", "-o", "name", "-f", "-"]
-    assert json.loads(apply["stdin"])["items"] == render_manifests(b.spec)
+    assert json.loads(apply["stdin"])["items"] == build_manifests(b.spec)
     assert calls[3]["argv"][2:] == ["-n", "default", "-l", SELECTOR, "-o", "json"]
     assert calls[4]["argv"][:3] == [
         "delete",

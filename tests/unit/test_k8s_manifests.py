@@ -15,9 +15,9 @@ import pytest
 import yaml  # type: ignore[import-untyped, unused-ignore]
 
 from pdctl.cli.main import main
-from pdctl.sdk.backends.k8s import cluster_plan, render_manifests, to_json, to_yaml
+from pdctl.sdk.backends.k8s import build_manifests, cluster_plan, to_json, to_yaml
 from pdctl.sdk.backends.k8s.manifests import SPEC_FILE
-from pdctl.sdk.render import render_fleet
+from pdctl.sdk.fleetplan import build_plan
 from pdctl.sdk.spec import FleetSpec
 from pdctl.sdk.specload import load_spec
 from tests.conftest import EXAMPLES, FIXTURES, spec_dict
@@ -64,7 +64,7 @@ def flag(argv: list[str], name: str) -> str:
 
 @pytest.mark.parametrize("path", EXAMPLE_FILES, ids=lambda p: p.stem)
 def test_golden(path: Path):
-    text = to_yaml(render_manifests(k8s_example(path)))
+    text = to_yaml(build_manifests(k8s_example(path)))
     golden = GOLDENS / f"{path.stem}.yaml"
     if os.environ.get("PDCTL_UPDATE_GOLDENS"):
         golden.write_text(text)
@@ -75,8 +75,8 @@ def test_golden(path: Path):
 @pytest.mark.parametrize("path", EXAMPLE_FILES, ids=lambda p: p.stem)
 def test_every_instance_keeps_its_rendered_identity(path: Path):
     spec = k8s_example(path)
-    docs = render_manifests(spec)
-    plan = render_fleet(spec)
+    docs = build_manifests(spec)
+    plan = build_plan(spec)
     names = {d["metadata"]["name"] for d in docs}
     for inst in plan.instances:
         obj = f"{spec.fleet.name}-{inst.name}"
@@ -106,7 +106,7 @@ def test_every_instance_keeps_its_rendered_identity(path: Path):
 @pytest.mark.parametrize("path", EXAMPLE_FILES, ids=lambda p: p.stem)
 def test_everything_is_labelled_for_finding_it_again(path: Path):
     spec = k8s_example(path)
-    for d in render_manifests(spec):
+    for d in build_manifests(spec):
         labels = d["metadata"]["labels"]
         assert labels["app.kubernetes.io/managed-by"] == "pdctl"
         assert labels[FLEET_LABEL] == spec.fleet.name
@@ -117,7 +117,7 @@ def test_everything_is_labelled_for_finding_it_again(path: Path):
 
 
 def test_gpu_resources_follow_tp_pp_dp():
-    docs = render_manifests(
+    docs = build_manifests(
         kube(
             k8s={"rdma_resources": {"rdma/ib": 2}},
             prefill=[{"tp": 2, "dp": 2}],
@@ -139,7 +139,7 @@ def test_cpu_platform_requests_no_gpu_and_runs_the_images_python():
         prefill=[{"cpu_cores": [0, 1]}],
         decode=[{}],
     )
-    c = container(by_kind(render_manifests(spec), "Deployment")["pdctl-prefill-0"])
+    c = container(by_kind(build_manifests(spec), "Deployment")["pdctl-prefill-0"])
     assert c["resources"] == {
         "requests": {"cpu": "4", "memory": "16Gi"},
         "limits": {"memory": "16Gi"},
@@ -150,13 +150,13 @@ def test_cpu_platform_requests_no_gpu_and_runs_the_images_python():
 
 def test_model_path_is_the_specs_not_this_machines():
     spec = kube(model={"path": "~/models/tiny"})
-    c = container(by_kind(render_manifests(spec), "Deployment")["pdctl-prefill-0"])
+    c = container(by_kind(build_manifests(spec), "Deployment")["pdctl-prefill-0"])
     assert c["command"][2] == "~/models/tiny"
 
 
 def test_multinode_instance_is_a_leader_worker_set():
     spec = kube(prefill=[{"tp": 8}], decode=[{"tp": 16}])
-    docs = render_manifests(spec)
+    docs = build_manifests(spec)
     assert "pdctl-decode-0" not in by_kind(docs, "Service")  # LWS brings its own
     lws = by_kind(docs, "LeaderWorkerSet")["pdctl-decode-0"]
     tpl = lws["spec"]["leaderWorkerTemplate"]
@@ -192,12 +192,12 @@ def test_multinode_instance_is_a_leader_worker_set():
 )
 def test_workload_choice(workload: str, tp: int, kind: str):
     spec = kube(k8s={"workload": workload}, decode=[{"tp": tp}])
-    assert "pdctl-decode-0" in by_kind(render_manifests(spec), kind)
+    assert "pdctl-decode-0" in by_kind(build_manifests(spec), kind)
 
 
 def test_dollar_parens_in_user_args_are_not_expanded():
     spec = kube(fleet={"vllm_args": ["--chat-template=$(cat x)"]})
-    argv = container(by_kind(render_manifests(spec), "Deployment")["pdctl-decode-0"])["command"]
+    argv = container(by_kind(build_manifests(spec), "Deployment")["pdctl-decode-0"])["command"]
     assert "--chat-template=$$(cat x)" in argv
 
 
@@ -214,7 +214,7 @@ def test_settings_reach_every_pod():
             "shm_size": "32Gi",
         }
     )
-    for name, d in by_kind(render_manifests(spec), "Deployment").items():
+    for name, d in by_kind(build_manifests(spec), "Deployment").items():
         tpl = d["spec"]["template"]
         pod = tpl["spec"]
         assert tpl["metadata"]["labels"]["team"] == "inference", name
@@ -231,7 +231,7 @@ def test_settings_reach_every_pod():
 
 def test_router_reads_the_spec_and_rolls_when_it_changes():
     spec = kube(router={"port": 9000}, k8s={"router_service_type": "LoadBalancer"})
-    docs = render_manifests(spec)
+    docs = build_manifests(spec)
     cm = by_kind(docs, "ConfigMap")["pdctl-spec"]
     assert FleetSpec.model_validate_json(cm["data"][SPEC_FILE]) == spec
     svc = by_kind(docs, "Service")["pdctl-router"]
@@ -240,12 +240,12 @@ def test_router_reads_the_spec_and_rolls_when_it_changes():
     router = by_kind(docs, "Deployment")["pdctl-router"]
     assert container(router)["command"][:3] == ["python3", "-m", "pdctl.sdk.backends.k8s.router"]
     sha = router["spec"]["template"]["metadata"]["annotations"]["pdctl.io/spec-sha256"]
-    other = by_kind(render_manifests(kube(router={"port": 9001})), "Deployment")["pdctl-router"]
+    other = by_kind(build_manifests(kube(router={"port": 9001})), "Deployment")["pdctl-router"]
     assert other["spec"]["template"]["metadata"]["annotations"]["pdctl.io/spec-sha256"] != sha
 
 
 def test_instance_service_is_headless_and_published_before_ready():
-    svc = by_kind(render_manifests(kube(prefill=[{"dp": 2}])), "Service")["pdctl-prefill-0"]
+    svc = by_kind(build_manifests(kube(prefill=[{"dp": 2}])), "Service")["pdctl-prefill-0"]
     assert svc["spec"]["clusterIP"] == "None"
     assert svc["spec"]["publishNotReadyAddresses"] is True
     assert svc["spec"]["selector"] == {FLEET_LABEL: "pdctl", "pdctl.io/instance": "prefill-0"}
@@ -261,7 +261,7 @@ def test_kv_events_reach_the_router_pod():
         fleet={"enable_prefix_caching": True},
         router={"policy": "cache_aware"},
     )
-    docs = render_manifests(spec)
+    docs = build_manifests(spec)
     plan = cluster_plan(spec)
     for name, svc in by_kind(docs, "Service").items():
         if name == "pdctl-router":
@@ -284,16 +284,16 @@ def test_cluster_plan_names_each_instance_by_dns():
     assert p0.url == f"http://pdctl-prefill-0.llm.svc.cluster.local:{p0.http_port}"
     d0 = plan.by_name("decode-0")
     assert d0.host == "pdctl-decode-0-0.pdctl-decode-0.llm.svc.cluster.local"
-    assert p0.engine_id == render_fleet(spec).by_name("prefill-0").engine_id
+    assert p0.engine_id == build_plan(spec).by_name("prefill-0").engine_id
     assert plan.router is not None
     assert plan.router.host == "pdctl-router.llm.svc.cluster.local"
 
 
 def test_output_is_deterministic_and_parses_back():
     spec = k8s_example(EXAMPLES / "gpu-8x-4p1d.toml")
-    docs = render_manifests(spec)
+    docs = build_manifests(spec)
     text = to_yaml(docs)
-    assert text == to_yaml(render_manifests(spec))
+    assert text == to_yaml(build_manifests(spec))
     assert "&id" not in text  # no YAML anchors
     assert list(yaml.safe_load_all(text)) == docs
     assert json.loads(to_json(docs)) == {"apiVersion": "v1", "kind": "List", "items": docs}

@@ -14,7 +14,7 @@ import pytest
 from referencing import Registry, Resource  # type: ignore[import-not-found, unused-ignore]
 from referencing.jsonschema import DRAFT202012  # type: ignore[import-not-found, unused-ignore]
 
-from pdctl.sdk.backends.k8s import render_manifests
+from pdctl.sdk.backends.k8s import build_manifests
 from tests.conftest import FIXTURES
 from tests.unit.test_k8s_manifests import EXAMPLE_FILES, k8s_example, kube
 
@@ -65,7 +65,7 @@ def errors(doc: dict[str, Any]) -> list[str]:
 
 @pytest.mark.parametrize("path", EXAMPLE_FILES, ids=lambda p: p.stem)
 def test_examples_validate(path: Path):
-    docs = render_manifests(k8s_example(path))
+    docs = build_manifests(k8s_example(path))
     for doc in docs:
         assert errors(doc) == [], f"{doc['kind']} {doc['metadata']['name']}"
 
@@ -88,7 +88,7 @@ def test_every_setting_validates():
         prefill=[{"tp": 8, "dp": 2}],
         decode=[{"tp": 16}],
     )
-    for doc in render_manifests(spec):
+    for doc in build_manifests(spec):
         assert errors(doc) == [], f"{doc['kind']} {doc['metadata']['name']}"
 
 
@@ -108,7 +108,7 @@ def test_every_setting_validates():
 )
 def test_the_schemas_catch_mistakes(kind: str, path: list[Any], value: Any):
     """The check can fail: a misspelt field or a wrong type is reported."""
-    docs = render_manifests(kube(decode=[{"tp": 16}]))
+    docs = build_manifests(kube(decode=[{"tp": 16}]))
     doc = copy.deepcopy(next(d for d in docs if d["kind"] == kind))
     node = doc
     for key in path[:-1]:

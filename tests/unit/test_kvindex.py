@@ -241,8 +241,8 @@ async def following(pub, idx: InstanceIndex, **kw: Any) -> AsyncIterator[tuple[A
         idx,
         "127.0.0.1",
         pub.port,
-        probe_interval_s=0.1,
-        probe_timeout_s=0.3,
+        replay_after_s=0.1,
+        replay_timeout_s=0.3,
         on_state=lambda i, s: states.append(s),
         **kw,
     )

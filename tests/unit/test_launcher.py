@@ -29,7 +29,7 @@ FAKE = Path(__file__).resolve().parent.parent / "fakes" / "fake_engine.py"
 
 @pytest.fixture
 def fake_python(tmp_path: Path) -> str:
-    """An 'interpreter' that passes the vLLM-installed probe and runs the fake engine."""
+    """An 'interpreter' that passes the vLLM-installed check and runs the fake engine."""
     script = tmp_path / "fake-python"
     script.write_text(
         f'#!/bin/sh\nif [ "$1" = "-c" ]; then exit 0; fi\nexec {sys.executable} {FAKE} "$@"\n'

@@ -10,7 +10,7 @@ import pytest
 
 def test_sdk_import_pulls_in_no_heavy_module():
     code = (
-        "import sys, pdctl.sdk, pdctl.sdk.lint, pdctl.sdk.render, pdctl.sdk.specload\n"
+        "import sys, pdctl.sdk, pdctl.sdk.lint, pdctl.sdk.fleetplan, pdctl.sdk.specload\n"
         "print([m for m in sys.modules if m.split('.')[0] in "
         "('textual', 'vllm', 'nixl', 'torch', 'transformers')])"
     )

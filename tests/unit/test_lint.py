@@ -413,10 +413,10 @@ def test_push_prefix_fix_detected_in_installed_vllm():
 
 
 def test_kv_event_ports_are_planned_and_checked():
-    from pdctl.sdk.render import render_fleet
+    from pdctl.sdk.fleetplan import build_plan
 
     d = _cpu(router={"policy": "cache_aware"})
-    plan = render_fleet(FleetSpec(**d))
+    plan = build_plan(FleetSpec(**d))
     ports = [i.kv_events_port for i in plan.instances]
     assert ports == [5557, 5559]
     for i in plan.instances:
@@ -425,7 +425,7 @@ def test_kv_event_ports_are_planned_and_checked():
         assert f'"replay_endpoint":"tcp://*:{i.kv_events_ports[1]}"' in cfg
     # an explicit HTTP port on the way: automatic KV event ports step around it
     d["prefill"][0]["http_port"] = 5558
-    plan = render_fleet(FleetSpec(**d))
+    plan = build_plan(FleetSpec(**d))
     assert all(5558 not in i.kv_events_ports for i in plan.instances)
     # off by default without cache_aware
-    assert all(i.kv_events_port is None for i in render_fleet(FleetSpec(**_cpu())).instances)
+    assert all(i.kv_events_port is None for i in build_plan(FleetSpec(**_cpu())).instances)

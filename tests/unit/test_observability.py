@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 import yaml  # type: ignore[import-untyped, unused-ignore]
 
+from pdctl.sdk.fleetplan import build_plan
 from pdctl.sdk.metrics.alerts import BY_CODE, RULES
 from pdctl.sdk.metrics.rendezvous import METRICS as PDCTL_METRICS
 from pdctl.sdk.observability import (
@@ -28,7 +29,6 @@ from pdctl.sdk.observability import (
     to_yaml,
 )
 from pdctl.sdk.observability.dashboards import expand
-from pdctl.sdk.render import render_fleet
 from pdctl.sdk.router.timeline import RouterMetrics
 from pdctl.sdk.spec import FleetSpec
 from tests.conftest import FIXTURES, spec_dict
@@ -43,7 +43,7 @@ def spec(**kw) -> FleetSpec:
 
 def test_scrape_config_labels_every_instance_and_the_router():
     s = spec(fleet={"name": "f1"}, decode=[{"host": "0.0.0.0", "devices": [1], "count": 2}])
-    plan = render_fleet(s)
+    plan = build_plan(s)
     cfg = scrape_config(s, plan, interval="2s", rule_files=["rules.yml"])
     assert cfg["rule_files"] == ["rules.yml"]
     (job,) = cfg["scrape_configs"]
@@ -210,7 +210,7 @@ def test_promtool_accepts_config_and_rules(tmp_path: Path):
     rules = tmp_path / "rules.yml"
     rules.write_text(to_yaml(rule_groups(s, RuleOptions(expected_throughput_bps=1e9))))
     cfg = tmp_path / "prometheus.yml"
-    cfg.write_text(to_yaml(scrape_config(s, render_fleet(s), rule_files=[str(rules)])))
+    cfg.write_text(to_yaml(scrape_config(s, build_plan(s), rule_files=[str(rules)])))
     for args in (["check", "rules", str(rules)], ["check", "config", str(cfg)]):
         r = subprocess.run([PROMTOOL, *args], capture_output=True, text=True, timeout=60)
         assert r.returncode == 0, r.stdout + r.stderr

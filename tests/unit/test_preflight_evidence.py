@@ -10,7 +10,7 @@ import pytest
 
 from pdctl.sdk.preflight import run_preflight
 from pdctl.sdk.preflight.inventory import inventory_from_sources
-from pdctl.sdk.preflight.paths import PathClass
+from pdctl.sdk.preflight.kvpath import PathClass
 from pdctl.sdk.preflight.sources import (
     FI_INFO,
     IBV,

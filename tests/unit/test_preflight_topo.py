@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pdctl.sdk.preflight.paths import PathClass, classify_same_host, p2p_ok
+from pdctl.sdk.preflight.kvpath import PathClass, classify_same_host, p2p_ok
 from pdctl.sdk.preflight.topo import parse_topo
 from tests.conftest import FIXTURES
 

@@ -1,4 +1,4 @@
-"""Property: any valid spec renders unique ports per host and explicit engine ids."""
+"""Property: any valid spec plans unique ports per host and explicit engine ids."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from collections import Counter
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from pdctl.sdk.fleetplan import build_plan, host_key
 from pdctl.sdk.lint import lint
-from pdctl.sdk.render import host_key, render_fleet
 from pdctl.sdk.spec import FleetSpec
 
 HOSTS = ["127.0.0.1", "localhost", "10.0.0.1", "10.0.0.2"]
@@ -55,7 +55,7 @@ def specs(draw):
 @settings(max_examples=300, deadline=None)
 @given(specs())
 def test_ports_unique_and_engine_ids_explicit(spec):
-    plan = render_fleet(spec)
+    plan = build_plan(spec)
     used: Counter[tuple[str, int]] = Counter()
     if spec.router is not None:
         used[(host_key(spec.router.host), spec.router.port)] += 1

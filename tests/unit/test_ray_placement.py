@@ -13,8 +13,8 @@ from pydantic import ValidationError
 from pdctl.sdk.backends import open_backend
 from pdctl.sdk.backends.ray import Node, PlacementError, RayBackend, demands, place, resolve
 from pdctl.sdk.backends.ray.placement import ray_options
+from pdctl.sdk.fleetplan import build_plan
 from pdctl.sdk.paths import demo_spec_text
-from pdctl.sdk.render import render_fleet
 from pdctl.sdk.spec import FleetSpec, RayGroup
 from pdctl.sdk.specload import load_spec
 from tests.conftest import spec_dict
@@ -164,7 +164,7 @@ def test_a_routable_host_pins_its_group_to_that_node():
 def test_resolved_spec_binds_and_advertises_node_addresses():
     spec = ray_demo()
     resolved = resolve(spec, place(spec, NODES))
-    plan = render_fleet(resolved)
+    plan = build_plan(resolved)
     p, d = plan.instances
     assert (p.host, p.side_channel_host, p.url) == ("10.0.0.1", "10.0.0.1", "http://10.0.0.1:8100")
     assert (d.host, d.side_channel_host) == ("10.0.0.2", "10.0.0.2")
@@ -174,7 +174,7 @@ def test_resolved_spec_binds_and_advertises_node_addresses():
     assert resolved.router is not None
     assert resolved.router.host == "10.0.0.1"
     # everything else is the spec's own: ports, cores, transfer settings
-    before = render_fleet(spec)
+    before = build_plan(spec)
     assert [i.ports() for i in plan.instances] == [i.ports() for i in before.instances]
     assert [i.cpu_cores for i in plan.instances] == [i.cpu_cores for i in before.instances]
     assert [i.kv_transfer_config for i in plan.instances] == [
@@ -187,7 +187,7 @@ def test_resolved_gpu_spec_leaves_device_choice_to_ray():
     nodes = [gpu_node("h" * 56, "10.0.0.1", 4, head=True)]
     resolved = resolve(spec, place(spec, nodes))
     assert [g.devices for g in (*resolved.prefill, *resolved.decode)] == [None, None]
-    assert len({i.devices for i in render_fleet(resolved).instances}) == 2
+    assert len({i.devices for i in build_plan(resolved).instances}) == 2
 
 
 def test_explicit_routable_side_channel_host_is_kept():

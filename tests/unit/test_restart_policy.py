@@ -6,7 +6,7 @@ import pytest
 from pydantic import ValidationError
 
 from pdctl.sdk.fleet.policy import MAX_BACKOFF_S, Liveness, RestartPolicy, RestartTracker
-from pdctl.sdk.render import render_fleet, router_plan, split_cores
+from pdctl.sdk.fleetplan import build_plan, router_plan, split_cores
 from pdctl.sdk.spec import FleetSpec
 
 
@@ -79,13 +79,13 @@ def test_router_liveness_ignores_its_503():
 
 def test_policy_comes_from_the_group_and_the_router_gets_the_default():
     s = spec(restart="never")
-    plan = render_fleet(s)
+    plan = build_plan(s)
     assert RestartPolicy.for_plan(s, plan.by_name("prefill-0")).mode == "never"
     s = spec(restart_backoff_s=3, max_restarts=2, restart_window_s=60)
-    p = RestartPolicy.for_plan(s, render_fleet(s).by_name("prefill-0"))
+    p = RestartPolicy.for_plan(s, build_plan(s).by_name("prefill-0"))
     assert p == RestartPolicy("on-failure", 3.0, 2, 60.0)
     assert p.describe() == "on-failure (max 2 in 60 s)"
-    d = RestartPolicy.for_plan(s, render_fleet(s).by_name("decode-0"))
+    d = RestartPolicy.for_plan(s, build_plan(s).by_name("decode-0"))
     assert d == RestartPolicy()
     rp = router_plan(s, ("router",))
     assert rp is not None

@@ -10,7 +10,7 @@ import sys
 import httpx
 import pytest
 
-from pdctl.sdk.render import render_fleet
+from pdctl.sdk.fleetplan import build_plan
 from pdctl.sdk.router.mock import MockConfig
 from pdctl.sdk.router.tracing import Tracer, parse_traceparent
 from pdctl.sdk.spec import FleetSpec
@@ -99,13 +99,13 @@ async def test_spans_exported_with_parent_links():
 
 def test_spec_renders_the_engines_otlp_endpoint():
     spec = FleetSpec.model_validate(spec_dict(router={"otlp_endpoint": "http://c:4318/"}))
-    for inst in render_fleet(spec).instances:
+    for inst in build_plan(spec).instances:
         i = inst.argv.index("--otlp-traces-endpoint")
         assert inst.argv[i + 1] == "http://c:4318/v1/traces"
         assert inst.env["OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"] == "http/protobuf"
         assert f"pdctl.instance={inst.name}" in inst.env["OTEL_RESOURCE_ATTRIBUTES"]
     plain = FleetSpec.model_validate(spec_dict())
-    assert all("--otlp-traces-endpoint" not in i.argv for i in render_fleet(plain).instances)
+    assert all("--otlp-traces-endpoint" not in i.argv for i in build_plan(plain).instances)
     with pytest.raises(ValueError, match="otlp_endpoint"):
         FleetSpec.model_validate(spec_dict(router={"otlp_endpoint": "c:4318"}))
 

@@ -1,4 +1,4 @@
-"""Every vLLM command pdctl renders is parsed by the installed vLLM's own argument parser.
+"""Every vLLM command pdctl plans is parsed by the installed vLLM's own argument parser.
 
 The parser is built in-process the way ``vllm`` builds it (``FlexibleArgumentParser`` with
 the ``serve`` and ``launch`` subcommands' ``subparser_init``, which call vLLM's
@@ -20,8 +20,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pdctl.sdk.backends.k8s.manifests import render_manifests
-from pdctl.sdk.render import CPU_ENTRYPOINT, render_fleet
+from pdctl.sdk.backends.k8s.manifests import build_manifests
+from pdctl.sdk.fleetplan import CPU_ENTRYPOINT, build_plan
 from pdctl.sdk.spec import FleetSpec
 from pdctl.sdk.specload import load_spec
 from tests.conftest import EXAMPLES
@@ -56,14 +56,14 @@ class VllmCli:
         self.validate = validate_parsed_serve_args
 
     def parse(self, argv: Sequence[str]) -> argparse.Namespace:
-        """Parse a rendered argv; :class:`Rejected` names what vLLM refused."""
+        """Parse a planned argv; :class:`Rejected` names what vLLM refused."""
         args = list(argv)
         if args[0] == "vllm":
             parser, rest = self.cli, args[1:]
         elif args[1:3] == ["-m", CPU_ENTRYPOINT]:
             parser, rest = self.module, args[3:]
         else:
-            raise AssertionError(f"not a vLLM command pdctl renders: {args[:3]}")
+            raise AssertionError(f"not a vLLM command pdctl plans: {args[:3]}")
         err = io.StringIO()
         try:
             with contextlib.redirect_stderr(err):
@@ -111,9 +111,9 @@ def _container_commands(docs: list[dict[str, Any]]) -> list[list[str]]:
 
 
 def _all_commands(spec: FleetSpec) -> list[list[str]]:
-    plan = render_fleet(spec)
+    plan = build_plan(spec)
     cmds = [list(i.argv) for i in plan.instances]
-    return cmds + _container_commands(render_manifests(_k8s(spec)))
+    return cmds + _container_commands(build_manifests(_k8s(spec)))
 
 
 def _check(cli: VllmCli, spec: FleetSpec) -> int:
@@ -151,7 +151,7 @@ def test_every_example_command_parses(vllm_cli, path):
 
 def test_a_misspelled_flag_is_caught_and_named(vllm_cli):
     spec = load_spec(EXAMPLES / "gpu-8x-4p1d.toml", environ={}).spec
-    argv = list(render_fleet(spec).instances[0].argv)
+    argv = list(build_plan(spec).instances[0].argv)
     assert argv[:2] == ["vllm", "serve"]
     vllm_cli.parse(argv)
     with pytest.raises(Rejected, match="--tensor-paralel-size"):

@@ -1,4 +1,4 @@
-"""pdctl SDK: describe, render, lint, launch and watch disaggregated P/D vLLM fleets.
+"""pdctl SDK: describe, plan, lint, launch and watch disaggregated P/D vLLM fleets.
 
 The SDK never imports textual, vllm, nixl or torch; front ends (CLI, TUI) sit on top.
 Names are resolved lazily so that importing one light module (e.g. the errors) does not
@@ -21,9 +21,9 @@ _EXPORTS: dict[str, str] = {
     "LintReport": "lint",
     "lint": "lint",
     "require_clean": "lint",
-    "FleetPlan": "render",
-    "InstancePlan": "render",
-    "render_fleet": "render",
+    "FleetPlan": "fleetplan",
+    "InstancePlan": "fleetplan",
+    "build_plan": "fleetplan",
     "FleetSpec": "spec",
     "LoadedSpec": "specload",
     "load_spec": "specload",
@@ -31,8 +31,8 @@ _EXPORTS: dict[str, str] = {
 
 if TYPE_CHECKING:
     from pdctl.sdk.errors import LintFailed, PdctlError, SpecError, SpecProblem
+    from pdctl.sdk.fleetplan import FleetPlan, InstancePlan, build_plan
     from pdctl.sdk.lint import Finding, LintReport, lint, require_clean
-    from pdctl.sdk.render import FleetPlan, InstancePlan, render_fleet
     from pdctl.sdk.spec import FleetSpec
     from pdctl.sdk.specload import LoadedSpec, load_spec
 
@@ -56,8 +56,8 @@ __all__ = [
     "SpecError",
     "SpecProblem",
     "__version__",
+    "build_plan",
     "lint",
     "load_spec",
-    "render_fleet",
     "require_clean",
 ]

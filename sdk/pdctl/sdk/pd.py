@@ -17,7 +17,7 @@ from typing import Any
 import httpx
 
 from pdctl.sdk.errors import PdctlError
-from pdctl.sdk.render import InstancePlan
+from pdctl.sdk.fleetplan import InstancePlan
 
 _PREFILL_DROP = ("stream_options", "min_tokens")
 

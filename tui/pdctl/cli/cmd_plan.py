@@ -108,15 +108,15 @@ def run(args: argparse.Namespace) -> int:
 def _live(args: argparse.Namespace) -> tuple[Any, Any]:
     import asyncio
 
+    from pdctl.sdk.fleetplan import build_plan
     from pdctl.sdk.metrics.monitor import FleetMonitor
     from pdctl.sdk.plan.live import live_figures
-    from pdctl.sdk.render import render_fleet
     from pdctl.sdk.specload import load_spec
 
     spec = load_spec(args.file).spec
 
     async def observe() -> Any:
-        mon = FleetMonitor.for_fleet(spec, render_fleet(spec), window_s=args.window + 5)
+        mon = FleetMonitor.for_fleet(spec, build_plan(spec), window_s=args.window + 5)
         await mon.poll()
         await asyncio.sleep(args.window)
         return await mon.poll()

@@ -109,7 +109,7 @@ def _manifests(args: argparse.Namespace) -> int:
     """The backend's manifests (k8s: YAML or a JSON List); --json and --shell still give
     the instances' command lines."""
     from pdctl.cli.common import summary_line
-    from pdctl.sdk.backends.k8s import render_manifests, to_json, to_yaml
+    from pdctl.sdk.backends.k8s import build_manifests, to_json, to_yaml
     from pdctl.sdk.lint import lint
 
     loaded = load(args)
@@ -119,7 +119,7 @@ def _manifests(args: argparse.Namespace) -> int:
         print_findings(report.errors, err)
         err.print(f"[bold red]error[/]: {summary_line(report, loaded.source)}; nothing rendered")
         return 2
-    docs = render_manifests(loaded.spec, report.plan)
+    docs = build_manifests(loaded.spec, report.plan)
     sys.stdout.write(to_json(docs) if args.output == "json" else to_yaml(docs))
     for f in report.warnings:
         err.print(f"[yellow]warning[/] {f.code} {f.field}: {f.message}")

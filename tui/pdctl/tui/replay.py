@@ -22,9 +22,9 @@ from typing import Any
 import httpx
 
 from pdctl.sdk.fleet import InstanceStatus
+from pdctl.sdk.fleetplan import FleetPlan
 from pdctl.sdk.lint import lint
 from pdctl.sdk.metrics.monitor import FleetMonitor, targets_for
-from pdctl.sdk.render import FleetPlan
 from pdctl.sdk.router import Router, RouterApp
 from pdctl.sdk.router.control import RouterControl
 from pdctl.sdk.router.core import Timeline

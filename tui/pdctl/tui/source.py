@@ -27,8 +27,8 @@ from pdctl.sdk.fleet import (
     remote_restart,
     remote_stop,
 )
+from pdctl.sdk.fleetplan import FleetPlan
 from pdctl.sdk.metrics.monitor import FleetMonitor, Snapshot
-from pdctl.sdk.render import FleetPlan
 from pdctl.sdk.router.control import RouterControl, RouterState
 from pdctl.sdk.spec import FleetSpec
 

@@ -1,4 +1,4 @@
-"""Widgets that only render what they are given: tables synced in place, the alert
+"""Widgets that only draw what they are given: tables synced in place, the alert
 banner, the summary line and the view tabs."""
 
 from __future__ import annotations

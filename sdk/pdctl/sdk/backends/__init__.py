@@ -17,7 +17,7 @@ from pdctl.sdk.backends.base import (
     BackendError,
     BackendStatus,
 )
-from pdctl.sdk.render import FleetPlan
+from pdctl.sdk.fleetplan import FleetPlan
 from pdctl.sdk.spec import BackendKind, FleetSpec
 
 BackendFactory = Callable[..., Backend]

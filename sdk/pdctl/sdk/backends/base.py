@@ -14,7 +14,7 @@ from typing import Any, ClassVar, Protocol, runtime_checkable
 
 from pdctl.sdk.errors import LaunchError
 from pdctl.sdk.fleet.events import InstanceStatus
-from pdctl.sdk.render import FleetPlan
+from pdctl.sdk.fleetplan import FleetPlan
 from pdctl.sdk.spec import FleetSpec
 
 DEFAULT_READY_TIMEOUT = 180.0

@@ -7,7 +7,7 @@ from typing import ClassVar
 
 from pdctl.sdk.backends.base import DEFAULT_GRACE, DEFAULT_READY_TIMEOUT, BackendStatus
 from pdctl.sdk.fleet import AsyncFleet, fleet_status, remote_down
-from pdctl.sdk.render import FleetPlan, render_fleet
+from pdctl.sdk.fleetplan import FleetPlan, build_plan
 from pdctl.sdk.spec import FleetSpec
 
 
@@ -51,4 +51,4 @@ class LocalBackend:
         return BackendStatus(st.fleet, self.kind, st.state_dir, st.instances)
 
     def endpoints(self) -> FleetPlan:
-        return render_fleet(self.spec)
+        return build_plan(self.spec)

@@ -26,8 +26,8 @@ from pdctl.sdk.errors import FleetRunningError, LaunchError
 from pdctl.sdk.fleet import control
 from pdctl.sdk.fleet.events import FleetEvent, InstanceStatus
 from pdctl.sdk.fleet.policy import RestartPolicy
-from pdctl.sdk.fleet.probe import probe_ready
 from pdctl.sdk.fleet.procs import alive, kill_group, start_ticks
+from pdctl.sdk.fleet.readiness import check_ready
 from pdctl.sdk.fleet.remote import (
     DEFAULT_GRACE,
     DEFAULT_READY_TIMEOUT,
@@ -45,8 +45,8 @@ from pdctl.sdk.fleet.state import (
     write_state,
 )
 from pdctl.sdk.fleet.supervisor import RouterNotifier, Supervisor, _Instance, router_api_key
+from pdctl.sdk.fleetplan import InstancePlan, router_plan
 from pdctl.sdk.lint import lint, require_clean
-from pdctl.sdk.render import InstancePlan, router_plan
 from pdctl.sdk.shepherd import group_members
 from pdctl.sdk.spec import FleetSpec
 from pdctl.sdk.specload import load_spec
@@ -55,7 +55,7 @@ POLL_INTERVAL = 0.5
 
 
 class AsyncFleet(Supervisor):
-    """A local fleet rendered from a spec, supervised by this process.
+    """A local fleet planned from a spec, supervised by this process.
 
     ``async with AsyncFleet(spec) as fleet:`` brings it up (waiting for readiness) and
     always takes it down on the way out. Failed instances are restarted by their group's
@@ -143,8 +143,8 @@ class AsyncFleet(Supervisor):
         """
         if self._up:
             raise LaunchError("this fleet object is already up")
-        # blocking checks (stale clean-up may wait out a grace period; the engine probe
-        # starts an interpreter) run off the event loop
+        # blocking checks (stale clean-up may wait out a grace period; the check for an
+        # installed vLLM starts an interpreter) run off the event loop
         await asyncio.to_thread(self._claim_state_dir)
         report = lint(self.spec, check_bound_ports=self.check_ports)
         require_clean(report)
@@ -219,9 +219,9 @@ class AsyncFleet(Supervisor):
             if shutil.which(argv0) is None:
                 raise LaunchError(f"vLLM is not installed here (no {argv0!r} on PATH); {hint}")
             return
-        probe = "import importlib.util as u, sys; sys.exit(0 if u.find_spec('vllm') else 3)"
+        has_vllm = "import importlib.util as u, sys; sys.exit(0 if u.find_spec('vllm') else 3)"
         try:
-            rc = subprocess.run([argv0, "-c", probe], timeout=60, check=False).returncode
+            rc = subprocess.run([argv0, "-c", has_vllm], timeout=60, check=False).returncode
         except (OSError, subprocess.TimeoutExpired) as e:
             raise LaunchError(f"cannot run the interpreter {argv0!r}: {e}") from None
         if rc != 0:
@@ -315,7 +315,7 @@ class AsyncFleet(Supervisor):
                 )
             results = await asyncio.gather(
                 *(
-                    probe_ready(self._client, i.plan.url, i.record.served_name, role=i.plan.role)
+                    check_ready(self._client, i.plan.url, i.record.served_name, role=i.plan.role)
                     for i in pending
                 )
             )
@@ -359,15 +359,15 @@ class AsyncFleet(Supervisor):
         """A fresh snapshot, probing instances that should be serving."""
         assert self._client is not None, "call up() first"
         insts = list(self._instances.values())
-        probes = await asyncio.gather(
+        readiness = await asyncio.gather(
             *(
-                probe_ready(self._client, i.plan.url, i.record.served_name, role=i.plan.role)
+                check_ready(self._client, i.plan.url, i.record.served_name, role=i.plan.role)
                 for i in insts
             )
         )
         return [
             status_of(i.record, i.record.state, ok)
-            for i, (ok, _why) in zip(insts, probes, strict=True)
+            for i, (ok, _why) in zip(insts, readiness, strict=True)
         ]
 
     def instance_names(self) -> list[str]:

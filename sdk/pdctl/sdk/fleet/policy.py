@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from pdctl.sdk.spec import RestartMode
 
 if TYPE_CHECKING:
-    from pdctl.sdk.render import InstancePlan
+    from pdctl.sdk.fleetplan import InstancePlan
     from pdctl.sdk.spec import FleetSpec, InstanceGroup, RenderGroup
 
 MAX_BACKOFF_S = 60.0
@@ -123,7 +123,7 @@ class Liveness:
         self._last_answer = now
 
     def observe(self, status: int | None, now: float) -> str | None:
-        """One probe result (``None``: no answer); returns why the instance is dead, or
+        """One health check's status (``None``: no answer); returns why the instance is dead, or
         None while it is alive."""
         if self._last_answer is None:
             self._last_answer = now

@@ -16,8 +16,8 @@ import httpx
 from pdctl.sdk.errors import NotRunningError
 from pdctl.sdk.fleet import control
 from pdctl.sdk.fleet.events import InstanceStatus
-from pdctl.sdk.fleet.probe import probe_ready
 from pdctl.sdk.fleet.procs import alive, group_alive, kill_group
+from pdctl.sdk.fleet.readiness import check_ready
 from pdctl.sdk.fleet.state import (
     FleetRecord,
     InstanceRecord,
@@ -56,10 +56,10 @@ class FleetStatus:
         }
 
 
-def status_of(rec: InstanceRecord, state: str, probe_ok: bool | None) -> InstanceStatus:
+def status_of(rec: InstanceRecord, state: str, ready: bool | None) -> InstanceStatus:
     now = time.time()
-    if state in ("ready", "starting") and probe_ok is not None:
-        if probe_ok:
+    if state in ("ready", "starting") and ready is not None:
+        if ready:
             state = "ready"
         elif state == "ready":
             state = "unhealthy"
@@ -117,17 +117,17 @@ async def fleet_status(
         else:
             states.append(inst.state)
     async with httpx.AsyncClient(transport=transport) as client:
-        probes = await asyncio.gather(
+        checks = await asyncio.gather(
             *(
-                probe_ready(client, i.url, i.served_name, role=i.role)
+                check_ready(client, i.url, i.served_name, role=i.role)
                 if s in ("ready", "starting", "unhealthy")
                 else _none()
                 for i, s in zip(rec.instances, states, strict=True)
             )
         )
     out = FleetStatus(rec.fleet, str(d), rec.supervisor_pid, sup_alive)
-    for inst, s, probe in zip(rec.instances, states, probes, strict=True):
-        out.instances.append(status_of(inst, s, probe[0] if probe is not None else None))
+    for inst, s, check in zip(rec.instances, states, checks, strict=True):
+        out.instances.append(status_of(inst, s, check[0] if check is not None else None))
     return out
 
 

@@ -34,9 +34,9 @@ import httpx
 from pdctl.sdk.errors import PdctlError
 from pdctl.sdk.fleet.events import EventKind, FleetEvent
 from pdctl.sdk.fleet.policy import Liveness, RestartPolicy, RestartTracker
-from pdctl.sdk.fleet.probe import probe_health, probe_ready
+from pdctl.sdk.fleet.readiness import check_ready, health_status
 from pdctl.sdk.fleet.state import InstanceRecord, read_exit, tail
-from pdctl.sdk.render import InstancePlan, with_engine_id
+from pdctl.sdk.fleetplan import InstancePlan, with_engine_id
 from pdctl.sdk.router.control import ApiKeyError, RouterControl, read_api_key
 from pdctl.sdk.spec import FleetSpec
 
@@ -286,12 +286,12 @@ class Supervisor:
         live = [i for i in insts if i.record.state in ("ready", "unhealthy")]
         ready = await asyncio.gather(
             *(
-                probe_ready(client, i.plan.url, i.record.served_name, role=i.plan.role)
+                check_ready(client, i.plan.url, i.record.served_name, role=i.plan.role)
                 for i in starting
             )
         )
         health = await asyncio.gather(
-            *(probe_health(client, i.plan.url, role=i.plan.role) for i in live)
+            *(health_status(client, i.plan.url, role=i.plan.role) for i in live)
         )
         for inst, (ok, why) in zip(starting, ready, strict=True):
             inst.why = why

@@ -14,8 +14,8 @@ State (in the instance's :class:`~pdctl.sdk.kvindex.index.InstanceIndex`):
   came up) and turns ``EXACT``;
 * a batch number skipped → replay from the first missing one; if the replay cannot
   fill the gap → ``DEGRADED`` until it does;
-* no batch for ``probe_interval_s`` → ask the replay socket for anything newer; no
-  answer within ``probe_timeout_s`` → ``DEGRADED`` (the stream is dead or the publisher
+* no batch for ``replay_after_s`` → ask the replay socket for anything newer; no
+  answer within ``replay_timeout_s`` → ``DEGRADED`` (the stream is dead or the publisher
   gone); the first answer after that → ``EXACT`` again;
 * a batch number going backwards means the publisher restarted: its cache is empty,
   so the instance's known blocks are cleared and the stream followed from there.
@@ -80,16 +80,16 @@ class EventSubscriber:
         replay_port: int | None = None,
         check: Callable[[Sequence[int]], int] | None = None,
         on_state: Callable[[InstanceIndex, IndexState], None] | None = None,
-        probe_interval_s: float = 1.0,
-        probe_timeout_s: float = 2.0,
+        replay_after_s: float = 1.0,
+        replay_timeout_s: float = 2.0,
     ) -> None:
         self.idx = idx
         self.endpoint = f"tcp://{host}:{port}"
         self.replay_endpoint = f"tcp://{host}:{replay_port if replay_port else port + 1}"
         self.check = check
         self.on_state = on_state
-        self.probe_interval_s = probe_interval_s
-        self.probe_timeout_s = probe_timeout_s
+        self.replay_after_s = replay_after_s
+        self.replay_timeout_s = replay_timeout_s
         self.next_seq: int | None = None
         self.gaps = 0
         self.restarts = 0
@@ -142,7 +142,7 @@ class EventSubscriber:
         try:
             await self._replay(ctx, 0, decode, "syncing")
             while True:
-                if await sub.poll(int(self.probe_interval_s * 1000)):
+                if await sub.poll(int(self.replay_after_s * 1000)):
                     topic_seq_payload = await sub.recv_multipart()
                     if len(topic_seq_payload) != 3:
                         continue
@@ -175,11 +175,11 @@ class EventSubscriber:
             await sock.send_multipart((b"", start.to_bytes(8, "big", signed=True)))
             first: int | None = None
             while True:
-                if not await sock.poll(int(self.probe_timeout_s * 1000)):
+                if not await sock.poll(int(self.replay_timeout_s * 1000)):
                     self._state(
                         "DEGRADED",
                         f"{why}: the event publisher at {self.replay_endpoint} did not "
-                        f"answer a replay within {self.probe_timeout_s:g} s",
+                        f"answer a replay within {self.replay_timeout_s:g} s",
                     )
                     return
                 frames = await sock.recv_multipart()

@@ -9,10 +9,13 @@ from __future__ import annotations
 
 from pdctl.sdk.lint import cache as _cache_rules
 from pdctl.sdk.lint import connector as _connector_rules
+from pdctl.sdk.lint import contract as _contract_rules
+from pdctl.sdk.lint import devices as _devices_rules
 from pdctl.sdk.lint import k8s as _k8s_rules
-from pdctl.sdk.lint import local as _local_rules
+from pdctl.sdk.lint import network as _network_rules
 from pdctl.sdk.lint import observability as _observability_rules
 from pdctl.sdk.lint import ray as _ray_rules
+from pdctl.sdk.lint import settings as _settings_rules
 from pdctl.sdk.lint.core import (
     MACHINE_RULES,
     RAY_MACHINE_RULES,
@@ -29,7 +32,10 @@ from pdctl.sdk.lint.core import (
 )
 
 _REGISTERED = (
-    _local_rules,
+    _network_rules,
+    _contract_rules,
+    _devices_rules,
+    _settings_rules,
     _k8s_rules,
     _ray_rules,
     _observability_rules,

@@ -1,6 +1,9 @@
 """The linter's engine: findings, the rule registry, the context rules read, the
-driver. The rules themselves live in :mod:`~pdctl.sdk.lint.local` (this machine and the
-P/D contract), :mod:`~pdctl.sdk.lint.k8s` and :mod:`~pdctl.sdk.lint.ray`.
+driver. The rules themselves live in :mod:`~pdctl.sdk.lint.network` (ports and hosts),
+:mod:`~pdctl.sdk.lint.contract` (the P/D contract), :mod:`~pdctl.sdk.lint.devices`,
+:mod:`~pdctl.sdk.lint.settings` (managed flags, model path, UCX, router),
+:mod:`~pdctl.sdk.lint.k8s`, :mod:`~pdctl.sdk.lint.ray`, :mod:`~pdctl.sdk.lint.observability`,
+:mod:`~pdctl.sdk.lint.connector` and :mod:`~pdctl.sdk.lint.cache`.
 """
 
 from __future__ import annotations
@@ -11,15 +14,15 @@ from dataclasses import asdict, dataclass, field
 from typing import Literal
 
 from pdctl.sdk.errors import LintFailed
+from pdctl.sdk.fleetplan import (
+    FleetPlan,
+    InstancePlan,
+    build_plan,
+)
 from pdctl.sdk.modelinfo import (
     ModelInfo,
     ModelInfoError,
     read_model_info,
-)
-from pdctl.sdk.render import (
-    FleetPlan,
-    InstancePlan,
-    render_fleet,
 )
 from pdctl.sdk.spec import (
     FleetSpec,
@@ -143,7 +146,7 @@ def lint(
 ) -> LintReport:
     """Run every rule. Never raises for problems in the spec; they become findings."""
     try:
-        plan = render_fleet(spec)
+        plan = build_plan(spec)
     except ValueError as e:
         return LintReport(
             findings=[

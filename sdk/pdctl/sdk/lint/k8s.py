@@ -4,6 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from pdctl.sdk.fleetplan import (
+    is_loopback,
+    is_wildcard,
+)
 from pdctl.sdk.lint.core import (
     Finding,
     LintContext,
@@ -12,10 +16,6 @@ from pdctl.sdk.lint.core import (
 )
 from pdctl.sdk.modelinfo import (
     looks_like_local_path,
-)
-from pdctl.sdk.render import (
-    is_loopback,
-    is_wildcard,
 )
 from pdctl.sdk.spec import (
     K8sSpec,

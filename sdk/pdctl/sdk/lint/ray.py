@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from pdctl.sdk.fleetplan import (
+    is_loopback,
+)
 from pdctl.sdk.lint.core import (
     Finding,
     LintContext,
     _f,
     rule,
-)
-from pdctl.sdk.render import (
-    is_loopback,
 )
 from pdctl.sdk.spec import (
     InstanceGroup,

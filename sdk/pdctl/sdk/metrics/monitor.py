@@ -18,6 +18,7 @@ from typing import Any
 
 import httpx
 
+from pdctl.sdk.fleetplan import FleetPlan
 from pdctl.sdk.metrics.alerts import ALERTS as ALERTS  # re-exported: the alert listing
 from pdctl.sdk.metrics.alerts import evaluate_alerts
 from pdctl.sdk.metrics.derive import Histogram, Latency, Scrape, counter_delta
@@ -33,7 +34,6 @@ from pdctl.sdk.metrics.snapshot import (
     Transfers,
 )
 from pdctl.sdk.metrics.watch import LifecycleWatch
-from pdctl.sdk.render import FleetPlan
 from pdctl.sdk.spec import FleetSpec
 
 __all__ = [

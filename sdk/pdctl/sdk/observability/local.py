@@ -6,10 +6,10 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+from pdctl.sdk.fleetplan import FleetPlan, InstancePlan, prometheus_plan
 from pdctl.sdk.observability.rules import rule_groups
 from pdctl.sdk.observability.scrape import scrape_config
 from pdctl.sdk.observability.yamltext import dump
-from pdctl.sdk.render import FleetPlan, InstancePlan, prometheus_plan
 from pdctl.sdk.spec import FleetSpec
 
 INSTALL_HINT = (

@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from pdctl.sdk.render import FleetPlan
+from pdctl.sdk.fleetplan import FleetPlan
 from pdctl.sdk.spec import FleetSpec
 
 LABELS = ("fleet", "role", "group", "instance")
@@ -99,7 +99,7 @@ def scrape_config(
 
 
 def pod_monitor(spec: FleetSpec) -> dict[str, Any]:
-    """A Prometheus Operator ``PodMonitor`` for a fleet rendered by the k8s backend: it
+    """A Prometheus Operator ``PodMonitor`` for a fleet the k8s backend deploys: it
     selects the fleet's pods by pdctl's labels and maps them to the same four labels."""
     from pdctl.sdk.backends.k8s import names
 

@@ -8,9 +8,9 @@ point: :func:`run_preflight` → :class:`PreflightReport` (``as_dict()`` is JSON
 from __future__ import annotations
 
 from pdctl.sdk.preflight.inventory import PreflightInputError, collect_inventory
+from pdctl.sdk.preflight.kvpath import PathClass
 from pdctl.sdk.preflight.kvsize import KvLayout, ModelConfigError, kv_layout
 from pdctl.sdk.preflight.model import GpuInfo, Inventory, NicInfo, Topology
-from pdctl.sdk.preflight.paths import PathClass
 from pdctl.sdk.preflight.report import PairResult, PreflightReport, PreflightWarning, Verdict
 from pdctl.sdk.preflight.run import run_preflight
 from pdctl.sdk.preflight.topo import parse_topo

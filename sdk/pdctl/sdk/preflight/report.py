@@ -10,8 +10,8 @@ from dataclasses import asdict, dataclass, field
 from enum import StrEnum
 from typing import Any, Literal
 
+from pdctl.sdk.preflight.kvpath import PathClass
 from pdctl.sdk.preflight.model import Inventory, Topology
-from pdctl.sdk.preflight.paths import PathClass
 
 Severity = Literal["error", "warning", "info"]
 SCHEMA_VERSION = 1

@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from pdctl.sdk.fleetplan import build_plan, host_key
 from pdctl.sdk.modelinfo import ModelInfoError, read_model_info, text_config
 from pdctl.sdk.preflight.evidence import Evidence, parse_evidence
 from pdctl.sdk.preflight.inventory import (
@@ -14,15 +15,14 @@ from pdctl.sdk.preflight.inventory import (
     inventory_from_sources,
     read_input,
 )
+from pdctl.sdk.preflight.kvpath import PathClass
 from pdctl.sdk.preflight.kvsize import KvLayout, kv_layout, prefill_flops, resolve_dtype
 from pdctl.sdk.preflight.model import Inventory, PlannedPair
-from pdctl.sdk.preflight.paths import PathClass
 from pdctl.sdk.preflight.report import KvSummary, PreflightReport, PreflightWarning
 from pdctl.sdk.preflight.sources import Sources, read_evidence
 from pdctl.sdk.preflight.stack import Stack, descriptor_check
 from pdctl.sdk.preflight.ucxlog import ucx_warnings
 from pdctl.sdk.preflight.verdict import Workload, evaluate_pair, merge_warnings
-from pdctl.sdk.render import host_key, render_fleet
 from pdctl.sdk.spec import FleetSpec
 
 DEFAULT_PROMPT_LEN = 8192
@@ -235,7 +235,7 @@ def _plan(
                 )
             )
             return []
-        plan = render_fleet(spec)
+        plan = build_plan(spec)
         pairs = [
             PlannedPair(
                 f"{p.name} -> {d.name}",

@@ -10,8 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from pdctl.sdk.preflight.kvpath import FALLBACK_BPS, FALLBACK_RANGE, PathChoice, PathClass
 from pdctl.sdk.preflight.model import Inventory, PlannedPair
-from pdctl.sdk.preflight.paths import FALLBACK_BPS, FALLBACK_RANGE, PathChoice, PathClass
 from pdctl.sdk.preflight.report import PreflightWarning, Severity
 
 if TYPE_CHECKING:

@@ -10,9 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from pdctl.sdk.preflight.evidence import Evidence, Measurement
-from pdctl.sdk.preflight.kvsize import KvLayout
-from pdctl.sdk.preflight.model import Inventory, PlannedPair
-from pdctl.sdk.preflight.paths import (
+from pdctl.sdk.preflight.kvpath import (
     FALLBACK_BPS,
     FALLBACK_RANGE,
     PathChoice,
@@ -20,6 +18,8 @@ from pdctl.sdk.preflight.paths import (
     classify_cross_host,
     classify_same_host,
 )
+from pdctl.sdk.preflight.kvsize import KvLayout
+from pdctl.sdk.preflight.model import Inventory, PlannedPair
 from pdctl.sdk.preflight.report import PairResult, PreflightWarning, Severity, Verdict
 from pdctl.sdk.preflight.stack import Stack, stack_checks
 

@@ -36,8 +36,8 @@ Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 
 DEFAULT_MAX_BODY = 8 * 1024 * 1024
-_COMPLETION_PATHS = ("/v1/completions", "/v1/chat/completions")
-_CONTROL_PATHS = ("/v1/pdctl/drain", "/v1/pdctl/mode", "/v1/pdctl/instance", "/v1/pdctl/policy")
+_COMPLETION_ENDPOINTS = ("/v1/completions", "/v1/chat/completions")
+_CONTROL_ENDPOINTS = ("/v1/pdctl/drain", "/v1/pdctl/mode", "/v1/pdctl/instance", "/v1/pdctl/policy")
 
 
 def load_api_key(router: Router) -> bytes | None:
@@ -85,7 +85,7 @@ class RouterApp:
         if kind != "http":
             return
         method, path = scope["method"], scope["path"]
-        if path in _COMPLETION_PATHS:
+        if path in _COMPLETION_ENDPOINTS:
             if method != "POST":
                 await _send_error(send, 405, f"use POST for {path}", "invalid_request_error")
                 return
@@ -99,7 +99,7 @@ class RouterApp:
                 return
             await self._completion(scope, receive, send, path)
             return
-        if path in _CONTROL_PATHS and method == "POST":
+        if path in _CONTROL_ENDPOINTS and method == "POST":
             if not self._authorized(scope):
                 await _send_error(send, 401, "missing or wrong API key", "authentication_error")
                 return

@@ -11,8 +11,8 @@ from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from pdctl.sdk.fleetplan import FleetPlan, InstancePlan
 from pdctl.sdk.pd import PrefillIdentity
-from pdctl.sdk.render import FleetPlan, InstancePlan
 from pdctl.sdk.router import tracing
 from pdctl.sdk.router.instances import Breaker, Upstream, choose
 from pdctl.sdk.router.replies import RouteError, RouterMode, mode_of

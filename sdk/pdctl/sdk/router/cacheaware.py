@@ -28,8 +28,8 @@ from pdctl.sdk.router.instances import Upstream, choose
 from pdctl.sdk.router.replies import RouteError
 
 if TYPE_CHECKING:
+    from pdctl.sdk.fleetplan import FleetPlan
     from pdctl.sdk.kvindex.subscriber import EventSubscriber
-    from pdctl.sdk.render import FleetPlan
     from pdctl.sdk.router.timeline import RouterMetrics, Timeline
     from pdctl.sdk.spec import FleetSpec, RouterSpec
 

@@ -22,7 +22,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-CONTINUE_PATH = "/v1/completions"
+CONTINUE_ENDPOINT = "/v1/completions"
 """Continuations are token-id completions, whatever the original endpoint."""
 
 # Sampling fields a continuation keeps from the original request (both endpoints).
@@ -207,7 +207,7 @@ class StreamTracker:
             new["logprobs"] = lp
         self.continuing = True
         self._sent_before = len(self.sent_ids)
-        return CONTINUE_PATH, new
+        return CONTINUE_ENDPOINT, new
 
 
 def tracker_for(path: str, body: dict[str, Any]) -> StreamTracker:

@@ -30,7 +30,7 @@ from pdctl.sdk.router.replies import Reply, RouteError, StreamReply
 from pdctl.sdk.router.timeline import Timeline
 from pdctl.sdk.router.upstream import Response, UpstreamError
 
-GENERATE_PATH = "/inference/v1/generate"
+GENERATE_ENDPOINT = "/inference/v1/generate"
 """The engines' token-in/token-out endpoint."""
 ENDPOINTS = {
     # OpenAI path -> (render path, derender path)
@@ -148,7 +148,7 @@ async def route_tokens(
         gen["stream_options"] = {"include_usage": True}
     decode_only = len(ids) < router.settings.disaggregate_min_tokens
     d, r = await router.legs(
-        GENERATE_PATH, gen, tl, prefill_generate_body, decode_only=decode_only, token_ids=ids
+        GENERATE_ENDPOINT, gen, tl, prefill_generate_body, decode_only=decode_only, token_ids=ids
     )
     context = {"prompt_token_ids": ids, "body": body, "path": path, "render": rs}
     if stream and r.status == 200:

@@ -1,4 +1,4 @@
-"""What every view shares: the frame it renders, the ``/`` filter, the base class."""
+"""What every view shares: the frame it draws, the ``/`` filter, the base class."""
 
 from __future__ import annotations
 
@@ -45,7 +45,7 @@ class Frame:
 
 
 class View(Vertical):
-    """One screenful about one concern. Subclasses render a :class:`Frame` and name the
+    """One screenful about one concern. Subclasses draw a :class:`Frame` and name the
     instance under the cursor (for drill-down and actions)."""
 
     NAME: ClassVar[str] = ""

@@ -10,11 +10,11 @@ from typing import ClassVar
 from pdctl.sdk.backends.base import DEFAULT_READY_TIMEOUT, BackendError, BackendStatus
 from pdctl.sdk.backends.k8s import names
 from pdctl.sdk.backends.k8s.kubectl import Kubectl, KubectlError
-from pdctl.sdk.backends.k8s.manifests import Obj, cluster_plan, render_manifests, to_json
+from pdctl.sdk.backends.k8s.manifests import Obj, build_manifests, cluster_plan, to_json
 from pdctl.sdk.backends.k8s.status import by_instance, instance_status
 from pdctl.sdk.errors import LaunchError, NotRunningError
+from pdctl.sdk.fleetplan import FleetPlan
 from pdctl.sdk.lint import lint, require_clean
-from pdctl.sdk.render import FleetPlan
 from pdctl.sdk.spec import FleetSpec
 
 LWS_RELEASES = "https://github.com/kubernetes-sigs/lws/releases"
@@ -55,7 +55,7 @@ class K8sBackend:
     def manifests(self) -> list[Obj]:
         """What :meth:`up` applies (lint errors refuse, as the local launcher does)."""
         plan = require_clean(lint(self.spec, check_bound_ports=False))
-        return render_manifests(self.spec, plan)
+        return build_manifests(self.spec, plan)
 
     async def up(self, *, wait: bool = True) -> None:
         docs = self.manifests()

@@ -1,7 +1,7 @@
 """Spec → Kubernetes manifests (pure; deterministic output for golden tests).
 
 One workload per instance, so each keeps the engine id, ports and command that
-:func:`~pdctl.sdk.render.render_fleet` gave it: a Deployment (one replica, recreated
+:func:`~pdctl.sdk.fleetplan.build_plan` gave it: a Deployment (one replica, recreated
 rather than rolled, so two engines never hold one instance's GPUs) or, when the instance
 spans nodes, a LeaderWorkerSet of one group. Each Deployment instance gets a headless
 Service (a stable DNS name that resolves to the pod IP even before the pod is ready, so
@@ -19,11 +19,11 @@ from pdctl.sdk.backends.k8s import names
 from pdctl.sdk.backends.k8s.pods import (
     env_from,
     pod_spec,
-    router_probes,
+    router_health_checks,
     service_ports,
     vllm_container,
 )
-from pdctl.sdk.render import FleetPlan, InstancePlan, RouterPlan, render_fleet
+from pdctl.sdk.fleetplan import FleetPlan, InstancePlan, RouterPlan, build_plan
 from pdctl.sdk.spec import FleetSpec
 
 Obj = dict[str, Any]
@@ -131,7 +131,7 @@ def router_objects(spec: FleetSpec, rp: RouterPlan) -> list[Obj]:
         "command": ["python3", "-m", ROUTER_MODULE, "--spec-json", f"{SPEC_MOUNT}/{SPEC_FILE}"],
         "ports": [{"name": "http", "containerPort": rp.port}],
         "volumeMounts": [{"name": "spec", "mountPath": SPEC_MOUNT, "readOnly": True}],
-        **router_probes("http"),
+        **router_health_checks("http"),
     }
     if secrets := env_from(spec):
         container["envFrom"] = secrets
@@ -173,10 +173,10 @@ def router_objects(spec: FleetSpec, rp: RouterPlan) -> list[Obj]:
     ]
 
 
-def render_manifests(spec: FleetSpec, plan: FleetPlan | None = None) -> list[Obj]:
+def build_manifests(spec: FleetSpec, plan: FleetPlan | None = None) -> list[Obj]:
     """Every object of the fleet, in apply order: per instance its Service and workload,
     then the router's ConfigMap, Service and Deployment."""
-    plan = plan if plan is not None else render_fleet(spec)
+    plan = plan if plan is not None else build_plan(spec)
     docs: list[Obj] = []
     for inst in plan.instances:
         if names.uses_lws(spec, inst):
@@ -193,10 +193,10 @@ def cluster_plan(spec: FleetSpec, plan: FleetPlan | None = None) -> FleetPlan:
     """The plan as seen from inside the cluster: every instance (and the router) at its
     stable DNS name, which is also the side-channel address the router first gives decode.
 
-    Ports, engine ids and argv stay as rendered, so the router's prefill identities (engine
+    Ports, engine ids and argv stay as planned, so the router's prefill identities (engine
     id, side channel, TP, PP) are known before any prefill answers.
     """
-    plan = plan if plan is not None else render_fleet(spec)
+    plan = plan if plan is not None else build_plan(spec)
     instances = []
     for inst in plan.instances:
         addr = names.instance_address(spec, inst)

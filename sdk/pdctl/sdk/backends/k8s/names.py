@@ -6,7 +6,7 @@ Everything pdctl creates carries ``app.kubernetes.io/managed-by: pdctl`` and
 
 from __future__ import annotations
 
-from pdctl.sdk.render import InstancePlan
+from pdctl.sdk.fleetplan import InstancePlan
 from pdctl.sdk.spec import FleetSpec, K8sSpec
 
 MANAGED_BY = "app.kubernetes.io/managed-by"

@@ -1,4 +1,4 @@
-"""Pod templates: the vLLM and router containers with their env, ports, probes and
+"""Pod templates: the vLLM and router containers with their env, ports, health checks and
 resources (pure functions over the spec and one instance's launch plan)."""
 
 from __future__ import annotations
@@ -9,12 +9,12 @@ import sys
 from typing import Any
 
 from pdctl.sdk.backends.k8s import names
-from pdctl.sdk.render import InstancePlan
+from pdctl.sdk.fleetplan import InstancePlan
 from pdctl.sdk.spec import FleetSpec
 
 Obj = dict[str, Any]
 
-HEALTH_PATH = "/health"
+HEALTH_ENDPOINT = "/health"
 SHM_VOLUME = "dshm"
 POD_IP = {"fieldRef": {"fieldPath": "status.podIP"}}
 NODE_RANK_ENV = "PDCTL_NODE_RANK"
@@ -27,16 +27,17 @@ GPU_ROLES = frozenset({"prefill", "decode", "colocated"})
 
 
 def escape(arg: str) -> str:
-    """Keep Kubernetes from expanding ``$(NAME)`` inside a rendered argument."""
+    """Keep Kubernetes from expanding ``$(NAME)`` inside a planned argument."""
     return arg.replace("$(", "$$(")
 
 
 def pod_argv(spec: FleetSpec, inst: InstancePlan) -> list[str]:
-    """The instance's rendered argv, made to fit a pod.
+    """The instance's planned argv, made to fit a pod.
 
-    The server binds every address of the pod (kubelet probes and peers come from outside
-    it); the model path is the spec's (``~`` means nothing on the operator's disk here);
-    the interpreter of the CPU platform is the image's ``python3``, not the local one.
+    The server binds every address of the pod (the kubelet's health checks and peers come
+    from outside it); the model path is the spec's (``~`` means nothing on the operator's
+    disk here); the interpreter of the CPU platform is the image's ``python3``, not the
+    local one.
     """
     argv = [escape(a) for a in inst.argv]
     if argv and argv[0] == sys.executable:
@@ -91,11 +92,12 @@ def service_ports(inst: InstancePlan) -> list[Obj]:
     ]
 
 
-def probes(spec: FleetSpec, port: str | int) -> Obj:
-    """Startup (model loading may take many minutes), readiness and liveness on /health."""
+def health_checks(spec: FleetSpec, port: str | int) -> Obj:
+    """Kubernetes' startup (model loading may take many minutes), readiness and liveness
+    probes on /health."""
 
     def check() -> Obj:
-        return {"httpGet": {"path": HEALTH_PATH, "port": port}}
+        return {"httpGet": {"path": HEALTH_ENDPOINT, "port": port}}
 
     startup_period = 10
     k8s = names.k8s_settings(spec)
@@ -115,8 +117,8 @@ def probes(spec: FleetSpec, port: str | int) -> Obj:
     }
 
 
-def router_probes(port: str | int) -> Obj:
-    """The router's probes check only that it listens: its /health answers 503 while no
+def router_health_checks(port: str | int) -> Obj:
+    """The router's Kubernetes probes check only that it listens: its /health answers 503 while no
     prefill or decode is healthy, which is the fleet's state, not the router's, and would
     otherwise pull it out of its Service (or restart it) just while an instance restarts."""
     tcp = {"tcpSocket": {"port": port}}
@@ -210,7 +212,7 @@ def vllm_container(
         "volumeMounts": [{"name": SHM_VOLUME, "mountPath": "/dev/shm"}],
     }
     if leader:
-        c.update(probes(spec, "http"))
+        c.update(health_checks(spec, "http"))
     if secrets := env_from(spec):
         c["envFrom"] = secrets
     if res := resources(spec, inst):

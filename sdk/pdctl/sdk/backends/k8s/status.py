@@ -1,11 +1,12 @@
 """Pods, Deployments and LeaderWorkerSets → the launcher's instance states (pure).
 
-A pod counts as ``ready`` when Kubernetes says so (its readiness probe on ``/health``
-passes); ``starting`` while it is scheduled, pulled or loading the model (its startup
-probe has not passed); ``unhealthy`` when it started but fails readiness, or cannot start
-for a reason that needs a person (image pull, missing Secret); ``exited`` when its
-container terminated or is crash-looping; ``stopping`` while it is being deleted. An
-instance spanning several pods takes the worst state of its pods.
+A pod counts as ``ready`` when Kubernetes says so (its ``readinessProbe`` on
+``/health`` passes); ``starting`` while it is scheduled, pulled or loading the model
+(its ``startupProbe`` has not passed); ``unhealthy`` when it started but fails
+readiness, or cannot start for a reason that needs a person (image pull, missing
+Secret); ``exited`` when its container terminated or is crash-looping; ``stopping``
+while it is being deleted. An instance spanning several pods takes the worst state of
+its pods.
 """
 
 from __future__ import annotations
@@ -114,7 +115,7 @@ def pod_state(pod: Obj) -> PodState:
     if ready is not None and ready.get("status") == "True":
         return st("ready")
     if all(c.get("started") for c in containers):
-        # the startup probe passed, so the server came up and now fails /health
+        # the startupProbe passed, so the server came up and now fails /health
         return st("unhealthy", _why(ready and ready.get("reason"), ready and ready.get("message")))
     return st("starting")
 

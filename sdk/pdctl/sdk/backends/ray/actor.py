@@ -1,6 +1,6 @@
 """The Ray actor behind one instance: it runs on the instance's node and supervises it.
 
-The actor renders its instance from the resolved spec *on the node* (so the interpreter
+The actor plans its instance from the resolved spec *on the node* (so the interpreter
 and ``~`` in the model path are the node's), then starts it under pdctl's shepherd
 exactly as the local launcher does: its own process group, CPU pinning, and a lifeline
 pipe whose write end only this actor holds. Whatever ends the actor — ``pdctl down``,
@@ -35,17 +35,17 @@ from typing import Any
 import httpx
 
 from pdctl.sdk.fleet.policy import Liveness, RestartPolicy, RestartTracker
-from pdctl.sdk.fleet.probe import probe_health, probe_ready
 from pdctl.sdk.fleet.procs import kill_group
+from pdctl.sdk.fleet.readiness import check_ready, health_status
 from pdctl.sdk.fleet.state import read_exit, state_root, tail
 from pdctl.sdk.fleet.supervisor import RouterNotifier, router_api_key
+from pdctl.sdk.fleetplan import InstancePlan, build_plan, router_plan, with_engine_id
 from pdctl.sdk.modelinfo import looks_like_local_path
-from pdctl.sdk.render import InstancePlan, render_fleet, router_plan, with_engine_id
 from pdctl.sdk.shepherd import group_members
 from pdctl.sdk.spec import FleetSpec
 
 TAIL_LINES = 15
-PROBE_TIMEOUT_S = 2.0
+CHECK_TIMEOUT_S = 2.0
 WATCH_INTERVAL_S = 1.0
 
 
@@ -76,7 +76,7 @@ def instance_plan(spec: FleetSpec, name: str, spec_file: Path | None = None) -> 
         if plan is None:
             raise ValueError("the spec has no [router]")
         return plan
-    return render_fleet(spec).by_name(name)
+    return build_plan(spec).by_name(name)
 
 
 def gpu_env(platform: str) -> dict[str, str]:
@@ -190,7 +190,7 @@ class InstanceProcess:
         return ex[0] if ex else (rc if rc >= 0 else 128 - rc)
 
     def info(self) -> dict[str, Any]:
-        """State as the node sees it: running instances are probed on their own address."""
+        """State as the node sees it: running instances are checked on their own address."""
         code = self.exit_code()
         state = "starting"
         why = ""
@@ -205,7 +205,7 @@ class InstanceProcess:
         elif self.stopping:
             state = "stopping"
         elif self.plan is not None:
-            ok, why = self._probe(self.plan)
+            ok, why = self._check_ready(self.plan)
             if ok:
                 self._seen_ready()
                 state = "ready"
@@ -226,17 +226,17 @@ class InstanceProcess:
             "last_failure": self.last_failure,
         }
 
-    def _probe(self, plan: InstancePlan) -> tuple[bool, str]:
-        """The launcher's readiness probe, on a loop of its own (Ray may run actor
+    def _check_ready(self, plan: InstancePlan) -> tuple[bool, str]:
+        """The launcher's readiness check, on a loop of its own (Ray may run actor
         methods on a thread that already has one)."""
 
-        async def probe() -> tuple[bool, str]:
+        async def check() -> tuple[bool, str]:
             async with httpx.AsyncClient() as client:
                 served = self.spec.model.effective_served_name
-                return await probe_ready(client, plan.url, served, PROBE_TIMEOUT_S)
+                return await check_ready(client, plan.url, served, CHECK_TIMEOUT_S)
 
         with ThreadPoolExecutor(1) as pool:
-            return pool.submit(asyncio.run, probe()).result(timeout=PROBE_TIMEOUT_S * 3)
+            return pool.submit(asyncio.run, check()).result(timeout=CHECK_TIMEOUT_S * 3)
 
     def stop(self) -> dict[str, Any]:
         """SIGTERM to the shepherd (it stops the group, SIGKILL after the grace period);
@@ -285,7 +285,7 @@ class InstanceProcess:
             self._failed(why + (" without being asked to" if code == 0 else ""))
             return
         if not self._live:
-            if not self._probe(plan)[0]:
+            if not self._check_ready(plan)[0]:
                 return
             self._seen_ready()
         if self.restarts and not self._told_up:
@@ -331,11 +331,11 @@ class InstanceProcess:
             self._spawn(self.plan)
 
     def _health(self, plan: InstancePlan) -> int | None:
-        async def probe() -> int | None:
+        async def check() -> int | None:
             async with httpx.AsyncClient() as client:
-                return await probe_health(client, plan.url, PROBE_TIMEOUT_S)
+                return await health_status(client, plan.url, CHECK_TIMEOUT_S)
 
-        return asyncio.run(probe())
+        return asyncio.run(check())
 
     def _notify(self, event: str) -> None:
         """Tell the router (when the fleet has one, and this is not it)."""

@@ -31,8 +31,8 @@ from pdctl.sdk.backends.ray.placement import (
 )
 from pdctl.sdk.errors import FleetRunningError, LaunchError, NotRunningError
 from pdctl.sdk.fleet.events import InstanceStatus
+from pdctl.sdk.fleetplan import FleetPlan, build_plan, router_plan
 from pdctl.sdk.lint import lint, require_clean
-from pdctl.sdk.render import FleetPlan, render_fleet, router_plan
 from pdctl.sdk.spec import FleetSpec
 
 POLL_S = 1.0
@@ -205,7 +205,7 @@ class RayBackend:
 
     def endpoints(self) -> FleetPlan:
         """The plan with each instance at its node's address."""
-        return render_fleet(self.resolved())
+        return build_plan(self.resolved())
 
     async def status(self) -> BackendStatus:
         return await asyncio.to_thread(self._status)
@@ -220,7 +220,7 @@ class RayBackend:
             )
         resolved = FleetSpec.model_validate_json(rec.spec_json)
         rows: list[tuple[str, str, str]] = [
-            (i.name, i.role, i.url) for i in render_fleet(resolved).instances
+            (i.name, i.role, i.url) for i in build_plan(resolved).instances
         ]
         router = router_plan(resolved, ())
         if router is not None:

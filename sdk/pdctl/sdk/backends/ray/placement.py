@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pdctl.sdk.backends.base import BackendError
-from pdctl.sdk.render import is_loopback, is_wildcard
+from pdctl.sdk.fleetplan import is_loopback, is_wildcard
 from pdctl.sdk.spec import (
     FleetSpec,
     InstanceGroup,

@@ -1,4 +1,4 @@
-"""Rendering: the exact argv/env of each instance, ports and devices."""
+"""The launch plan: the exact argv/env of each instance, ports and devices."""
 
 from __future__ import annotations
 
@@ -8,14 +8,14 @@ import sys
 
 import pytest
 
-from pdctl.sdk.render import compress_ranges, cpu_binding, render_fleet
+from pdctl.sdk.fleetplan import build_plan, compress_ranges, cpu_binding
 from pdctl.sdk.spec import FleetSpec
 from pdctl.sdk.specload import load_spec
 from tests.conftest import EXAMPLES, spec_dict
 
 
-def render(**kw):
-    return render_fleet(FleetSpec(**spec_dict(**kw)))
+def plan_of(**kw):
+    return build_plan(FleetSpec(**spec_dict(**kw)))
 
 
 def flag(argv, name):
@@ -24,7 +24,7 @@ def flag(argv, name):
 
 
 def test_push_roles_and_explicit_engine_ids():
-    plan = render()
+    plan = plan_of()
     p, d = plan.instances
     assert (p.role, d.role) == ("prefill", "decode")
     pk = json.loads(flag(p.argv, "--kv-transfer-config"))
@@ -48,7 +48,7 @@ def test_push_roles_and_explicit_engine_ids():
 
 def test_stock_connector_stays_selectable():
     for mode, cls in (("push", "NixlPushConnector"), ("pull", "NixlConnector")):
-        plan = render(fleet={"mode": mode, "connector": "stock"})
+        plan = plan_of(fleet={"mode": mode, "connector": "stock"})
         for inst in plan.instances:
             k = json.loads(flag(inst.argv, "--kv-transfer-config"))
             assert k["kv_connector"] == cls
@@ -57,7 +57,7 @@ def test_stock_connector_stays_selectable():
 
 
 def test_pull_uses_nixl_connector():
-    plan = render(fleet={"mode": "pull"})
+    plan = plan_of(fleet={"mode": "pull"})
     for inst in plan.instances:
         k = json.loads(flag(inst.argv, "--kv-transfer-config"))
         assert k["kv_connector"] == "PdctlPullConnector"
@@ -66,7 +66,7 @@ def test_pull_uses_nixl_connector():
 
 
 def test_colocated_has_no_connector():
-    plan = render(fleet={"mode": "colocated"})
+    plan = plan_of(fleet={"mode": "colocated"})
     for inst in plan.instances:
         assert inst.role == "colocated"
         assert "--kv-transfer-config" not in inst.argv
@@ -77,13 +77,13 @@ def test_colocated_has_no_connector():
 
 def test_cpu_entrypoint_and_binding():
     spec = load_spec(EXAMPLES / "cpu-1p1d.toml", environ={}).spec
-    plan = render_fleet(spec)
+    plan = build_plan(spec)
     p, d = plan.instances
     assert p.argv[:4] == (sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model")
     extra = json.loads(flag(p.argv, "--kv-transfer-config"))["kv_connector_extra_config"]
     assert extra["pdctl_nixl_progress_thread"] is False
     assert extra["pdctl_reserve_kv_core"] is False
-    untuned = render_fleet(
+    untuned = build_plan(
         spec.model_copy(update={"fleet": spec.fleet.model_copy(update={"cpu_tuning": False})})
     )
     k = json.loads(flag(untuned.instances[0].argv, "--kv-transfer-config"))
@@ -98,18 +98,18 @@ def test_cpu_entrypoint_and_binding():
 
 def test_connector_options_reach_pdctls_connector_only():
     opts = {"pdctl_reserve_kv_core": True, "pdctl_flight_records": 512}
-    for inst in render(fleet={"connector_options": opts}).instances:
+    for inst in plan_of(fleet={"connector_options": opts}).instances:
         extra = json.loads(flag(inst.argv, "--kv-transfer-config"))["kv_connector_extra_config"]
         assert extra["pdctl_reserve_kv_core"] is True
         assert extra["pdctl_flight_records"] == 512
-    stock = render(fleet={"connector": "stock", "connector_options": opts})
+    stock = plan_of(fleet={"connector": "stock", "connector_options": opts})
     for inst in stock.instances:
         extra = json.loads(flag(inst.argv, "--kv-transfer-config"))["kv_connector_extra_config"]
         assert "pdctl_flight_records" not in extra
 
 
 def test_dp_spaces_side_channel_ports_and_suffixes_engine_ids():
-    plan = render(
+    plan = plan_of(
         prefill=[{"count": 2, "dp": 2, "devices": [0, 1, 2, 3]}], decode=[{"devices": [4]}]
     )
     p0, p1, d = plan.instances
@@ -121,7 +121,7 @@ def test_dp_spaces_side_channel_ports_and_suffixes_engine_ids():
 
 
 def test_auto_ports_avoid_explicit_ones_declared_later():
-    plan = render(
+    plan = plan_of(
         prefill=[{"devices": [0]}],
         decode=[{"devices": [1], "http_port": 8100, "side_channel_port": 5600}],
     )
@@ -131,24 +131,24 @@ def test_auto_ports_avoid_explicit_ones_declared_later():
 
 
 def test_auto_devices_follow_on_per_host():
-    plan = render(prefill=[{"count": 2, "tp": 2}], decode=[{"tp": 4}])
+    plan = plan_of(prefill=[{"count": 2, "tp": 2}], decode=[{"tp": 4}])
     assert [i.devices for i in plan.instances] == [(0, 1), (2, 3), (4, 5, 6, 7)]
 
 
 def test_group_names_with_several_groups():
-    plan = render(prefill=[{"devices": [0]}, {"devices": [1]}], decode=[{"devices": [2]}])
+    plan = plan_of(prefill=[{"devices": [0]}, {"devices": [1]}], decode=[{"devices": [2]}])
     assert [i.name for i in plan.instances] == ["prefill-a-0", "prefill-b-0", "decode-0"]
 
 
 def test_shell_line_round_trips():
-    inst = render().instances[0]
+    inst = plan_of().instances[0]
     words = shlex.split(inst.shell())
     assert words[0] == "env"
     assert tuple(words[1 + len(inst.env) :]) == inst.argv
 
 
 def test_extra_args_and_env_layering():
-    plan = render(
+    plan = plan_of(
         fleet={"vllm_args": ["--enforce-eager"], "env": {"A": "1", "B": "1"}},
         prefill=[
             {"devices": [0], "vllm_args": ["--max-num-batched-tokens", "2048"], "env": {"B": "2"}}
@@ -182,9 +182,9 @@ def test_embedded_demo_spec_is_the_cpu_example():
 
 
 def test_with_engine_id_rewrites_argv_and_config():
-    from pdctl.sdk.render import with_engine_id
+    from pdctl.sdk.fleetplan import with_engine_id
 
-    p = render().instances[0]
+    p = plan_of().instances[0]
     q = with_engine_id(p, "prefill-0-r1")
     assert q.engine_id == "prefill-0-r1"
     assert json.loads(flag(q.argv, "--kv-transfer-config"))["engine_id"] == "prefill-0-r1"

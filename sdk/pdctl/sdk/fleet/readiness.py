@@ -1,13 +1,14 @@
-"""Probes: readiness (``GET /health`` is 200 and ``/v1/models`` lists the served model)
-and liveness (the status ``GET /health`` answers, if any). A local Prometheus (role
-``prometheus``) is ready when ``GET /-/ready`` is 200 and alive when ``/-/healthy`` is."""
+"""Readiness and health checks of one server: ready when ``GET /health`` is 200 and
+``/v1/models`` lists the served model; its health is the status ``GET /health`` answers,
+if any. A local Prometheus (role ``prometheus``) is ready when ``GET /-/ready`` is 200
+and alive when ``/-/healthy`` is."""
 
 from __future__ import annotations
 
 import httpx
 
 
-async def probe_ready(
+async def check_ready(
     client: httpx.AsyncClient,
     url: str,
     served_name: str,
@@ -31,22 +32,22 @@ async def probe_ready(
     except httpx.ConnectError:
         return False, "not listening yet"
     except httpx.TimeoutException:
-        return False, "probe timed out"
+        return False, "readiness check timed out"
     except (httpx.HTTPError, ValueError, AttributeError) as e:
-        return False, f"probe failed: {type(e).__name__}"
+        return False, f"readiness check failed: {type(e).__name__}"
     if served_name not in ids:
         return False, f"model {served_name!r} not listed (have {ids})"
     return True, "ready"
 
 
-async def probe_health(
+async def health_status(
     client: httpx.AsyncClient, url: str, timeout_s: float = 2.0, *, role: str = ""
 ) -> int | None:
     """The status code of ``GET /health`` (Prometheus: ``/-/healthy``); None when
     nothing answers in time."""
-    path = "/-/healthy" if role == "prometheus" else "/health"
+    endpoint = "/-/healthy" if role == "prometheus" else "/health"
     try:
-        r = await client.get(f"{url}{path}", timeout=timeout_s)
+        r = await client.get(f"{url}{endpoint}", timeout=timeout_s)
     except httpx.HTTPError:
         return None
     return r.status_code

@@ -1,0 +1,87 @@
+"""The fleet spec: one description of a P/D fleet, from which everything else is derived.
+
+The models here only describe and validate *shapes* (types, ranges, names). Whether a
+valid-looking spec is a good idea (port clashes, TP mismatches, loopback side channels…)
+is the linter's job (:mod:`pdctl.sdk.lint`), so that each problem gets a code, a cost
+and a fix instead of a bare validation error.
+
+* :mod:`~pdctl.sdk.spec.base` — literal types, ports, strict models, name checks.
+* :mod:`~pdctl.sdk.spec.settings` — ``[model]``, ``[fleet]``, ``[fleet.ucx]``.
+* :mod:`~pdctl.sdk.spec.groups` — ``[[prefill]]``, ``[[decode]]``, ``[[render]]``.
+* :mod:`~pdctl.sdk.spec.router` — ``[router]``.
+* :mod:`~pdctl.sdk.spec.observability` — ``[observability]``.
+* :mod:`~pdctl.sdk.spec.backend` — ``[backend]`` (Kubernetes, Ray).
+* :mod:`~pdctl.sdk.spec.fleetspec` — :class:`FleetSpec`, the whole.
+"""
+
+from pdctl.sdk.spec.backend import (
+    RAY_MANAGED_RESOURCES,
+    RESERVED_LABEL_PREFIXES,
+    BackendSpec,
+    K8sSpec,
+    RayGroup,
+    RaySpec,
+    Toleration,
+)
+from pdctl.sdk.spec.base import (
+    BackendKind,
+    ConnectorChoice,
+    FailurePolicy,
+    HashAlgo,
+    Mode,
+    Platform,
+    Port,
+    RenderFallback,
+    RestartMode,
+    Role,
+    RouterPath,
+    RouterPolicy,
+    is_dns_label,
+)
+from pdctl.sdk.spec.fleetspec import FleetSpec, spec_json_schema
+from pdctl.sdk.spec.groups import (
+    ENGINE_ID_FIELDS,
+    InstanceGroup,
+    RenderGroup,
+    group_name,
+    render_group_name,
+)
+from pdctl.sdk.spec.observability import ObservabilitySpec
+from pdctl.sdk.spec.router import ApiKeySpec, RouterSpec
+from pdctl.sdk.spec.settings import FleetSettings, ModelSpec, UcxSpec
+
+__all__ = [
+    "ENGINE_ID_FIELDS",
+    "RAY_MANAGED_RESOURCES",
+    "RESERVED_LABEL_PREFIXES",
+    "ApiKeySpec",
+    "BackendKind",
+    "BackendSpec",
+    "ConnectorChoice",
+    "FailurePolicy",
+    "FleetSettings",
+    "FleetSpec",
+    "HashAlgo",
+    "InstanceGroup",
+    "K8sSpec",
+    "Mode",
+    "ModelSpec",
+    "ObservabilitySpec",
+    "Platform",
+    "Port",
+    "RayGroup",
+    "RaySpec",
+    "RenderFallback",
+    "RenderGroup",
+    "RestartMode",
+    "Role",
+    "RouterPath",
+    "RouterPolicy",
+    "RouterSpec",
+    "Toleration",
+    "UcxSpec",
+    "group_name",
+    "is_dns_label",
+    "render_group_name",
+    "spec_json_schema",
+]

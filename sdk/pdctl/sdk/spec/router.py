@@ -1,0 +1,120 @@
+"""The router: ``[router]`` and where it reads its API key."""
+
+from __future__ import annotations
+
+import re
+
+from pydantic import Field, field_validator, model_validator
+
+from pdctl.sdk.spec.base import Port, RenderFallback, RouterPath, RouterPolicy, _Strict
+
+
+class ApiKeySpec(_Strict):
+    """Where the router reads the API key clients must present; never the key itself."""
+
+    env: str | None = Field(default=None, description="Environment variable holding the key.")
+    file: str | None = Field(default=None, description="File holding the key (first line).")
+
+    @model_validator(mode="after")
+    def _one_source(self) -> ApiKeySpec:
+        if self.env and self.file:
+            raise ValueError("give either env or file, not both")
+        return self
+
+
+class RouterSpec(_Strict):
+    host: str = "127.0.0.1"
+    port: Port = 8000
+    policy: RouterPolicy = "round_robin"
+    concurrent: bool = Field(
+        default=True, description="Dispatch both legs at once in push mode (the point of push)."
+    )
+    connect_timeout_s: float = Field(default=5.0, gt=0)
+    prefill_timeout_s: float = Field(default=120.0, gt=0)
+    request_timeout_s: float = Field(default=600.0, gt=0)
+    api_key: ApiKeySpec | None = None
+    path: RouterPath = Field(
+        default="text",
+        description="'text': OpenAI requests go to the engines as they are; 'tokens': a "
+        "render server tokenizes once, the engines get token ids on /inference/v1/generate "
+        "and the render server turns the output back into an OpenAI response.",
+    )
+    disaggregate_min_tokens: int = Field(
+        default=0,
+        ge=0,
+        description="tokens path: prompts with fewer tokens go to decode alone (no prefill, "
+        "no KV transfer); 0 disaggregates every prompt.",
+    )
+    disaggregate_min_uncached_tokens: int = Field(
+        default=256,
+        ge=0,
+        description="cache_aware: a prompt whose tokens not already cached on the chosen "
+        "decode number at most this goes to decode alone (no prefill, no KV transfer); "
+        "0 disaggregates every prompt. Decode holds what it computed and, with its prefix "
+        "caching on, the KV pushed to it, so a follow-up sharing a prefix decode already "
+        "holds skips the two-leg push. Other policies ignore it.",
+    )
+    cache_weight_prefix: float = Field(
+        default=1.0,
+        ge=0,
+        description="cache_aware: weight of the cached share of the prompt (0-1) in an "
+        "instance's score.",
+    )
+    cache_weight_load: float = Field(
+        default=0.25,
+        ge=0,
+        description="cache_aware: weight of each request in flight on an instance, "
+        "subtracted from its score (0.25: a whole-prompt hit outweighs 3 more in flight).",
+    )
+    otlp_endpoint: str | None = Field(
+        default=None,
+        description="OTLP/HTTP collector base URL (e.g. 'http://127.0.0.1:4318'): the router "
+        "exports its spans (route, legs, render, migration) to <url>/v1/traces and every vLLM "
+        "instance gets --otlp-traces-endpoint <url>/v1/traces, so one request is one trace. "
+        "Needs OpenTelemetry ('pdctl[otel]').",
+    )
+    render_fallback: RenderFallback = Field(
+        default="error",
+        description="tokens path, no render server answering: 'error' (503) or 'text' "
+        "(route the request on the text path instead).",
+    )
+    unavailable_wait_s: float = Field(
+        default=10.0,
+        ge=0,
+        description="When no healthy instance of a role is available (one restarting, "
+        "say), hold a request up to this long for one to come back before answering 503; "
+        "0 answers at once.",
+    )
+    prefill_retries: int = Field(
+        default=1,
+        ge=0,
+        le=3,
+        description="A prefill that fails before answering (connection lost, 5xx) is "
+        "retried this many times on another prefill, with a fresh decode registration.",
+    )
+    migration_limit: int = Field(
+        default=1,
+        ge=0,
+        le=8,
+        description="A decode that fails mid-answer: continue the request on another "
+        "decode from the prompt plus the tokens already sent, at most this many times per "
+        "request (text path, one choice); 0 ends the stream with an error event.",
+    )
+
+    @property
+    def otlp_traces_url(self) -> str | None:
+        """The OTLP/HTTP traces URL of ``otlp_endpoint`` (``<url>/v1/traces``)."""
+        if not self.otlp_endpoint:
+            return None
+        e = self.otlp_endpoint.rstrip("/")
+        return e if e.endswith("/v1/traces") else e + "/v1/traces"
+
+    @field_validator("otlp_endpoint")
+    @classmethod
+    def _otlp_url(cls, v: str | None) -> str | None:
+        if v is not None and not re.match(r"^https?://[^/\s]+", v):
+            raise ValueError(
+                f"{v!r} is not an http(s) URL; write the collector's OTLP/HTTP address, "
+                "e.g. 'http://127.0.0.1:4318'"
+            )
+        return v
