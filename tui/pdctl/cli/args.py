@@ -56,9 +56,25 @@ def without_spec(no_spec: str, no_fleet: str, where: str) -> Grammar:
     )
 
 
-def common_parent(prefix: str = "") -> argparse.ArgumentParser:
+class HelpFormatter(argparse.HelpFormatter):
+    """Shows ``-f SPEC`` (its value may only be left out by old spellings)."""
+
+    def _format_args(self, action: argparse.Action, default_metavar: str) -> str:
+        if action.const == BARE_FILE:
+            return str(action.metavar)
+        return super()._format_args(action, default_metavar)
+
+
+def common_parent(prefix: str = "", grammar: Grammar | None = None) -> argparse.ArgumentParser:
     """The options every command accepts, before or after its name (``prefix`` keeps the
-    top-level parser's values apart from the command's; :func:`merge` joins them)."""
+    top-level parser's values apart from the command's; :func:`merge` joins them). With
+    the command's ``grammar`` the help says what the command does with each."""
+    gr = grammar or Grammar(outputs=FORMATS)
+
+    def unused(why: str | None, text: str) -> str:
+        return f"not used by this command: {why}" if why else text
+
+    formats = ", ".join(gr.outputs)
     p = argparse.ArgumentParser(add_help=False)
     g = p.add_argument_group("options of every command (also before the command's name)")
     g.add_argument(
@@ -69,7 +85,7 @@ def common_parent(prefix: str = "") -> argparse.ArgumentParser:
         nargs="?",
         const=BARE_FILE,
         default=None,
-        help="fleet spec (TOML); default ./pdctl.toml",
+        help=unused(gr.spec, "fleet spec (TOML); default ./pdctl.toml"),
     )
     g.add_argument(
         "--set",
@@ -77,23 +93,30 @@ def common_parent(prefix: str = "") -> argparse.ArgumentParser:
         action="append",
         default=None,
         dest=f"{prefix}overrides",
-        help="override a spec field, e.g. --set fleet.mode=pull --set prefill.0.tp=2 "
-        "(repeatable; beats PDCTL_* environment variables, which beat the file)",
+        help=unused(
+            gr.overrides,
+            "override a spec field, e.g. --set fleet.mode=pull --set prefill.0.tp=2 "
+            "(repeatable; beats PDCTL_* environment variables, which beat the file)",
+        ),
     )
     g.add_argument(
         "--fleet",
         metavar="NAME",
         default=None,
         dest=f"{prefix}fleet",
-        help="the fleet: a running one by name (default: fleet.name of the spec, or the "
-        "only one running); on a spec the same as --set fleet.name=NAME",
+        help=unused(
+            gr.fleet,
+            "the fleet: a running one by name (default: fleet.name of the spec, or the "
+            "only one running); on a spec the same as --set fleet.name=NAME",
+        ),
     )
     g.add_argument(
         "--backend",
         choices=BACKENDS,
         default=None,
         dest=f"{prefix}backend",
-        help="where the fleet runs (default: backend.kind of the spec, else local)",
+        help="where the fleet runs (default: backend.kind of the spec, else local)"
+        + (f"; {gr.backend_why}" if gr.backend_why else ""),
     )
     g.add_argument(
         "-o",
@@ -101,8 +124,8 @@ def common_parent(prefix: str = "") -> argparse.ArgumentParser:
         metavar="FORMAT",
         default=None,
         dest=f"{prefix}output",
-        help="output format: table, json, yaml or shell (each command says which it "
-        "prints; table is the human one)",
+        help=f"output format: {formats}"
+        + (" (table: for people)" if "table" in gr.outputs else ""),
     )
     g.add_argument("--json", action="store_true", dest=f"{prefix}json", help="the same as -o json")
     return p

@@ -19,7 +19,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from pdctl.cli.args import Grammar, apply_grammar, common_parent, deprecated, merge
+from pdctl.cli.args import (
+    Grammar,
+    HelpFormatter,
+    apply_grammar,
+    common_parent,
+    deprecated,
+    merge,
+)
 from pdctl.sdk.errors import PdctlError
 
 VERSION = "0.1.0.dev0"
@@ -82,6 +89,7 @@ def build_parser() -> argparse.ArgumentParser:
         "else the fleet running here).",
         epilog="Exit codes: 0 ok, 1 warnings (--strict), 2 errors, 130 interrupted.",
         parents=[common_parent("top_")],
+        formatter_class=HelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"pdctl {VERSION}")
     parser.add_argument(
@@ -92,7 +100,12 @@ def build_parser() -> argparse.ArgumentParser:
         # an old name's parser speaks as the new one (usage, deprecation notes)
         prog = f"pdctl {sc.deprecated_for or sc.name}"
         sp = sub.add_parser(
-            sc.name, help=sc.help, description=sc.help, parents=[common_parent()], prog=prog
+            sc.name,
+            help=sc.help,
+            description=sc.help,
+            parents=[common_parent(grammar=_load(sc.module, "GRAMMAR"))],
+            prog=prog,
+            formatter_class=HelpFormatter,
         )
         sp.set_defaults(_module=sc.module)
         _load(sc.module, "add_arguments")(sp)
