@@ -271,3 +271,17 @@ def test_no_command_with_an_output_format_is_refused(capsys, tmp_path: Path):
     with pytest.raises(SystemExit):
         parse(["-o", "json"])
     assert "with none pdctl opens the UI" in capsys.readouterr().err
+
+
+def test_the_grammar_table_in_the_docs_is_the_code():
+    rows = {}
+    for line in (REPO / "docs" / "cli.md").read_text().splitlines():
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        if len(cells) == 6 and cells[0].startswith("`") and cells[1] in ("yes", "no"):
+            rows[cells[0].strip("`")] = cells[1:]
+    want = {}
+    for sc in SUBCOMMANDS:
+        g = cli_main._load(sc.module, "GRAMMAR")
+        used = ["yes" if why is None else "no" for why in (g.spec, g.overrides, g.fleet)]
+        want[sc.name] = [*used, ", ".join(g.backends) or "-", ", ".join(g.outputs)]
+    assert rows == want
