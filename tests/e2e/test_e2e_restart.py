@@ -134,3 +134,34 @@ def test_restart_tells_the_router_at_once_and_no_request_fails(fleet: Fleet):
     print(f"{len(codes)} requests in the 10 s after restart returned, {len(failed)} failed")
     assert codes
     assert not failed, failed
+
+
+def test_stop_and_start_from_another_shell(fleet: Fleet):
+    """`pdctl stop` leaves an instance stopped; `pdctl start` brings it back ready and the
+    router serves through it again."""
+
+    cli = [sys.executable, "-m", "pdctl.cli.main"]
+
+    def pdctl(*args: str) -> subprocess.CompletedProcess[str]:
+        argv = [*cli, *args, "--fleet", NAME]
+        return subprocess.run(argv, capture_output=True, text=True, timeout=400)
+
+    stop = pdctl("stop", "decode-0", "-o", "json")
+    assert stop.returncode == 0, stop.stderr
+    assert json.loads(stop.stdout) == [{"fleet": NAME, "instance": "decode-0", "result": "stopped"}]
+    states = {i.name: i.state for i in asyncio.run(fleet_status(NAME)).instances}
+    assert states["decode-0"] == "stopped", states
+    start = pdctl("start", "decode-0")
+    assert start.returncode == 0, start.stderr
+    assert "decode-0: started and ready" in start.stdout
+    states = {i.name: i.state for i in asyncio.run(fleet_status(NAME)).instances}
+    assert states["decode-0"] == "ready", states
+    again = pdctl("start", "decode-0")
+    assert "decode-0: already ready" in again.stdout
+    with httpx.Client(timeout=120) as c:
+        for _ in range(30):
+            if c.get(router_url(fleet) + "/health").status_code == 200:
+                break
+            time.sleep(0.5)
+        r = completion(c, router_url(fleet), 99)
+        assert r.status_code == 200, r.text

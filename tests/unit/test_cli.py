@@ -104,7 +104,7 @@ def test_render_refuses_a_spec_with_lint_errors(tmp_path):
     r = pdctl("render", "-f", str(spec))
     assert r.returncode == 2
     assert "PD013" in r.stderr
-    assert "nothing rendered" in r.stderr
+    assert "nothing printed" in r.stderr
     assert r.stdout == ""
     r = pdctl("render", "-f", str(spec), "--json")
     assert r.returncode == 2

@@ -288,7 +288,7 @@ def test_sequential_dispatch_detected_from_timelines():
     }
 
 
-async def test_cli_metrics_ndjson_and_status_once(tmp_path):
+async def test_cli_metrics_stream_and_one_snapshot(tmp_path):
     import asyncio
     import json
     import sys
@@ -330,13 +330,13 @@ async def test_cli_metrics_ndjson_and_status_once(tmp_path):
         assert last["prefill-0"]["transfers"]["bytes_total"] == 1_114_112.0
         assert first["decode-0"]["ttft"]["count"] == 24  # first round: since start
         assert last["decode-0"]["ttft"]["count"] == 0  # nothing new in the window since
-        rc, out = await cli("status", "--once", "--json")
+        rc, out = await cli("metrics", "--once", "--json")
         assert rc == 0, out
         once = json.loads(out)
         assert once["summary"]["instances_up"] == 2
         assert {i["name"]: i for i in once["instances"]}["decode-0"]["ttft"]["p50"] == 0.04
         await d.stop()
-        rc, out = await cli("status", "--once")
+        rc, out = await cli("metrics", "--once")
         assert rc == 1
         assert "PA006" in out
         assert "DOWN" in out

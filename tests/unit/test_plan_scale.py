@@ -30,7 +30,7 @@ def test_counts_from_plan_follow_the_recommendation_or_refuse_a_mode_change():
     spec = load_spec(MULTI, environ={}).spec
     assert spec.fleet.mode == "push"
     assert counts_from_plan(spec, _plan("3P1D push", "push", 3, 1)) == {"prefill": 3, "decode": 1}
-    with pytest.raises(ScaleError, match="pdctl plan -o"):
+    with pytest.raises(ScaleError, match="pdctl plan --out"):
         counts_from_plan(spec, _plan("colocated x2", "colocated", 2, 0))
 
 

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from pdctl.cli import cmd_probe
+from pdctl.cli import proberun
 from pdctl.connector.probe.options import add_arguments, to_argv
 
 
@@ -43,20 +43,20 @@ def _result(gbps: float | None) -> dict[str, Any]:
     [(2.0, 5e9, False), (1.4, 5e9, True), (2.0, None, False), (None, 5e9, True)],
 )
 def test_measured_vs_expected_flags_a_degraded_path(gbps, expected, degraded):
-    line, bad = cmd_probe.measured_vs_expected(_result(gbps), expected)
+    line, bad = proberun.measured_vs_expected(_result(gbps), expected)
     assert bad is degraded
     assert ("software path degraded" in line) is (degraded and gbps is not None)
 
 
 def test_missing_nixl_says_how_to_install(monkeypatch):
     monkeypatch.setattr("importlib.util.find_spec", lambda name: None)
-    with pytest.raises(cmd_probe.ProbeFailed, match=r"pdctl\[cpu\]"):
-        cmd_probe.run_probe(["true"])
+    with pytest.raises(proberun.ProbeFailed, match=r"pdctl\[cpu\]"):
+        proberun.run_probe(["true"])
 
 
 def test_preflight_probe_needs_a_model():
-    with pytest.raises(cmd_probe.ProbeFailed, match="--model"):
-        cmd_probe.probe_for_preflight(None, 1024, 1, None)
+    with pytest.raises(proberun.ProbeFailed, match="--model"):
+        proberun.probe_for_preflight(None, 1024, 1, None)
 
 
 def test_bad_geometry_is_an_error_naming_the_option():

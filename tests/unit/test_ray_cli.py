@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from pdctl.cli.cmd_up import apply_address
+from pdctl.cli.args import apply_address
 from pdctl.cli.main import main
 from pdctl.sdk.errors import PdctlError
 from tests.conftest import EXAMPLES

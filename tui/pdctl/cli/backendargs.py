@@ -1,4 +1,4 @@
-"""``--backend`` and what follows from it, shared by render, up, down and status."""
+"""What follows from ``--backend``, shared by config, up, down and status."""
 
 from __future__ import annotations
 
@@ -13,23 +13,13 @@ if TYPE_CHECKING:
     from pdctl.sdk.backends import Backend, BackendStatus
 
 
-def add_backend_argument(p: argparse.ArgumentParser) -> None:
-    """``--backend``, shared by render/up/down/status (default: the spec's backend.kind)."""
-    p.add_argument(
-        "--backend",
-        choices=("local", "k8s", "ray"),
-        default=None,
-        help="where the fleet runs (default: backend.kind of the spec, else local)",
-    )
-
-
 def chosen_backend(args: argparse.Namespace) -> str:
     """--backend, else the spec's backend.kind; 'local' when the spec cannot be read (the
-    local path then reports that as it always has). ``--backend`` also sets the spec's."""
+    local path then reports that as it always has). ``--backend`` also sets the spec's
+    (see :func:`pdctl.cli.common.spec_overrides`)."""
     from pdctl.sdk.errors import SpecError
 
     if args.backend:
-        args.overrides = [*args.overrides, f"backend.kind={args.backend}"]
         return str(args.backend)
     if getattr(args, "fleet", None):
         return "local"
@@ -45,8 +35,6 @@ def open_chosen_backend(
     """The backend of a non-local ``--backend``/``backend.kind`` (``--fleet`` names it)."""
     from pdctl.sdk.backends import open_backend
 
-    if getattr(args, "fleet", None):
-        args.overrides = [*args.overrides, f"fleet.name={args.fleet}"]
     loaded = load(args)
     return open_backend(loaded.spec, source=loaded.source, ready_timeout=ready_timeout, grace=grace)
 

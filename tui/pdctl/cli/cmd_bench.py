@@ -16,20 +16,26 @@ from __future__ import annotations
 import argparse
 import asyncio
 import math
-import os
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pdctl.cli.common import add_spec_arguments, console, print_json, progress_bars
+from pdctl.cli.args import Grammar, emit, human
+from pdctl.cli.common import console, progress_bars
+from pdctl.cli.tinymodel import spec_or_demo
 
 if TYPE_CHECKING:
     from pdctl.sdk.bench.plan import BenchPlan
     from pdctl.sdk.spec import FleetSpec
 
 
+GRAMMAR = Grammar(
+    backends=("local",),
+    backend_why="bench starts its fleets on this machine",
+)
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    add_spec_arguments(p)
     p.add_argument(
         "--preset",
         choices=("cpu-smoke", "paper", "shared-prefix"),
@@ -53,7 +59,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, help="random seed (arrivals and prompts)")
     p.add_argument("--out", default="pdctl-bench", help="output directory (default %(default)s)")
     p.add_argument("--dry-run", action="store_true", help="print the plan and its duration")
-    p.add_argument("--json", action="store_true", help="print the records as JSON")
 
 
 def _floats(text: str, what: str) -> tuple[float, ...]:
@@ -93,19 +98,6 @@ def build_plan(args: argparse.Namespace) -> BenchPlan:
     except ValueError as e:
         raise SystemExit(f"pdctl bench: {e}") from None
     return plan.with_(**kw) if kw else plan
-
-
-def _spec(args: argparse.Namespace) -> tuple[FleetSpec, str]:
-    from pdctl.sdk.specload import load_demo_spec, load_spec
-
-    if args.file or os.path.exists("pdctl.toml"):
-        loaded = load_spec(args.file, args.overrides)
-        return loaded.spec, str(loaded.source)
-    from pdctl.cli.cmd_model import ensure_tiny_model
-
-    model = ensure_tiny_model(quiet=args.json)
-    spec = load_demo_spec(model, args.overrides).spec
-    return spec, "<embedded CPU demo spec>"
 
 
 def _fmt(v: Any, nd: int = 1) -> str:
@@ -212,7 +204,7 @@ def run(args: argparse.Namespace) -> int:
         plan = build_plan(args)
     except BenchError as e:
         raise SystemExit(f"pdctl bench: {e}") from None
-    spec, source = _spec(args)
+    spec, source = spec_or_demo(args)
     if args.dry_run:
         return _dry_run(plan, spec, source, args)
     return asyncio.run(_run(plan, spec, source, args))
@@ -221,24 +213,24 @@ def run(args: argparse.Namespace) -> int:
 def _dry_run(plan: BenchPlan, spec: FleetSpec, source: str, args: argparse.Namespace) -> int:
     cells = plan.cells()
     est = plan.estimate_s()
-    if args.json:
-        print_json(
-            {
-                "plan": plan.as_dict(),
-                "spec": source,
-                "cells": [
-                    {
-                        "mode": c.mode,
-                        "input_len": c.input_len,
-                        "rate": _fmt(c.rate, 2),
-                        "requests": plan.requests_in(c),
-                    }
-                    for c in cells
-                ],
-                "fleet_starts": plan.fleet_modes,
-                "estimated_s": round(est),
-            }
-        )
+    if emit(
+        args,
+        {
+            "plan": plan.as_dict(),
+            "spec": source,
+            "cells": [
+                {
+                    "mode": c.mode,
+                    "input_len": c.input_len,
+                    "rate": _fmt(c.rate, 2),
+                    "requests": plan.requests_in(c),
+                }
+                for c in cells
+            ],
+            "fleet_starts": plan.fleet_modes,
+            "estimated_s": round(est),
+        },
+    ):
         return 0
     out = console()
     out.print(f"[bold]pdctl bench[/] on {source}: {len(cells)} cells, fleets {plan.fleet_modes}")
@@ -262,7 +254,7 @@ async def _run(plan: BenchPlan, spec: FleetSpec, source: str, args: argparse.Nam
     await asyncio.to_thread(out_dir.mkdir, parents=True, exist_ok=True)
     err = console(stderr=True)
     started = time.time()
-    with progress_bars(err, args.json) as bar:
+    with progress_bars(err, not human(args)) as bar:
         total = bar.add_task("cells", total=len(plan.cells()))
         cell_task: list[Any] = [None]
 
@@ -296,9 +288,7 @@ async def _run(plan: BenchPlan, spec: FleetSpec, source: str, args: argparse.Nam
         out_dir / "bench.png", records, title=f"pdctl bench: {spec.model.effective_served_name}"
     )
     rs = ratios(records)
-    if args.json:
-        print_json({"results": records, "ratios": rs, "out": str(out_dir)})
-    else:
+    if not emit(args, {"results": records, "ratios": rs, "out": str(out_dir)}):
         out = console()
         if not out.is_terminal:
             out.width = max(out.width, 170)

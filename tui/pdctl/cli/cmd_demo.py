@@ -19,7 +19,8 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from pdctl.cli.common import add_override_argument, console
+from pdctl.cli.args import Grammar, add_ready_timeout, add_ui_arguments
+from pdctl.cli.common import console, spec_overrides
 
 if TYPE_CHECKING:
     from rich.console import RenderableType
@@ -57,10 +58,18 @@ DEMO_WORDS = [
 ]
 
 
+GRAMMAR = Grammar(
+    outputs=("table", "json"),
+    spec="-f: the demo runs its embedded CPU spec (change it with --set KEY=VALUE, see "
+    "examples/cpu-1p1d.toml); run your own spec with pdctl up -f SPEC",
+    backends=("local",),
+    backend_why="the demo runs on this machine's CPU",
+)
+"""--set and --fleet change the embedded spec; -o json: lifecycle events and a final
+summary as JSON lines."""
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    add_override_argument(
-        p, "override a field of the embedded demo spec (see examples/cpu-1p1d.toml)"
-    )
     p.add_argument("--rate", type=float, default=1.0, help="requests per second (default 1)")
     p.add_argument(
         "--duration",
@@ -70,15 +79,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--requests", type=int, default=None, help="stop after this many requests")
     p.add_argument("--max-tokens", type=int, default=16)
-    p.add_argument("--timeout", type=float, default=180.0, help="readiness timeout (s)")
-    p.add_argument(
-        "--json", action="store_true", help="lifecycle events and a final summary as JSON lines"
-    )
+    add_ready_timeout(p, "both instances are", old=True)
     p.add_argument(
         "--no-tui", action="store_true", help="the plain live view instead of the terminal UI"
     )
-    from pdctl.cli.cmd_top import add_ui_arguments
-
     add_ui_arguments(p)
 
 
@@ -211,7 +215,7 @@ async def _traffic(fleet: AsyncFleet, stats: Traffic, args: argparse.Namespace) 
 
 
 def run(args: argparse.Namespace) -> int:
-    from pdctl.cli.cmd_model import ensure_tiny_model
+    from pdctl.cli.tinymodel import ensure_tiny_model
 
     model = ensure_tiny_model(quiet=args.json)
     return asyncio.run(_main(args, str(model)))
@@ -285,8 +289,8 @@ async def _main(args: argparse.Namespace, model: str) -> int:
     from pdctl.sdk.fleet import AsyncFleet
     from pdctl.sdk.specload import load_demo_spec
 
-    loaded = load_demo_spec(model, args.overrides)
-    fleet = AsyncFleet(loaded.spec, source=loaded.source, ready_timeout=args.timeout)
+    loaded = load_demo_spec(model, spec_overrides(args))
+    fleet = AsyncFleet(loaded.spec, source=loaded.source, ready_timeout=args.ready_timeout)
     stats = Traffic()
     tui = _wants_tui(args)
     relay = _Relay()

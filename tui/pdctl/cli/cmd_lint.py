@@ -4,19 +4,13 @@ from __future__ import annotations
 
 import argparse
 
-from pdctl.cli.common import (
-    add_spec_arguments,
-    console,
-    load_or_report,
-    print_findings,
-    print_json,
-    summary_line,
-)
+from pdctl.cli.args import Grammar, emit
+from pdctl.cli.common import console, load_or_report, print_findings, summary_line
+
+GRAMMAR = Grammar()
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    add_spec_arguments(p)
-    p.add_argument("--json", action="store_true", help="machine-readable report")
     p.add_argument("--strict", action="store_true", help="exit 1 when there are warnings")
     p.add_argument(
         "--no-port-check",
@@ -30,9 +24,7 @@ def run(args: argparse.Namespace) -> int:
     from pdctl.sdk.lint import RULES, lint
 
     if args.rules:
-        if args.json:
-            print_json([{"code": r.code, "title": r.title} for r in RULES])
-        else:
+        if not emit(args, [{"code": r.code, "title": r.title} for r in RULES]):
             out = console()
             for r in RULES:
                 out.print(f"{r.code}  {r.title}")
@@ -42,11 +34,10 @@ def run(args: argparse.Namespace) -> int:
         return 2
     report = lint(loaded.spec, check_bound_ports=not args.no_port_check)
     code = report.exit_code(strict=args.strict)
-    if args.json:
-        d = report.as_dict()
-        d["source"] = loaded.source
-        d["exit_code"] = code
-        print_json(d)
+    d = report.as_dict()
+    d["source"] = loaded.source
+    d["exit_code"] = code
+    if emit(args, d):
         return code
     out = console()
     print_findings(report.findings, out)

@@ -1,4 +1,7 @@
-"""``pdctl logs INSTANCE [-f]``: an instance's log (also after the fleet stopped)."""
+"""``pdctl logs INSTANCE [--follow]``: an instance's log (also after the fleet stopped).
+
+``-f`` names the spec here as on every command; ``--follow`` (``-F``) follows. The old
+``pdctl logs INSTANCE -f`` (``-f`` with no path after it) still follows, with a note."""
 
 from __future__ import annotations
 
@@ -7,13 +10,20 @@ import sys
 import time
 from pathlib import Path
 
-from pdctl.cli.common import add_fleet_arguments, resolve_fleet_name
+from pdctl.cli.args import Grammar, deprecated
+from pdctl.cli.common import resolve_fleet_name
+
+GRAMMAR = Grammar(
+    outputs=("table",),
+    backends=("local",),
+    backend_why="logs are read from this machine's state directory",
+    bare_file=True,
+)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("instance", help="instance name, e.g. decode-0 (or 'supervisor')")
-    add_fleet_arguments(p, short=False)
-    p.add_argument("-f", "--follow", action="store_true", help="keep printing new lines")
+    p.add_argument("-F", "--follow", action="store_true", help="keep printing new lines")
     p.add_argument("-n", "--lines", type=int, default=50, help="lines of history (default 50)")
 
 
@@ -21,6 +31,9 @@ def run(args: argparse.Namespace) -> int:
     from pdctl.sdk.errors import NotRunningError
     from pdctl.sdk.fleet import fleet_dir, tail
 
+    if args.bare_file:
+        deprecated(f"pdctl logs {args.instance} -f", f"pdctl logs {args.instance} --follow")
+        args.follow = True
     name = resolve_fleet_name(args)
     d = fleet_dir(name)
     path = (

@@ -1,40 +1,32 @@
-"""``pdctl metrics``: the fleet metrics stream (NDJSON with --json, a live table without)."""
+"""``pdctl metrics``: the fleet's derived metrics and alerts. ``--once``: one snapshot (the
+one spelling of it: exit 1 when an alert is open); otherwise a stream (``-o json``: one
+JSON snapshot per line; ``-o yaml``: one YAML document per snapshot; a live table
+without ``-o``) until Ctrl-C or ``--count``."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import json
-import sys
 from typing import TYPE_CHECKING
 
-from pdctl.cli.common import add_spec_arguments, console, load
+from pdctl.cli.args import Grammar, add_monitor_arguments, emit_record, human
+from pdctl.cli.common import console, load
+from pdctl.cli.metricsview import make_monitor, print_snapshot
 
 if TYPE_CHECKING:
     from pdctl.sdk.metrics.monitor import FleetMonitor
     from pdctl.sdk.plan.live import PlanWatch
 
-
-def add_monitor_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--window",
-        type=float,
-        default=60.0,
-        help="sliding window for rates and quantiles, seconds (default 60)",
-    )
-    p.add_argument("--timeout", type=float, default=2.0, help="per-target scrape timeout (s)")
-    p.add_argument(
-        "--expect-gbps",
-        type=float,
-        default=None,
-        help="expected KV transfer throughput (e.g. from preflight), GB/s",
-    )
+GRAMMAR = Grammar()
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    add_spec_arguments(p)
     add_monitor_arguments(p)
-    p.add_argument("--json", action="store_true", help="one JSON snapshot per line (NDJSON)")
+    p.add_argument(
+        "--once",
+        action="store_true",
+        help="one snapshot from a single scrape, then exit (1 when an alert is open)",
+    )
     p.add_argument("--interval", type=float, default=1.0, help="seconds between snapshots")
     p.add_argument("--count", type=int, default=None, help="stop after this many snapshots")
     p.add_argument(
@@ -45,21 +37,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--plan-isl", type=int, default=None, help="with --plan-profile: ISL")
     p.add_argument("--plan-osl", type=int, default=None, help="with --plan-profile: OSL")
-
-
-def make_monitor(args: argparse.Namespace, interval: float = 1.0) -> FleetMonitor:
-    from pdctl.sdk.backends import observed
-    from pdctl.sdk.metrics.monitor import FleetMonitor
-
-    spec, plan = observed(load(args).spec)
-    return FleetMonitor.for_fleet(
-        spec,
-        plan,
-        interval_s=interval,
-        timeout_s=args.timeout,
-        window_s=args.window,
-        expected_throughput_bps=args.expect_gbps * 1e9 if args.expect_gbps else None,
-    )
 
 
 def _watch(args: argparse.Namespace) -> PlanWatch | None:
@@ -74,6 +51,10 @@ def _watch(args: argparse.Namespace) -> PlanWatch | None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.once and not args.plan_profile:
+        return print_snapshot(args)
+    if args.once:
+        args.count = 1
     watch = _watch(args)
     mon = make_monitor(args, args.interval)
     try:
@@ -85,13 +66,12 @@ def run(args: argparse.Namespace) -> int:
 async def _stream(mon: FleetMonitor, args: argparse.Namespace, watch: PlanWatch | None) -> int:
     from pdctl.cli.metricsview import snapshot_view
 
-    if args.json:
+    if not human(args):
         async for snap in mon.snapshots(args.count):
             doc = snap.as_dict()
             if watch is not None:
                 doc["plan"] = watch.check(snap)
-            sys.stdout.write(json.dumps(doc) + "\n")
-            sys.stdout.flush()
+            emit_record(args, doc)
         return 0
     from rich.console import Group
     from rich.live import Live

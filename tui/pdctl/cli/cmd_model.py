@@ -8,7 +8,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+from pdctl.cli.args import emit, without_spec
 from pdctl.cli.common import console
+
+GRAMMAR = without_spec(
+    "the model is built from a seed, not from a fleet spec: drop -f/--set",
+    "the tiny model belongs to no fleet: drop --fleet",
+    "the model is built on this machine",
+)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -54,5 +61,6 @@ def ensure_tiny_model(
 
 def run(args: argparse.Namespace) -> int:
     path = ensure_tiny_model(Path(args.dir) if args.dir else None, force=args.force, seed=args.seed)
-    console().print(f"tiny model ready at {path}")
+    if not emit(args, {"model": "tiny", "path": str(path)}):
+        console().print(f"tiny model ready at {path}")
     return 0

@@ -3,7 +3,8 @@
 Predicts TTFT/ITL/TPOT of colocated x k and every xPyD (push and pull) within the
 budget, with prefill queueing at the rate and the KV transfer time of the measured (or
 topology-derived) path; recommends the cheapest layout meeting the SLOs, says why each
-other one loses, and writes the spec with ``-o``. Exit codes: 0 a layout meets the SLOs,
+other one loses, and writes the spec with ``--out`` (the old ``-o FILE`` still works, with
+a note; ``-o`` names the format printed). Exit codes: 0 a layout meets the SLOs,
 1 none does (the best effort is shown), 2 bad input.
 """
 
@@ -13,10 +14,16 @@ import argparse
 import math
 from typing import TYPE_CHECKING, Any
 
-from pdctl.cli.common import console, print_json
+from pdctl.cli.args import Grammar, emit
+from pdctl.cli.common import console, load, spec_overrides
 
 if TYPE_CHECKING:
     from pdctl.sdk.plan.planner import Plan
+
+
+GRAMMAR = Grammar(out_path=True)
+"""-f (with --set, --fleet, --backend): the base spec of --out, and the fleet of
+--from-fleet."""
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -38,8 +45,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--modes", default="colocated,push,pull", help="comma list (default %(default)s)"
     )
-    p.add_argument("-f", "--file", help="base spec for -o (default: the spec profiled)")
-    p.add_argument("-o", "--output", help="write the recommended layout as a spec TOML")
+    p.add_argument(
+        "--out",
+        metavar="FILE",
+        help="write the recommended layout as a spec TOML (base: -f, else the spec profiled)",
+    )
     p.add_argument(
         "--from-fleet",
         action="store_true",
@@ -47,7 +57,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "print correction factors observed/predicted for its current layout",
     )
     p.add_argument("--window", type=float, default=10.0, help="--from-fleet: seconds observed")
-    p.add_argument("--json", action="store_true", help="print the plan as JSON")
 
 
 def _isl(text: str) -> tuple[int, int | None]:
@@ -86,19 +95,17 @@ def run(args: argparse.Namespace) -> int:
     if not rate:
         raise SystemExit("pdctl plan: give --rate R (requests per second) or --from-fleet")
     plan = make_plan(profile, Workload(isl, args.osl, rate, p95), slos, args.budget, tr, modes)
-    written = _write_spec(args, profile.spec_source, plan) if args.output else None
+    written = _write_spec(args, profile.spec_source, plan) if args.out else None
     corr = None
     if live is not None:
         from pdctl.sdk.plan.live import corrections, layout_of
 
         corr = corrections(plan, layout_of(live[0]), live[1])
-    if args.json:
-        out = plan.as_dict()
-        out["spec_written"] = written
-        if corr is not None:
-            out["live"] = corr
-        print_json(out)
-    else:
+    out = plan.as_dict()
+    out["spec_written"] = written
+    if corr is not None:
+        out["live"] = corr
+    if not emit(args, out):
         _print(plan, written)
         if corr is not None:
             console().print(f"live: {corr}")
@@ -111,9 +118,8 @@ def _live(args: argparse.Namespace) -> tuple[Any, Any]:
     from pdctl.sdk.fleetplan import build_plan
     from pdctl.sdk.metrics.monitor import FleetMonitor
     from pdctl.sdk.plan.live import live_figures
-    from pdctl.sdk.specload import load_spec
 
-    spec = load_spec(args.file).spec
+    spec = load(args).spec
 
     async def observe() -> Any:
         mon = FleetMonitor.for_fleet(spec, build_plan(spec), window_s=args.window + 5)
@@ -134,12 +140,12 @@ def _write_spec(args: argparse.Namespace, source: str | None, plan: Plan) -> str
     base = args.file or source
     if not base or base.startswith("<"):
         raise PdctlError(
-            "-o needs a base spec: pass -f SPEC (the profile does not name a spec file)"
+            "--out needs a base spec: pass -f SPEC (the profile does not name a spec file)"
         )
-    spec = spec_for_layout(load_spec(base).spec, plan.best.layout)
+    spec = spec_for_layout(load_spec(base, spec_overrides(args)).spec, plan.best.layout)
     header = f"pdctl plan: {plan.summary}\nprofile: {plan.profile}"
-    Path(args.output).write_text(to_toml(spec, header), encoding="utf-8")
-    return str(args.output)
+    Path(args.out).write_text(to_toml(spec, header), encoding="utf-8")
+    return str(args.out)
 
 
 def _f(v: Any) -> str:

@@ -11,7 +11,8 @@ import functools
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from pdctl.cli.common import add_spec_arguments, console, load_or_report, print_json
+from pdctl.cli.args import Grammar, emit, spec_given
+from pdctl.cli.common import console, load_or_report
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -49,8 +50,10 @@ def _positive(text: str) -> float:
     return v
 
 
+GRAMMAR = Grammar()
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    add_spec_arguments(p)
     p.add_argument("--model", metavar="PATH", help="model directory or its config.json")
     p.add_argument(
         "--prompt-len",
@@ -109,7 +112,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="also push this prompt's KV through NIXL between two local processes (pdctl "
         "probe; needs the cpu or gpu extra) and compare measured with expected bandwidth",
     )
-    p.add_argument("--json", action="store_true", help="machine-readable report")
 
 
 def collect(args: argparse.Namespace) -> int:
@@ -123,8 +125,7 @@ def collect(args: argparse.Namespace) -> int:
     out = write_bundle(src, Path(args.collect).expanduser())
     took = time.monotonic() - t0
     manifest = src.manifest()
-    if args.json:
-        print_json({"bundle": str(out), "seconds": round(took, 2), "manifest": manifest})
+    if emit(args, {"bundle": str(out), "seconds": round(took, 2), "manifest": manifest}):
         return 0
     from rich.markup import escape
 
@@ -146,7 +147,7 @@ def run(args: argparse.Namespace) -> int:
         return collect(args)
     spec = None
     source = None
-    if args.file is not None or args.overrides or Path("pdctl.toml").is_file():
+    if spec_given(args) or Path("pdctl.toml").is_file():
         loaded = load_or_report(args)
         if loaded is None:
             return 2
@@ -171,7 +172,7 @@ def run(args: argparse.Namespace) -> int:
     report = preflight(measured_transfer_s=args.measured_transfer)
     probe, line = None, ""
     if args.probe:
-        from pdctl.cli.cmd_probe import measured_vs_expected, probe_for_preflight
+        from pdctl.cli.proberun import measured_vs_expected, probe_for_preflight
 
         worst = report.worst_pair()
         model = args.model or (spec.model.path if spec else None)
@@ -181,16 +182,14 @@ def run(args: argparse.Namespace) -> int:
             report = preflight(measured_transfer_s=measured_s, inventory=report.inventory)
         line, probe["degraded"] = measured_vs_expected(probe, worst.expected_bps if worst else None)
     report.source = source
-    if args.json:
-        print_json({**report.as_dict(), **({"probe": probe} if probe else {})})
-    else:
-        render(report, console())
+    if not emit(args, {**report.as_dict(), **({"probe": probe} if probe else {})}):
+        show(report, console())
         if probe:
             console().print(line, style="bold yellow" if probe["degraded"] else None)
     return report.exit_code
 
 
-def render(report: PreflightReport, out: Console) -> None:
+def show(report: PreflightReport, out: Console) -> None:
     """Warnings first, then the pair table, the GPU matrix, the inventory and assumptions."""
     from rich.markup import escape
 

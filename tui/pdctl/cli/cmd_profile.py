@@ -20,7 +20,9 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pdctl.cli.common import add_spec_arguments, console, print_json, progress_bars
+from pdctl.cli.args import Grammar, emit, human
+from pdctl.cli.common import console, progress_bars
+from pdctl.cli.tinymodel import spec_or_demo
 
 if TYPE_CHECKING:
     from pdctl.sdk.plan.profile import KvPath, Profile
@@ -28,27 +30,27 @@ if TYPE_CHECKING:
     from pdctl.sdk.spec import FleetSpec
 
 
+GRAMMAR = Grammar(
+    backends=("local",),
+    backend_why="profile starts its instances on this machine",
+    out_path=True,
+)
+"""-o table|json|yaml is the summary printed; the profile goes to --out (the old -o PATH
+still works, with a note)."""
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    add_spec_arguments(p)
-    p.add_argument("-o", "--output", default="pdctl-profile.json", help="profile JSON to write")
+    p.add_argument(
+        "--out",
+        metavar="FILE",
+        default="pdctl-profile.json",
+        help="profile JSON to write, and to resume from (default %(default)s)",
+    )
     p.add_argument("--quick", action="store_true", help="few points, few repeats (minutes)")
-    p.add_argument("--fresh", action="store_true", help="discard points already in --output")
+    p.add_argument("--fresh", action="store_true", help="discard points already in --out")
     p.add_argument("--no-probe", action="store_true", help="skip the KV path measurement")
     p.add_argument("--no-disagg", action="store_true", help="skip the 1P1D push TTFT measurement")
     p.add_argument("--repeats", type=int, help="requests per prefill point")
-    p.add_argument("--json", action="store_true", help="print a summary as JSON")
-
-
-def _spec(args: argparse.Namespace) -> tuple[FleetSpec, str]:
-    from pdctl.sdk.specload import load_demo_spec, load_spec
-
-    if args.file or os.path.exists("pdctl.toml"):
-        loaded = load_spec(args.file, args.overrides)
-        return loaded.spec, str(loaded.source)
-    from pdctl.cli.cmd_model import ensure_tiny_model
-
-    spec = load_demo_spec(ensure_tiny_model(quiet=args.json), args.overrides).spec
-    return spec, "<embedded CPU demo spec>"
 
 
 def _base_profile(spec: FleetSpec, source: str) -> tuple[Profile, int]:
@@ -97,9 +99,9 @@ def run(args: argparse.Namespace) -> int:
     from pdctl.sdk.plan.profiler import Sweep, default_sweep, same_target
     from pdctl.sdk.plan.specout import spec_for_layout
 
-    base, source = _spec(args)
+    base, source = spec_or_demo(args)
     prof, vocab = _base_profile(base, source)
-    out_path = Path(args.output)
+    out_path = Path(args.out)
     resumed = 0
     if out_path.exists() and not args.fresh:
         old = load_profile(out_path)
@@ -169,7 +171,7 @@ async def _measure(
         url = f"http://127.0.0.1:{spec.router.port}" if spec.router is not None else first
         if not disagg:
             prof.vllm_version = await vllm_version(first)
-        with progress_bars(err, args.json) as bar:
+        with progress_bars(err, not human(args)) as bar:
             task = bar.add_task("profile", total=len(disagg) or sweep.total)
             hooks = ProfileProgress(
                 on_point=lambda what: bar.update(task, description=what),
@@ -191,9 +193,7 @@ def _report(args: argparse.Namespace, prof: Profile, out_path: Path, resumed: in
     from pdctl.sdk.plan.profiler import describe
 
     summary = {**describe(prof), "output": str(out_path), "resumed_points": resumed}
-    if args.json:
-        print_json(summary)
-    else:
+    if not emit(args, summary):
         out = console()
         out.print(f"profile of {prof.tag()} written to {out_path}")
         out.print(
@@ -216,7 +216,7 @@ def _saver(path: Path) -> Any:
 
 def _probe_path(spec: FleetSpec, prof: Profile, sweep: Any) -> KvPath | None:
     """Two probe runs (short and long prompt) → bandwidth and fixed cost per transfer."""
-    from pdctl.cli.cmd_probe import ProbeFailed, run_probe
+    from pdctl.cli.proberun import ProbeFailed, run_probe
     from pdctl.sdk.plan.profile import KvPath
 
     lens = (min(sweep.prefill_lens), max(sweep.prefill_lens))

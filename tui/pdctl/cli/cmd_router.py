@@ -6,13 +6,15 @@ import argparse
 import sys
 from pathlib import Path
 
-from pdctl.cli.common import add_spec_arguments, load
+from pdctl.cli.args import Grammar
+from pdctl.cli.common import load
 
 MODES = ("push", "push-sequential", "pull", "colocated")
+GRAMMAR = Grammar(outputs=("table",))
+"""A server: its only output is the log line it starts with."""
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    add_spec_arguments(p)
     p.add_argument(
         "--mode",
         choices=MODES,

@@ -10,22 +10,22 @@ from __future__ import annotations
 import argparse
 import json
 
-from pdctl.cli.common import add_spec_arguments, console, print_json
+from pdctl.cli.args import Grammar, emit
+from pdctl.cli.common import console, load
+
+GRAMMAR = Grammar(backends=("k8s",), backend_why="scale applies counts on Kubernetes only")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    add_spec_arguments(p)
     p.add_argument("group", nargs="?", help="group name (as pdctl status shows it)")
     p.add_argument("count", nargs="?", type=int, help="instances in the group")
     p.add_argument("--from-plan", metavar="PLAN", help="pdctl plan --json output to apply")
     p.add_argument("--wait", action="store_true", help="wait until every instance is ready")
-    p.add_argument("--json", action="store_true", help="print what was applied as JSON")
 
 
 def run(args: argparse.Namespace) -> int:
     import asyncio
 
-    from pdctl.cli.common import load
     from pdctl.sdk.backends import open_backend
     from pdctl.sdk.plan.scale import ScaleError, counts_from_plan, scaled
 
@@ -48,9 +48,7 @@ def run(args: argparse.Namespace) -> int:
     backend = open_backend(spec, source=str(loaded.source))
     asyncio.run(backend.up(wait=args.wait))
     where = f"{spec.backend.kind}: {spec.fleet.name}"
-    if args.json:
-        print_json({"applied": counts, "fleet": spec.fleet.name})
-    else:
+    if not emit(args, {"applied": counts, "fleet": spec.fleet.name}):
         done = ", ".join(f"{g} = {n}" for g, n in counts.items())
         console().print(f"applied {done} ({where})")
     return 0

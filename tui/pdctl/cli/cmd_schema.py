@@ -4,7 +4,17 @@ from __future__ import annotations
 
 import argparse
 
-from pdctl.cli.common import print_json
+from pdctl.cli.args import Grammar, emit
+
+_SAME = "the schema is the same for every spec: drop -f/--set"
+GRAMMAR = Grammar(
+    outputs=("json", "yaml"),
+    spec=_SAME,
+    overrides=_SAME,
+    fleet="the schema is the same for every fleet: drop --fleet",
+    backends=(),
+    backend_why="one schema covers every backend",
+)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -14,5 +24,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from pdctl.sdk.spec import spec_json_schema
 
-    print_json(spec_json_schema())
+    args.output = args.output or "json"
+    emit(args, spec_json_schema())
     return 0

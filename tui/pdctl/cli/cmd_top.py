@@ -1,8 +1,9 @@
 """``pdctl top`` (and ``pdctl`` with no command): the terminal UI on a fleet.
 
 The fleet is the spec given with ``-f`` (default ``./pdctl.toml``), or ``--replay DIR``
-(recorded ``/metrics`` payloads served to the SDK, no fleet needed). ``--once --json``
-prints one snapshot instead of opening the UI.
+(recorded ``/metrics`` payloads served to the SDK, no fleet needed). The deprecated
+``--once`` prints the UI's first update as JSON instead (snapshot, router, requests); a
+snapshot is ``pdctl metrics --once``.
 """
 
 from __future__ import annotations
@@ -14,29 +15,19 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from pdctl.cli.common import add_spec_arguments, load
+from pdctl.cli.args import Grammar, add_monitor_arguments, add_ui_arguments, deprecated
+from pdctl.cli.common import load
 
 if TYPE_CHECKING:
     from pdctl.sdk.spec import FleetSpec
     from pdctl.tui.source import Source
 
 
-def add_ui_arguments(p: argparse.ArgumentParser) -> None:
-    """Options of the UI itself (shared with ``pdctl demo``)."""
-    p.add_argument(
-        "--readonly", action="store_true", help="disable every action that changes the fleet"
-    )
-    p.add_argument(
-        "--theme",
-        default=None,
-        help="Textual theme (default 'pdctl': the terminal's own colours; NO_COLOR honoured)",
-    )
+GRAMMAR = Grammar(outputs=("table", "json"))
+"""-o json only with the deprecated --once; the UI itself is the table."""
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from pdctl.cli.cmd_metrics import add_monitor_arguments
-
-    add_spec_arguments(p)
     add_monitor_arguments(p)
     add_ui_arguments(p)
     p.add_argument("--interval", type=float, default=1.0, help="seconds between rounds")
@@ -56,7 +47,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="instances in the replayed fleet, half prefill, half decode (default 2)",
     )
     p.add_argument(
-        "--once", action="store_true", help="print one snapshot as JSON and exit (no UI)"
+        "--once",
+        action="store_true",
+        help="deprecated: the UI's first update as JSON (a snapshot: pdctl metrics --once)",
     )
 
 
@@ -80,12 +73,18 @@ def make_source(args: argparse.Namespace, spec: FleetSpec | None = None) -> Sour
         plan,
         interval_s=args.interval,
         window_s=args.window,
-        timeout_s=args.timeout,
+        timeout_s=args.scrape_timeout,
         expected_bps=args.expect_gbps * 1e9 if args.expect_gbps else None,
     )
 
 
 def run(args: argparse.Namespace, spec: FleetSpec | None = None) -> int:
+    from pdctl.sdk.errors import PdctlError
+
+    if args.output == "json" and not args.once:
+        raise PdctlError("-o json: top is the interactive UI; a snapshot is pdctl metrics --once")
+    if args.once:
+        deprecated("pdctl top --once", "pdctl metrics --once")
     source = make_source(args, spec)
     if args.once:
         return asyncio.run(_once(source))
@@ -147,10 +146,13 @@ def running_fleet_spec() -> FleetSpec | None:
 def no_command(args: argparse.Namespace, print_help: object) -> int:
     """``pdctl`` alone: the UI on ./pdctl.toml or -f, else on the running fleet."""
     ns = argparse.Namespace(
-        file=args.top_file,
-        overrides=[],
+        file=args.file,
+        overrides=args.overrides,
+        fleet=args.fleet,
+        backend=args.backend,
+        output=None,
         window=60.0,
-        timeout=2.0,
+        scrape_timeout=2.0,
         expect_gbps=None,
         readonly=args.readonly,
         theme=None,

@@ -14,48 +14,23 @@ import subprocess
 import sys
 import time
 
-from pdctl.cli.backendargs import (
-    add_backend_argument,
-    chosen_backend,
-    open_chosen_backend,
-    print_backend_status,
+from pdctl.cli.args import (
+    Grammar,
+    add_address_argument,
+    add_ready_timeout,
+    apply_address,
+    emit,
 )
-from pdctl.cli.common import add_spec_arguments, console, load, print_json
+from pdctl.cli.backendargs import chosen_backend, open_chosen_backend, print_backend_status
+from pdctl.cli.common import console, load
 
-
-def add_address_argument(p: argparse.ArgumentParser) -> None:
-    """``--address`` of the ray backend, shared by up/down/status."""
-    p.add_argument(
-        "--address",
-        default=None,
-        metavar="HOST:PORT",
-        help="ray backend: the Ray cluster to use (its GCS address, or 'auto'); sets "
-        "backend.ray.address and implies --backend ray",
-    )
-
-
-def apply_address(args: argparse.Namespace) -> None:
-    """``--address`` → ``--backend ray`` and ``backend.ray.address``."""
-    from pdctl.sdk.errors import PdctlError
-
-    if not getattr(args, "address", None):
-        return
-    if args.backend not in (None, "ray"):
-        raise PdctlError(f"--address is for the ray backend, not --backend {args.backend}")
-    args.backend = "ray"
-    args.overrides = [*args.overrides, f"backend.ray.address={args.address}"]
+GRAMMAR = Grammar(outputs=("table", "json"))
+"""-o json: lifecycle events as JSON lines (with another backend: its status at the end)."""
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    add_spec_arguments(p)
-    add_backend_argument(p)
     add_address_argument(p)
-    p.add_argument(
-        "--timeout",
-        type=float,
-        default=180.0,
-        help="seconds to wait for every instance to be ready (default 180)",
-    )
+    add_ready_timeout(p, "every instance is", old=True)
     p.add_argument(
         "--grace",
         type=float,
@@ -68,7 +43,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="return once ready; a background supervisor keeps the fleet",
     )
-    p.add_argument("--json", action="store_true", help="lifecycle events as JSON lines")
 
 
 def _fleet(args: argparse.Namespace):  # type: ignore[no-untyped-def]
@@ -76,7 +50,7 @@ def _fleet(args: argparse.Namespace):  # type: ignore[no-untyped-def]
 
     loaded = load(args)
     return AsyncFleet(
-        loaded.spec, source=loaded.source, ready_timeout=args.timeout, grace=args.grace
+        loaded.spec, source=loaded.source, ready_timeout=args.ready_timeout, grace=args.grace
     )
 
 
@@ -98,7 +72,8 @@ async def _foreground(args: argparse.Namespace) -> int:
         console(),
         title=f"fleet {fleet.spec.fleet.name} ({fleet.source})",
         json_events=args.json,
-        ready_hint="— Ctrl-C stops it; from another shell: pdctl status | logs | restart | down",
+        ready_hint="— Ctrl-C stops it; from another shell: "
+        "pdctl status | logs | stop | restart | down",
     )
 
 
@@ -123,8 +98,8 @@ def _detach(args: argparse.Namespace) -> int:
         "pdctl.cli.main",
         "up",
         "--json",
-        "--timeout",
-        str(args.timeout),
+        "--ready-timeout",
+        str(args.ready_timeout),
         "--grace",
         str(args.grace),
     ]
@@ -132,6 +107,9 @@ def _detach(args: argparse.Namespace) -> int:
         cmd += ["-f", os.path.abspath(args.file)]
     for o in args.overrides:
         cmd += ["--set", o]
+    for flag in ("fleet", "backend"):
+        if getattr(args, flag):
+            cmd += [f"--{flag}", getattr(args, flag)]
     d.mkdir(parents=True, exist_ok=True)
     log_path = d / "supervisor.log"
     out = console()
@@ -178,21 +156,20 @@ def _detach(args: argparse.Namespace) -> int:
             title=f"fleet {name} ready in {time.monotonic() - t0:.0f}s (supervisor pid {proc.pid})",
         )
     )
-    out.print("stop it with `pdctl down`; logs: `pdctl logs INSTANCE -f`")
+    out.print("stop it with `pdctl down`; logs: `pdctl logs INSTANCE --follow`")
     return 0
 
 
 def _on_backend(args: argparse.Namespace) -> int:
     """Apply the fleet to its backend (e.g. a cluster), which then supervises it; wait
     until every instance is ready unless ``--detach``."""
-    backend = open_chosen_backend(args, ready_timeout=args.timeout, grace=args.grace)
+    backend = open_chosen_backend(args, ready_timeout=args.ready_timeout, grace=args.grace)
     name = backend.spec.fleet.name
     out = console(stderr=args.json)
     with out.status(f"starting fleet {name} on {backend.kind}…"):
         asyncio.run(backend.up(wait=not args.detach))
     st = asyncio.run(backend.status())
-    if args.json:
-        print_json(st.as_dict())
+    if emit(args, st.as_dict()):
         return 0
     print_backend_status(st, out)
     out.print(f"stop it with `pdctl down --backend {backend.kind}`")

@@ -14,23 +14,34 @@ if TYPE_CHECKING:
     from pdctl.sdk.specload import LoadedSpec
 
 
+def spec_overrides(args: argparse.Namespace) -> list[str]:
+    """``--set`` with ``--fleet NAME`` and ``--backend KIND`` as the fields they name."""
+    out = list(getattr(args, "overrides", None) or [])
+    if getattr(args, "fleet", None):
+        out.append(f"fleet.name={args.fleet}")
+    if getattr(args, "backend", None):
+        out.append(f"backend.kind={args.backend}")
+    return out
+
+
 def load(args: argparse.Namespace) -> LoadedSpec:
+    """The spec of ``-f`` (default ./pdctl.toml) with :func:`spec_overrides`."""
     from pdctl.sdk.specload import load_spec
 
-    return load_spec(args.file, args.overrides)
+    return load_spec(args.file, spec_overrides(args))
 
 
 def load_or_report(args: argparse.Namespace) -> LoadedSpec | None:
-    """The spec, or None after printing why it is invalid (JSON with ``--json``); the
-    caller then exits 2."""
+    """The spec, or None after printing why it is invalid (in the ``-o`` format when that
+    is json or yaml); the caller then exits 2."""
     from pdctl.sdk.errors import SpecError
 
     try:
         return load(args)
     except SpecError as e:
-        if getattr(args, "json", False):
-            print_json(spec_error_json(e))
-        else:
+        from pdctl.cli.args import emit
+
+        if not emit(args, spec_error_json(e)):
             console(stderr=True).print(f"[bold red]error[/]: {e}", markup=True)
         return None
 
@@ -58,28 +69,6 @@ def spec_error_json(e: Exception) -> dict[str, Any]:
     return {"ok": False, "error": str(e)}
 
 
-def add_spec_arguments(p: argparse.ArgumentParser, short: bool = True) -> None:
-    """-f/--set shared by every subcommand that reads a fleet spec (``short=False``
-    leaves ``-f`` free, e.g. for ``logs -f``)."""
-    p.add_argument(
-        *(("-f", "--file") if short else ("--file",)),
-        metavar="SPEC",
-        default=None,
-        help="fleet spec (TOML); default ./pdctl.toml",
-    )
-    add_override_argument(p)
-
-
-def add_override_argument(
-    p: argparse.ArgumentParser,
-    help_: str = "override a spec field, e.g. --set fleet.mode=pull --set prefill.0.tp=2 "
-    "(repeatable; beats PDCTL_* environment variables, which beat the file)",
-) -> None:
-    p.add_argument(
-        "--set", metavar="KEY=VALUE", action="append", default=[], dest="overrides", help=help_
-    )
-
-
 _STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}
 
 
@@ -99,17 +88,6 @@ def summary_line(report: LintReport, source: str) -> str:
     if not e and not w:
         return f"{source}: no problems found"
     return f"{source}: {e} error(s), {w} warning(s)"
-
-
-def add_fleet_arguments(p: argparse.ArgumentParser, short: bool = True) -> None:
-    """For commands that act on a running fleet: which one."""
-    add_spec_arguments(p, short)
-    p.add_argument(
-        "--fleet",
-        metavar="NAME",
-        default=None,
-        help="fleet name (default: fleet.name of the spec, or the only running fleet)",
-    )
 
 
 def resolve_fleet_name(args: argparse.Namespace) -> str:

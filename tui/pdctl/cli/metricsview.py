@@ -1,15 +1,46 @@
-"""Rich rendering of a metrics snapshot (one-shot table and live view)."""
+"""A fleet's metrics for the command line: the monitor of ``-f``, one snapshot printed,
+and the rich rendering of a snapshot (one-shot table and live view)."""
 
 from __future__ import annotations
 
+import argparse
 from typing import TYPE_CHECKING
 
-from pdctl.cli.common import STATE_STYLE
+from pdctl.cli.args import emit
+from pdctl.cli.common import STATE_STYLE, console, load
 
 if TYPE_CHECKING:
     from rich.console import RenderableType
 
-    from pdctl.sdk.metrics.monitor import Snapshot
+    from pdctl.sdk.metrics.monitor import FleetMonitor, Snapshot
+
+
+def make_monitor(args: argparse.Namespace, interval: float = 1.0) -> FleetMonitor:
+    """The monitor of the spec's fleet, as ``add_monitor_arguments`` configured it."""
+    from pdctl.sdk.backends import observed
+    from pdctl.sdk.metrics.monitor import FleetMonitor
+
+    spec, plan = observed(load(args).spec)
+    return FleetMonitor.for_fleet(
+        spec,
+        plan,
+        interval_s=interval,
+        timeout_s=args.scrape_timeout,
+        window_s=args.window,
+        expected_throughput_bps=args.expect_gbps * 1e9 if args.expect_gbps else None,
+    )
+
+
+def print_snapshot(args: argparse.Namespace) -> int:
+    """One metrics snapshot from a single scrape: latencies and totals since each
+    instance started (rates need two scrapes: a stream). Exit 0 without alerts, 1 with."""
+    import asyncio
+
+    snap = asyncio.run(make_monitor(args).poll())
+    if not emit(args, snap.as_dict()):
+        console().print(snapshot_view(snap))
+    return 1 if snap.alerts else 0
+
 
 _HEALTH = {"UP": STATE_STYLE["ready"], "DOWN": STATE_STYLE["exited"], "STALE": "magenta"}
 

@@ -1,17 +1,16 @@
-"""``pdctl render --prometheus`` / ``--prometheus-rules`` and ``pdctl dashboards``: what
-a fleet hands to Prometheus and Grafana."""
+"""``pdctl config --prometheus`` / ``--prometheus-rules``: what a fleet hands to
+Prometheus (``pdctl dashboards`` gives Grafana its part)."""
 
 from __future__ import annotations
 
 import argparse
 import json
-from pathlib import Path
 from typing import Any
 
-from pdctl.cli.common import add_spec_arguments, console, load, print_findings, summary_line
+from pdctl.cli.common import console, load, print_findings, summary_line
 
 
-def add_render_arguments(p: argparse.ArgumentParser) -> None:
+def add_prometheus_arguments(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("Prometheus")
     what = g.add_mutually_exclusive_group()
     what.add_argument(
@@ -65,7 +64,7 @@ def _emit(doc: Any, as_json: bool) -> None:
     print(json.dumps(doc, indent=2) if as_json else to_yaml(doc), end="" if not as_json else "\n")
 
 
-def render_prometheus(args: argparse.Namespace) -> int:
+def print_prometheus(args: argparse.Namespace) -> int:
     from pdctl.cli.backendargs import chosen_backend
     from pdctl.sdk.lint import lint
     from pdctl.sdk.observability import (
@@ -78,13 +77,13 @@ def render_prometheus(args: argparse.Namespace) -> int:
     )
 
     k8s = chosen_backend(args) == "k8s"
-    as_json = bool(args.json or args.output == "json")
+    as_json = args.output == "json"
     loaded = load(args)
     report = lint(loaded.spec, check_bound_ports=False)
     if report.errors or report.plan is None:
         err = console(stderr=True)
         print_findings(report.errors, err)
-        err.print(f"[bold red]error[/]: {summary_line(report, loaded.source)}; nothing rendered")
+        err.print(f"[bold red]error[/]: {summary_line(report, loaded.source)}; nothing printed")
         return 2
     spec, plan = loaded.spec, report.plan
     if args.prometheus_rules:
@@ -102,46 +101,4 @@ def render_prometheus(args: argparse.Namespace) -> int:
     else:
         cfg = scrape_config(spec, plan, interval=args.scrape_interval, rule_files=args.rule_file)
         _emit(cfg, as_json)
-    return 0
-
-
-# ---------------------------------------------------------------- pdctl dashboards
-
-
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    add_spec_arguments(p)
-    p.add_argument(
-        "-o",
-        "--output-dir",
-        metavar="DIR",
-        default=None,
-        help="write one <uid>.json per dashboard here (default: print them as one JSON list)",
-    )
-    p.add_argument(
-        "--json",
-        action="store_true",
-        help="print the dashboards as one JSON list (the default without -o)",
-    )
-
-
-def run(args: argparse.Namespace) -> int:
-    from pdctl.sdk.errors import SpecError
-    from pdctl.sdk.observability import dashboards, grafana_json
-
-    try:
-        fleet: str | None = load(args).spec.fleet.name
-    except SpecError:
-        fleet = None  # the dashboards do not need a spec; it only preselects the fleet
-    docs = [grafana_json(d, fleet) for d in dashboards()]
-    if args.output_dir is None or args.json:
-        print(json.dumps(docs, indent=2))
-        if args.output_dir is None:
-            return 0
-    out = Path(args.output_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    for d in docs:
-        path = out / f"{d['uid']}.json"
-        path.write_text(json.dumps(d, indent=2) + "\n")
-        if not args.json:
-            console().print(f"{path}: {len(d['panels'])} panels ({d['title']})")
     return 0

@@ -35,8 +35,8 @@ def _prometheus_off_local(ctx: LintContext) -> Iterator[Finding]:
             f"observability.prometheus only starts a Prometheus on the local backend, not on "
             f"{kind}",
             "no Prometheus scrapes the fleet unless the cluster's own does",
-            "point the cluster's Prometheus at the fleet: `pdctl render --prometheus` "
-            "(a PodMonitor on Kubernetes) and `pdctl render --prometheus-rules`",
+            "point the cluster's Prometheus at the fleet: `pdctl config --prometheus` "
+            "(a PodMonitor on Kubernetes) and `pdctl config --prometheus-rules`",
         )
 
 

@@ -38,7 +38,7 @@ def counts_from_plan(spec: FleetSpec, plan: dict[str, Any]) -> dict[str, int]:
     if mode != spec.fleet.mode or (mode == "colocated") != (not spec.decode):
         raise ScaleError(
             f"the plan recommends {plan['recommended']} but the spec runs fleet.mode = "
-            f"{spec.fleet.mode!r}: a mode change is a new spec — write it with pdctl plan -o "
+            f"{spec.fleet.mode!r}: a mode change is a new spec — write it with pdctl plan --out "
             "spec.toml and pdctl up"
         )
     out = {group_name("prefill", 0, spec.prefill[0], len(spec.prefill)): int(best["prefill"])}

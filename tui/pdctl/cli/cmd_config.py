@@ -1,79 +1,79 @@
-"""``pdctl render``: the exact command line and environment of every instance."""
+"""``pdctl config``: what a spec launches, resolved (docker compose's ``config``): the
+exact command line and environment of every instance, the k8s manifests, or the
+Prometheus configuration. Nothing starts. ``pdctl render`` is its deprecated old name
+(*render* names vLLM's render server), kept as it was (:func:`run_render`).
+
+Formats (``-o``): ``table`` (default; on k8s ``yaml``), ``json``, ``yaml`` (the instances,
+or on k8s the manifests), ``shell`` (a script, one line per instance). Exit codes: 0
+printed, 2 invalid spec or lint errors (nothing printed on stdout).
+"""
 
 from __future__ import annotations
 
 import argparse
 import sys
 
-from pdctl.cli.backendargs import add_backend_argument, chosen_backend
+from pdctl.cli.args import FORMATS, Grammar, add_old_name, emit
+from pdctl.cli.backendargs import chosen_backend
 from pdctl.cli.common import (
-    add_spec_arguments,
     console,
     load,
     print_findings,
-    print_json,
     spec_error_json,
+    summary_line,
 )
+from pdctl.cli.observability import add_prometheus_arguments, print_prometheus
+
+GRAMMAR = Grammar(outputs=FORMATS)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    add_spec_arguments(p)
-    fmt = p.add_mutually_exclusive_group()
-    fmt.add_argument("--json", action="store_true", help="a JSON list, one object per instance")
-    fmt.add_argument("--shell", action="store_true", help="a shell script, one line per instance")
-    add_backend_argument(p)
-    from pdctl.cli.observability import add_render_arguments
-
-    add_render_arguments(p)
+    add_old_name(p, "--shell", "-o shell", "output", nargs=0, const="shell")
     p.add_argument(
-        "-o",
-        "--output",
-        choices=("yaml", "json"),
-        default=None,
-        help="k8s backend: multi-document YAML (default) or one JSON List",
+        "--commands",
+        action="store_true",
+        help="the instances' command lines also with the k8s backend (whose -o json|yaml "
+        "default is its manifests)",
     )
+    add_prometheus_arguments(p)
 
 
 def run(args: argparse.Namespace) -> int:
-    from pdctl.sdk.errors import SpecError
+    from pdctl.sdk.errors import PdctlError, SpecError
     from pdctl.sdk.lint import lint
 
     if args.prometheus or args.prometheus_rules:
-        from pdctl.cli.observability import render_prometheus
-
-        return render_prometheus(args)
-    if chosen_backend(args) == "k8s" and not (args.json or args.shell):
-        return _manifests(args)
+        if args.output not in (None, "json", "yaml"):
+            raise PdctlError(f"--prometheus prints yaml or json, not -o {args.output}")
+        return print_prometheus(args)
+    commands = args.commands or args.output in ("table", "shell")
+    if not commands and chosen_backend(args) == "k8s":
+        return _manifests(args)  # -o yaml (default) or json; table and shell: the commands
     try:
         loaded = load(args)
     except SpecError as e:
-        if args.json:
-            print_json(spec_error_json(e))
-        else:
+        if not emit(args, spec_error_json(e)):
             console(stderr=True).print(f"[bold red]error[/]: {e}")
         return 2
     # Ports bound right now (e.g. by the running fleet) do not make the plan wrong.
     report = lint(loaded.spec, check_bound_ports=False)
     if report.errors or report.plan is None:
-        if args.json:
-            d = report.as_dict()
-            d["source"] = loaded.source
-            print_json(d)
-        else:
+        d = report.as_dict()
+        d["source"] = loaded.source
+        if not emit(args, d):
             err = console(stderr=True)
             print_findings(report.errors, err)
             err.print(
                 f"[bold red]error[/]: {loaded.source} has {len(report.errors)} lint error(s); "
-                "nothing rendered (see `pdctl lint`)"
+                "nothing printed (see `pdctl lint`)"
             )
         return 2
     plan = report.plan
-    if args.json:
-        print_json([inst.as_json() for inst in plan.instances])
+    if emit(args, [inst.as_json() for inst in plan.instances]):
         return 0
-    if args.shell:
+    if args.output == "shell":
         print("#!/usr/bin/env bash")
-        print(f"# rendered by pdctl from {loaded.source}; one line per instance")
+        print(f"# written by pdctl config from {loaded.source}; one line per instance")
         for inst in plan.instances:
             print(f"# {inst.name}: {inst.role} on {inst.host}, engine {inst.engine_id}")
             print(inst.shell())
@@ -105,10 +105,16 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def run_render(args: argparse.Namespace) -> int:
+    """The deprecated ``pdctl render``: ``config`` as it was, where ``--json`` meant the
+    command lines on every backend (on k8s, ``config --json`` is ``-o json``: the
+    manifests; the command lines are ``config --commands -o json``)."""
+    args.commands = args.commands or args.json_switch
+    return run(args)
+
+
 def _manifests(args: argparse.Namespace) -> int:
-    """The backend's manifests (k8s: YAML or a JSON List); --json and --shell still give
-    the instances' command lines."""
-    from pdctl.cli.common import summary_line
+    """The backend's manifests: multi-document YAML, or one JSON List with ``-o json``."""
     from pdctl.sdk.backends.k8s import build_manifests, to_json, to_yaml
     from pdctl.sdk.lint import lint
 
@@ -117,7 +123,7 @@ def _manifests(args: argparse.Namespace) -> int:
     err = console(stderr=True)
     if report.errors or report.plan is None:
         print_findings(report.errors, err)
-        err.print(f"[bold red]error[/]: {summary_line(report, loaded.source)}; nothing rendered")
+        err.print(f"[bold red]error[/]: {summary_line(report, loaded.source)}; nothing printed")
         return 2
     docs = build_manifests(loaded.spec, report.plan)
     sys.stdout.write(to_json(docs) if args.output == "json" else to_yaml(docs))
