@@ -267,3 +267,14 @@ def test_plan_from_fleet_re_plans_with_the_live_factors(tmp_path, monkeypatch, c
     out = capsys.readouterr().out
     assert "scaled by the live correction factors: TTFT x1.5" in out
     assert "over 10 s" in out
+
+
+def test_the_ui_looks_where_pdctl_profile_writes_by_default():
+    import argparse
+
+    from pdctl.cli import cmd_profile
+    from pdctl.sdk.plan.recommend import DEFAULT_PROFILE
+
+    parser = argparse.ArgumentParser()
+    cmd_profile.add_arguments(parser)
+    assert parser.get_default("output") == DEFAULT_PROFILE
