@@ -85,10 +85,13 @@ class Source(ABC):
     """The planner for the recommendation view; None: ``planner_note`` says why."""
     planner_note: str = ""
     recommend_every_s: float = 5.0
-    """Seconds between recommendations (each one plans every candidate layout)."""
+    """Seconds between recommendations (each one plans every candidate layout); at
+    least ten times the last one's planning time, so planning a large fleet's many
+    layouts takes at most a tenth of the poll worker's time."""
     _advice: tuple[float, LiveRecommendation | None, str] | None = field(
         default=None, init=False, repr=False
     )
+    _advice_gap_s: float = field(default=0.0, init=False, repr=False)
 
     @abstractmethod
     async def poll(self) -> Update: ...
@@ -101,11 +104,14 @@ class Source(ABC):
             return replace(update, recommendation_note=self.planner_note)
         now = self.clock.now()
         last = self._advice
-        if last is None or last[1] is None or now - last[0] >= self.recommend_every_s:
+        gap = max(self.recommend_every_s, self._advice_gap_s)
+        if last is None or last[1] is None or now - last[0] >= gap:
+            t0 = time.perf_counter()
             try:
                 last = (now, self.planner.recommend(update.snapshot), "")
             except PdctlError as e:
                 last = (now, None, str(e))
+            self._advice_gap_s = 10 * (time.perf_counter() - t0)
             self._advice = last
         return replace(update, recommendation=last[1], recommendation_note=last[2])
 
