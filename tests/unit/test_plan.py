@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import json
 import math
+from typing import Any
 
 import pytest
 
 from pdctl.sdk.bench.stats import RequestResult
+from pdctl.sdk.metrics.monitor import InstanceMetrics
 from pdctl.sdk.plan import (
     Layout,
     Profile,
@@ -202,9 +204,11 @@ def test_steady_gaps_skip_the_ramp_and_sweep_shapes():
     assert default_sweep(1024, 4, quick=False).total > quick.total
 
 
-def _inst(name: str, role: str, rate: float | None, ttft: float, itl: float):
+def _inst(
+    name: str, role: str, rate: float | None, ttft: float | None, itl: float | None, **extra: Any
+) -> InstanceMetrics:
+    """An UP instance with these p50s; ``extra``: more InstanceMetrics fields."""
     from pdctl.sdk.metrics.derive import Latency
-    from pdctl.sdk.metrics.monitor import InstanceMetrics
 
     return InstanceMetrics(
         name,
@@ -214,6 +218,7 @@ def _inst(name: str, role: str, rate: float | None, ttft: float, itl: float):
         request_rate=rate,
         ttft=Latency(p50=ttft),
         itl=Latency(p50=itl),
+        **extra,
     )
 
 

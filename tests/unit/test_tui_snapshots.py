@@ -15,7 +15,7 @@ import pytest
 from pdctl.tui.app import PdctlApp
 from tests.conftest import REPO
 from tests.unit import tui_support
-from tests.unit.tui_support import PREFLIGHT, replay, settled
+from tests.unit.tui_support import PREFLIGHT, replay, settled, tiny_planner
 
 clock = tui_support.clock
 SNAPSHOTS = REPO / "tests" / "snapshots"
@@ -30,6 +30,7 @@ SCREENS: dict[str, tuple[tuple[int, int], tuple[str, ...], bool, int, int]] = {
     "transfers": ((120, 32), ("3",), True, 2, 2),
     "latency": ((120, 32), ("4",), True, 2, 2),
     "requests": ((120, 32), ("5",), True, 2, 2),
+    "plan": ((120, 36), ("7",), True, 1, 1),
 }
 
 
@@ -53,7 +54,9 @@ def compare(name: str, svg: str) -> None:
 @pytest.mark.parametrize("name", sorted(SCREENS))
 async def test_snapshot(name: str, clock) -> None:
     size, keys, connector, p, d = SCREENS[name]
-    src = replay(clock, connector=connector, prefills=p, decodes=d, preflight=PREFLIGHT)
+    src = replay(
+        clock, connector=connector, prefills=p, decodes=d, preflight=PREFLIGHT, planner=tiny_planner
+    )
     app = PdctlApp(src, rounds=ROUNDS)
     async with app.run_test(size=size) as pilot:
         main = await settled(pilot, app)

@@ -10,6 +10,9 @@ from typing import Any
 import pytest
 
 from pdctl.sdk.metrics import rendezvous as R
+from pdctl.sdk.plan import LivePlanner, Profile
+from pdctl.sdk.plan.profile import DecodePoint, DisaggPoint, KvShape, PrefillPoint
+from pdctl.sdk.spec import FleetSpec
 from pdctl.tui.app import PdctlApp
 from pdctl.tui.replay import Payloads, ReplaySource
 from pdctl.tui.screens.main import MainScreen
@@ -100,6 +103,7 @@ def replay(
     prefills: int = 1,
     decodes: int = 1,
     interval_s: float = 0.0,
+    planner: Callable[[FleetSpec], LivePlanner] | None = None,
 ) -> ReplaySource:
     return ReplaySource(
         PAYLOADS,
@@ -111,6 +115,7 @@ def replay(
         logs=logs,
         extra=connector_lines if connector else None,
         preflight=preflight,
+        planner=planner,
     )
 
 
@@ -147,3 +152,31 @@ def _has_main(app: PdctlApp) -> bool:
     except LookupError:
         return False
     return True
+
+
+def tiny_profile() -> Profile:
+    """A profile near the CPU demo's measured one (docs/plan.md, run 2): prefill 11-27
+    ms, decode steps about 3 ms, TTFT through a 1P1D push pair 36 / 50 / 60 ms."""
+    return Profile(
+        model="tiny",
+        hardware="cpu: replay x2",
+        platform="cpu",
+        vllm_version="0.32.0",
+        max_num_seqs=16,
+        kv=KvShape(num_layers=2, layer_token_bytes=512),
+        prefill=[
+            PrefillPoint(input_len=n, ttft_s=t)
+            for n, t in ((16, 0.011), (396, 0.018), (793, 0.027))
+        ],
+        decode=[
+            DecodePoint(batch=b, context=c, itl_s=t)
+            for b, c, t in ((1, 64, 0.0029), (4, 64, 0.0031), (1, 512, 0.003), (4, 512, 0.0036))
+        ],
+        disagg=[
+            DisaggPoint(input_len=n, ttft_s=t) for n, t in ((16, 0.036), (396, 0.050), (793, 0.060))
+        ],
+    )
+
+
+def tiny_planner(spec: FleetSpec) -> LivePlanner:
+    return LivePlanner(tiny_profile(), spec, "tiny-profile.json")

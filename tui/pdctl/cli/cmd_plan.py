@@ -53,8 +53,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--from-fleet",
         action="store_true",
-        help="read the running fleet of -f (rate, TTFT, ITL): re-plan at the live rate and "
-        "print correction factors observed/predicted for its current layout",
+        help="read the running fleet of -f (rate, TTFT, ITL): re-plan at the live rate with "
+        "every prediction scaled by the correction factors observed/predicted for its "
+        "current layout",
     )
     p.add_argument("--window", type=float, default=10.0, help="--from-fleet: seconds observed")
 
@@ -95,20 +96,29 @@ def run(args: argparse.Namespace) -> int:
     if not rate:
         raise SystemExit("pdctl plan: give --rate R (requests per second) or --from-fleet")
     plan = make_plan(profile, Workload(isl, args.osl, rate, p95), slos, args.budget, tr, modes)
-    written = _write_spec(args, profile.spec_source, plan) if args.out else None
     corr = None
     if live is not None:
-        from pdctl.sdk.plan.live import corrections, layout_of
+        from pdctl.sdk.plan.live import correction_of, corrections, layout_of
 
-        corr = corrections(plan, layout_of(live[0]), live[1])
+        current = layout_of(live[0])
+        at_live = plan
+        if rate != live[1].rate:  # the factors are measured at the live rate
+            work = Workload(isl, args.osl, live[1].rate, p95)
+            at_live = make_plan(profile, work, slos, args.budget, tr, modes)
+        corr = corrections(at_live, current, live[1])
+        factors = correction_of(at_live, current, live[1])
+        if factors is not None and (factors.ttft is not None or factors.itl is not None):
+            work = Workload(isl, args.osl, rate, p95)
+            plan = make_plan(profile, work, slos, args.budget, tr, modes, correction=factors)
+    written = _write_spec(args, profile.spec_source, plan) if args.out else None
     out = plan.as_dict()
     out["spec_written"] = written
     if corr is not None:
         out["live"] = corr
     if not emit(args, out):
-        _print(plan, written)
         if corr is not None:
             console().print(f"live: {corr}")
+        _print(plan, written)
     return 0 if plan.best.meets else 1
 
 

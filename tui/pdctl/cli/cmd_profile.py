@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 from pdctl.cli.args import Grammar, emit, human
 from pdctl.cli.common import console, progress_bars
 from pdctl.cli.tinymodel import spec_or_demo
+from pdctl.sdk.plan.recommend import DEFAULT_PROFILE
 
 if TYPE_CHECKING:
     from pdctl.sdk.plan.profile import KvPath, Profile
@@ -43,7 +44,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--out",
         metavar="FILE",
-        default="pdctl-profile.json",
+        default=DEFAULT_PROFILE,
         help="profile JSON to write, and to resume from (default %(default)s)",
     )
     p.add_argument("--quick", action="store_true", help="few points, few repeats (minutes)")

@@ -39,7 +39,7 @@ class ConfirmScreen(ModalScreen[bool]):
 
 
 KEYS: Sequence[tuple[str, str]] = (
-    ("1-6", "switch view (fleet, rendezvous, transfers, latency, requests, preflight)"),
+    ("1-7", "switch view (fleet, rendezvous, transfers, latency, requests, preflight, plan)"),
     (":", "jump to a view by name (:rdv, :xfer, :lat, :req, :pf), :q quits"),
     ("/", "filter the rows (role:decode  health:DOWN  outcome:error  any-word)"),
     ("Esc", "clear the filter · back from details"),

@@ -25,6 +25,7 @@ from pdctl.sdk.fleet import InstanceStatus
 from pdctl.sdk.fleetplan import FleetPlan
 from pdctl.sdk.lint import lint
 from pdctl.sdk.metrics.monitor import FleetMonitor, targets_for
+from pdctl.sdk.plan.recommend import HOW_TO, LivePlanner
 from pdctl.sdk.router import Router, RouterApp
 from pdctl.sdk.router.control import RouterControl
 from pdctl.sdk.router.core import Timeline
@@ -123,10 +124,12 @@ class ReplaySource(Source):
         logs: dict[str, Path] | None = None,
         extra: Callable[[str, int, int], str] | None = None,
         preflight: dict[str, Any] | None = None,
+        planner: Callable[[FleetSpec], LivePlanner] | None = None,
     ) -> None:
         """``extra(role, k, i)`` returns more payload lines for instance ``i`` at round
         ``k`` (e.g. a connector's series); ``preflight`` is a recorded report
-        (``PreflightReport.as_dict()``)."""
+        (``PreflightReport.as_dict()``); ``planner`` makes the recommendation view's
+        planner for the replayed spec (without it the view says how to get one)."""
         self.preflight_report = preflight
         spec, plan = replay_spec(prefills, decodes)
         self.plan = plan
@@ -147,6 +150,8 @@ class ReplaySource(Source):
             fleet_name=None,
             router=RouterControl(router_url, transport=self.transport),
             clock=clock or Clock(),
+            planner=planner(spec) if planner is not None else None,
+            planner_note="" if planner is not None else HOW_TO,
         )
         self.monitor = FleetMonitor.for_fleet(
             spec, plan, interval_s=interval_s, transport=self.transport
@@ -235,7 +240,7 @@ class ReplaySource(Source):
             )
             for i in self.plan.instances
         }
-        return Update(snap, reqs, state, fleet)
+        return self.advise(Update(snap, reqs, state, fleet))
 
     async def close(self) -> None:
         if self._client is not None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import time
 from abc import ABC, abstractmethod
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +29,7 @@ from pdctl.sdk.fleet import (
 )
 from pdctl.sdk.fleetplan import FleetPlan
 from pdctl.sdk.metrics.monitor import FleetMonitor, Snapshot
+from pdctl.sdk.plan.recommend import LivePlanner, LiveRecommendation
 from pdctl.sdk.router.control import RouterControl, RouterState
 from pdctl.sdk.spec import FleetSpec
 
@@ -43,6 +44,10 @@ class Update:
     """The launcher's state per instance; None when no supervisor runs it here."""
     notes: tuple[str, ...] = ()
     """Why a part is missing (e.g. the router's control API did not answer)."""
+    recommendation: LiveRecommendation | None = None
+    """The planner's recommendation for the live load (the latest one computed)."""
+    recommendation_note: str = ""
+    """Why there is no recommendation (no profile, no traffic yet, …)."""
 
 
 @dataclass(frozen=True)
@@ -76,9 +81,39 @@ class Source(ABC):
     expected_bps: float | None = None
     """Expected KV throughput (``--expect-gbps`` or the preflight report)."""
     clock: Clock = field(default_factory=Clock)
+    planner: LivePlanner | None = None
+    """The planner for the recommendation view; None: ``planner_note`` says why."""
+    planner_note: str = ""
+    recommend_every_s: float = 5.0
+    """Seconds between recommendations (each one plans every candidate layout); at
+    least ten times the last one's planning time, so planning a large fleet's many
+    layouts takes at most a tenth of the poll worker's time."""
+    _advice: tuple[float, LiveRecommendation | None, str] | None = field(
+        default=None, init=False, repr=False
+    )
+    _advice_gap_s: float = field(default=0.0, init=False, repr=False)
 
     @abstractmethod
     async def poll(self) -> Update: ...
+
+    def advise(self, update: Update) -> Update:
+        """``update`` with the planner's latest recommendation (recomputed once every
+        ``recommend_every_s``, or each round until one could be made). Runs on the poll
+        worker's thread, never the UI's."""
+        if self.planner is None:
+            return replace(update, recommendation_note=self.planner_note)
+        now = self.clock.now()
+        last = self._advice
+        gap = max(self.recommend_every_s, self._advice_gap_s)
+        if last is None or last[1] is None or now - last[0] >= gap:
+            t0 = time.perf_counter()
+            try:
+                last = (now, self.planner.recommend(update.snapshot), "")
+            except PdctlError as e:
+                last = (now, None, str(e))
+            self._advice_gap_s = 10 * (time.perf_counter() - t0)
+            self._advice = last
+        return replace(update, recommendation=last[1], recommendation_note=last[2])
 
     async def close(self) -> None:  # noqa: B027 - most sources hold nothing to release
         """Release connections (called by the poll worker when it ends)."""
@@ -125,7 +160,10 @@ class LiveSource(Source):
         expected_bps: float | None = None,
         status_every: int = 3,
         request_limit: int = 200,
+        planner: LivePlanner | None = None,
     ) -> None:
+        """Without ``planner`` the profile is looked up as ``LivePlanner.discover`` does
+        (``PDCTL_PLAN_PROFILE``, else ./pdctl-profile.json)."""
         router = None
         if spec.router is not None:
             host = "127.0.0.1" if spec.router.host in ("0.0.0.0", "::") else spec.router.host
@@ -138,6 +176,10 @@ class LiveSource(Source):
             router=router,
             expected_bps=expected_bps,
         )
+        if planner is None:
+            self.planner, self.planner_note = LivePlanner.discover(spec)
+        else:
+            self.planner = planner
         self.monitor = FleetMonitor.for_fleet(
             spec,
             plan,
@@ -163,7 +205,7 @@ class LiveSource(Source):
             self._fleet_status(),
         )
         self._round += 1
-        return Update(snap, reqs, state, fleet, tuple(notes))
+        return self.advise(Update(snap, reqs, state, fleet, tuple(notes)))
 
     async def _requests(self, notes: list[str]) -> tuple[dict[str, Any], ...] | None:
         if self.router is None:

@@ -124,6 +124,31 @@ class Latency:
         return cls(h.quantile(0.5), h.quantile(0.9), h.quantile(0.99), h.mean, h.count)
 
 
+@dataclass(frozen=True)
+class Lengths:
+    """Tokens per request in a histogram window (vLLM's ``request_prompt_tokens`` and
+    ``request_generation_tokens``). The mean is exact (sum / count). ``p95`` is
+    interpolated within vLLM's 1-2-5 buckets and given only when its bucket lies wholly
+    above the mean: otherwise the buckets cannot tell it from the mean (None)."""
+
+    mean: float | None = None
+    p95: float | None = None
+    count: float = 0.0
+
+    @classmethod
+    def of(cls, h: Histogram | None) -> Lengths:
+        if h is None or h.count <= 0:
+            return cls()
+        mean = h.sum / h.count
+        rank, floor = 0.95 * h.count, 0.0
+        for le, c in h.buckets:
+            if c >= rank:
+                break
+            floor = le
+        p95 = h.quantile(0.95)
+        return cls(mean, p95 if floor >= mean else None, h.count)
+
+
 def counter_delta(new: float | None, old: float | None) -> float | None:
     """Increase of a counter between two scrapes; a decrease means it restarted."""
     if new is None:

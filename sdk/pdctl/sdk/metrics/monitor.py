@@ -21,7 +21,7 @@ import httpx
 from pdctl.sdk.fleetplan import FleetPlan
 from pdctl.sdk.metrics.alerts import ALERTS as ALERTS  # re-exported: the alert listing
 from pdctl.sdk.metrics.alerts import evaluate_alerts
-from pdctl.sdk.metrics.derive import Histogram, Latency, Scrape, counter_delta
+from pdctl.sdk.metrics.derive import Histogram, Latency, Lengths, Scrape, counter_delta
 from pdctl.sdk.metrics.flight import segment_stats
 from pdctl.sdk.metrics.promtext import Sample, parse_text
 from pdctl.sdk.metrics.rendezvous import rendezvous_of
@@ -63,6 +63,8 @@ WANTED = (
     V + "prompt_tokens_by_source_total",
     V + "request_success_total",
     V + "prefix_cache_",
+    V + "request_prompt_tokens",
+    V + "request_generation_tokens",
     "pdctl",
 )
 """The series the monitor reads (router: pdctl_router_*, connector: pdctl:*); the
@@ -227,6 +229,9 @@ class FleetMonitor:
             if old
             else {},
             rendezvous=rendezvous_of(new, old, t.role),
+            prompt_tokens=Lengths.of(window("request_prompt_tokens")),
+            output_tokens=Lengths.of(window("request_generation_tokens")),
+            span_s=dt if old is not None else None,
         )
 
     def _kv_index(self, name: str) -> str | None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from pdctl.sdk.metrics.derive import Latency
+from pdctl.sdk.metrics.derive import Latency, Lengths
 from pdctl.sdk.metrics.rendezvous import Rendezvous
 
 
@@ -67,6 +67,12 @@ class InstanceMetrics:
     kv_index: str | None = None
     """The cache_aware router's index state for this instance (EXACT, DEGRADED,
     FALLBACK); None with other policies."""
+    prompt_tokens: Lengths = Lengths()
+    """Prompt tokens of the requests finished in the window."""
+    output_tokens: Lengths = Lengths()
+    """Generated tokens of the requests finished in the window (1 on a prefill)."""
+    span_s: float | None = None
+    """Seconds between the two scrapes the window's figures come from (None with one)."""
 
 
 @dataclass(frozen=True)

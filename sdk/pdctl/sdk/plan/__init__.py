@@ -7,10 +7,12 @@ its SLOs to a P:D layout.
 * :mod:`~pdctl.sdk.plan.planner` — candidates, recommendation, reasons.
 * :mod:`~pdctl.sdk.plan.specout` — the recommended layout as a spec.
 * :mod:`~pdctl.sdk.plan.profiler` — measures a profile on a running instance.
+* :mod:`~pdctl.sdk.plan.live` — live figures of a fleet and the correction factors.
+* :mod:`~pdctl.sdk.plan.recommend` — the recommendation for a running fleet's live load.
 """
 
 from pdctl.sdk.plan.kvpath import transfers
-from pdctl.sdk.plan.model import Prediction, Transfer, Workload
+from pdctl.sdk.plan.model import Correction, Prediction, Transfer, Workload
 from pdctl.sdk.plan.planner import Candidate, Layout, Plan, Slos, layouts, make_plan
 from pdctl.sdk.plan.profile import (
     Curves,
@@ -20,11 +22,16 @@ from pdctl.sdk.plan.profile import (
     load_profile,
     save_profile,
 )
+from pdctl.sdk.plan.recommend import Figure, LivePlanner, LiveRecommendation, recommend
 
 __all__ = [
     "Candidate",
+    "Correction",
     "Curves",
+    "Figure",
     "Layout",
+    "LivePlanner",
+    "LiveRecommendation",
     "Plan",
     "Prediction",
     "Profile",
@@ -36,6 +43,7 @@ __all__ = [
     "layouts",
     "load_profile",
     "make_plan",
+    "recommend",
     "save_profile",
     "transfers",
 ]

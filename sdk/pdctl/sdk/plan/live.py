@@ -2,20 +2,24 @@
 
 From one metrics :class:`~pdctl.sdk.metrics.monitor.Snapshot`: the request rate (the
 prefill or colocated instances' ``request_rate`` summed), TTFT p50 (the highest of the
-decode or colocated instances', which is what a client sees last) and ITL p50 (their
-median). The correction factors are observed / predicted for the fleet's current layout
+decode or colocated instances', which is what a client sees last), ITL p50 (their
+median), and the prompt and output lengths of the requests finished in the window
+(prompts on the prefill or colocated instances, outputs on the decode or colocated
+ones). The correction factors are observed / predicted for the fleet's current layout
 at the observed rate, as Dynamo's SLA planner keeps them (pure).
 """
 
 from __future__ import annotations
 
 import statistics
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from pdctl.sdk.metrics.derive import Lengths
 from pdctl.sdk.metrics.monitor import Snapshot
 from pdctl.sdk.plan.kvpath import transfers
-from pdctl.sdk.plan.model import Workload
+from pdctl.sdk.plan.model import Correction, Workload
 from pdctl.sdk.plan.planner import Layout, Plan, Slos, make_plan
 from pdctl.sdk.plan.profile import Profile, ProfileError
 from pdctl.sdk.spec import FleetSpec
@@ -27,6 +31,17 @@ class LiveFigures:
     ttft_p50_s: float | None
     itl_p50_s: float | None
     instances: int
+    isl_mean: float | None = None
+    """Mean prompt tokens (exact: the histograms' sum / count), count-weighted."""
+    isl_p95: float | None = None
+    """The highest instance's bucket-interpolated p95, when the buckets resolve it."""
+    osl_mean: float | None = None
+    span_s: float | None = None
+    """The longest span between the two scrapes behind the figures (seconds)."""
+    front: tuple[str, ...] = ()
+    """The instances the rate and prompt lengths come from."""
+    back: tuple[str, ...] = ()
+    """The instances TTFT, ITL and output lengths come from."""
 
 
 def layout_of(spec: FleetSpec) -> Layout:
@@ -51,11 +66,44 @@ def live_figures(snap: Snapshot) -> LiveFigures:
         )
     ttfts = [i.ttft.p50 for i in back if i.ttft.p50 is not None]
     itls = [i.itl.p50 for i in back if i.itl.p50 is not None]
+    spans = [i.span_s for i in up if i.span_s is not None]
+    p95s = [i.prompt_tokens.p95 for i in front if i.prompt_tokens.p95 is not None]
     return LiveFigures(
         rate=sum(rates),
         ttft_p50_s=max(ttfts) if ttfts else None,
         itl_p50_s=statistics.median(itls) if itls else None,
         instances=len(up),
+        isl_mean=_mean([i.prompt_tokens for i in front]),
+        isl_p95=max(p95s) if p95s else None,
+        osl_mean=_mean([i.output_tokens for i in back]),
+        span_s=max(spans) if spans else None,
+        front=tuple(i.name for i in front),
+        back=tuple(i.name for i in back),
+    )
+
+
+def _mean(lengths: Sequence[Lengths]) -> float | None:
+    n = sum(x.count for x in lengths if x.mean is not None)
+    if n <= 0:
+        return None
+    return sum(x.mean * x.count for x in lengths if x.mean is not None) / n
+
+
+def correction_of(
+    plan: Plan, current: Layout, live: LiveFigures, window_s: float | None = None
+) -> Correction | None:
+    """Observed / predicted TTFT and ITL p50 of ``current`` in an uncorrected ``plan``
+    at the live rate; None when the current layout is not among the plan's candidates.
+    ``window_s`` defaults to the live figures' span."""
+    cand = next((c for c in plan.candidates if c.layout == current), None)
+    if cand is None:
+        return None
+    return Correction(
+        _ratio(live.ttft_p50_s, cand.pred.ttft_s["p50"]),
+        _ratio(live.itl_p50_s, cand.pred.itl_s["p50"]),
+        current.name,
+        live.rate,
+        live.span_s if window_s is None else window_s,
     )
 
 
@@ -68,6 +116,7 @@ def corrections(plan: Plan, current: Layout, live: LiveFigures) -> dict[str, Any
     return {
         "layout": current.name,
         "rate": live.rate,
+        "window_s": live.span_s,
         "observed_ms": {"ttft_p50": _ms(live.ttft_p50_s), "itl_p50": _ms(live.itl_p50_s)},
         "predicted_ms": {"ttft_p50": _ms(p_ttft), "itl_p50": _ms(p_itl)},
         "ttft_factor": _ratio(live.ttft_p50_s, p_ttft),

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from statistics import NormalDist
 
 from pdctl.sdk.plan.profile import Curves
@@ -78,6 +78,52 @@ class Prediction:
 
 
 PCTS = {"p50": 0.5, "p90": 0.9, "p99": 0.99}
+
+
+@dataclass(frozen=True)
+class Correction:
+    """Live correction factors, observed / predicted p50 of the layout a fleet runs at
+    its live rate (as Dynamo's SLA planner keeps them), applied to every prediction:
+    TTFT and its parts scale by ``ttft``, ITL and TPOT by ``itl``. A factor that could
+    not be measured (None) leaves its figures as the profile predicts them."""
+
+    ttft: float | None
+    itl: float | None
+    layout: str
+    """The layout the factors were measured on."""
+    rate: float
+    """The live rate (req/s) they were measured at."""
+    window_s: float | None
+    """Seconds of metrics they come from (None when unknown)."""
+
+    def apply(self, pred: Prediction) -> Prediction:
+        t, i = self.ttft or 1.0, self.itl or 1.0
+        return replace(
+            pred,
+            ttft_s={k: v * t for k, v in pred.ttft_s.items()},
+            parts_s={k: v * t for k, v in pred.parts_s.items()},
+            itl_s={k: v * i for k, v in pred.itl_s.items()},
+            tpot_s={k: v * i for k, v in pred.tpot_s.items()},
+        )
+
+    def words(self) -> str:
+        def f(v: float | None) -> str:
+            return "not measured" if v is None else f"x{v:.3g}"
+
+        window = "" if self.window_s is None else f" over {self.window_s:.0f} s"
+        return (
+            f"TTFT {f(self.ttft)}, ITL {f(self.itl)} (observed / predicted on {self.layout} "
+            f"at {self.rate:.3g} req/s{window})"
+        )
+
+    def as_dict(self) -> dict[str, float | str | None]:
+        return {
+            "ttft_factor": self.ttft,
+            "itl_factor": self.itl,
+            "layout": self.layout,
+            "rate": self.rate,
+            "window_s": self.window_s,
+        }
 
 
 def quantile(xs: list[float], q: float) -> float:

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pdctl.sdk.plan.model import (
+    Correction,
     Prediction,
     Transfer,
     Workload,
@@ -100,6 +101,8 @@ class Plan:
     verdict: str
     summary: str
     assumptions: list[str] = field(default_factory=list)
+    correction: Correction | None = None
+    """The live factors every prediction was scaled by (None: the profile's own)."""
 
     def as_dict(self) -> dict[str, Any]:
         w = self.workload
@@ -128,6 +131,7 @@ class Plan:
             "summary": self.summary,
             "candidates": [c.as_dict() for c in self.candidates],
             "assumptions": self.assumptions,
+            "correction": None if self.correction is None else self.correction.as_dict(),
         }
 
 
@@ -155,9 +159,11 @@ def make_plan(
     transfer: dict[str, Transfer] | None,
     modes: tuple[str, ...] = ("colocated", "push", "pull"),
     curves: Curves | None = None,
+    correction: Correction | None = None,
 ) -> Plan:
     """Predict every candidate and pick one. ``transfer`` maps mode (push/pull) to the
-    KV path model; without it only colocated layouts are considered."""
+    KV path model; without it only colocated layouts are considered. ``correction``
+    scales every prediction by live factors before the SLOs are checked."""
     if workload.rate <= 0:
         raise ProfileError("--rate must be positive (requests per second)")
     if budget < profile.tp:
@@ -187,6 +193,8 @@ def make_plan(
                 transfer[lay.mode],
                 lay.mode,
             )
+        if correction is not None:
+            pred = correction.apply(pred)
         share = goodput_share(pred, slos.ttft_s, slos.tpot_s)
         meets = (
             pred.overloaded is None
@@ -200,8 +208,22 @@ def make_plan(
     verdict = "do not disaggregate" if best.layout.mode == "colocated" else "disaggregate"
     summary = _summary(best, cands, verdict, transfer, workload)
     t_any = (transfer or {}).get("push") or (transfer or {}).get("pull")
+    if correction is not None:
+        assumptions.append(
+            f"every prediction scaled by the live correction factors: {correction.words()}"
+        )
     return Plan(
-        profile.tag(), workload, slos, budget, t_any, cands, best, verdict, summary, assumptions
+        profile.tag(),
+        workload,
+        slos,
+        budget,
+        t_any,
+        cands,
+        best,
+        verdict,
+        summary,
+        assumptions,
+        correction,
     )
 
 

@@ -1,10 +1,11 @@
-"""The views, in key order (1 … 6)."""
+"""The views, in key order (1 … 7)."""
 
 from __future__ import annotations
 
 from pdctl.tui.views.base import View
 from pdctl.tui.views.fleet import FleetView
 from pdctl.tui.views.latency import LatencyView
+from pdctl.tui.views.planner import PlannerView
 from pdctl.tui.views.preflight import PreflightView
 from pdctl.tui.views.rendezvous import RendezvousView
 from pdctl.tui.views.requests import RequestsView
@@ -17,6 +18,7 @@ VIEWS: tuple[type[View], ...] = (
     LatencyView,
     RequestsView,
     PreflightView,
+    PlannerView,
 )
 
 
