@@ -241,6 +241,14 @@ def test_old_timeouts_and_old_follow_still_work_with_a_note(capsys):
     assert (new.bare_file, new.file, new.follow) == (False, "my.toml", True)
 
 
+def test_one_spelling_of_the_expected_kv_throughput(capsys):
+    rules = ["config", "--prometheus-rules"]
+    assert parse([*rules, "--expect-gbps", "5"]).expected_gbps == 5.0
+    assert parse([*rules, "--expected-gbps", "5"]).expected_gbps == 5.0
+    assert "use `pdctl config --expect-gbps`" in capsys.readouterr().err
+    assert parse(["metrics", "--expect-gbps", "5"]).expect_gbps == 5.0
+
+
 def test_old_dash_o_path_is_out_with_a_note(capsys):
     args = parse(["profile", "-o", "prof.json", "--json"])
     assert (args.out, args.output) == ("prof.json", "json")

@@ -7,6 +7,7 @@ import argparse
 import json
 from typing import Any
 
+from pdctl.cli.args import add_old_name
 from pdctl.cli.common import console, load, print_findings, summary_line
 
 
@@ -50,12 +51,14 @@ def add_prometheus_arguments(p: argparse.ArgumentParser) -> None:
         help="with --prometheus-rules: how long an instance is down before PA006 fires",
     )
     g.add_argument(
-        "--expected-gbps",
+        "--expect-gbps",
+        dest="expected_gbps",
         type=float,
         default=None,
         help="with --prometheus-rules: expected KV throughput (GB/s, see `pdctl preflight`); "
         "adds PA004",
     )
+    add_old_name(g, "--expected-gbps", "--expect-gbps", "expected_gbps", type=float)
 
 
 def _emit(doc: Any, as_json: bool) -> None:
