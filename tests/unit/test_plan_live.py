@@ -278,3 +278,27 @@ def test_the_ui_looks_where_pdctl_profile_writes_by_default():
     parser = argparse.ArgumentParser()
     cmd_profile.add_arguments(parser)
     assert parser.get_default("out") == DEFAULT_PROFILE
+
+
+def test_top_plan_profile_points_the_ui_at_a_profile(tmp_path: Path):
+    """``pdctl top --plan-profile FILE``: the live source plans from FILE, or says why not."""
+    import argparse
+
+    from pdctl.cli import cmd_top
+    from pdctl.sdk.fleetplan import build_plan
+
+    spec = FleetSpec(**spec_dict(router={}))
+    path = tmp_path / "elsewhere.json"
+    path.write_text(PROFILE.model_dump_json())
+    parser = argparse.ArgumentParser()
+    cmd_top.add_arguments(parser)
+    args = parser.parse_args(["--plan-profile", str(path)])
+    from pdctl.tui.source import LiveSource
+
+    source = LiveSource(spec, build_plan(spec))
+    source.use_profile(args.plan_profile)
+    assert source.planner is not None
+    assert source.planner.profile_source == str(path)
+    source.use_profile(str(tmp_path / "missing.json"))
+    assert source.planner is None
+    assert "no such file" in source.planner_note

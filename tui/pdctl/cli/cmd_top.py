@@ -51,6 +51,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="deprecated: the UI's first update as JSON (a snapshot: pdctl metrics --once)",
     )
+    p.add_argument(
+        "--plan-profile",
+        metavar="FILE",
+        default=None,
+        help="planner profile for the plan view (default: $PDCTL_PLAN_PROFILE, else "
+        "./pdctl-profile.json, where pdctl profile writes)",
+    )
 
 
 def make_source(args: argparse.Namespace, spec: FleetSpec | None = None) -> Source:
@@ -68,7 +75,7 @@ def make_source(args: argparse.Namespace, spec: FleetSpec | None = None) -> Sour
     from pdctl.tui.source import LiveSource
 
     spec, plan = observed(spec or load(args).spec)
-    return LiveSource(
+    source = LiveSource(
         spec,
         plan,
         interval_s=args.interval,
@@ -76,6 +83,9 @@ def make_source(args: argparse.Namespace, spec: FleetSpec | None = None) -> Sour
         timeout_s=args.scrape_timeout,
         expected_bps=args.expect_gbps * 1e9 if args.expect_gbps else None,
     )
+    if getattr(args, "plan_profile", None):
+        source.use_profile(args.plan_profile)
+    return source
 
 
 def run(args: argparse.Namespace, spec: FleetSpec | None = None) -> int:

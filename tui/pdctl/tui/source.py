@@ -9,6 +9,7 @@ instance). Actions go through the same object, so a view never talks to the netw
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field, replace
@@ -29,7 +30,7 @@ from pdctl.sdk.fleet import (
 )
 from pdctl.sdk.fleetplan import FleetPlan
 from pdctl.sdk.metrics.monitor import FleetMonitor, Snapshot
-from pdctl.sdk.plan.recommend import LivePlanner, LiveRecommendation
+from pdctl.sdk.plan.recommend import PROFILE_ENV, LivePlanner, LiveRecommendation
 from pdctl.sdk.router.control import RouterControl, RouterState
 from pdctl.sdk.spec import FleetSpec
 
@@ -193,6 +194,13 @@ class LiveSource(Source):
         self._client: httpx.AsyncClient | None = None
         self._round = 0
         self._fleet: dict[str, InstanceStatus] | None = None
+
+    def use_profile(self, path: str) -> None:
+        """Plan from the profile at ``path`` (``pdctl top --plan-profile``); a profile
+        that cannot be read leaves the view saying why."""
+        assert self.spec is not None
+        env = {**os.environ, PROFILE_ENV: path}
+        self.planner, self.planner_note = LivePlanner.discover(self.spec, environ=env)
 
     async def poll(self) -> Update:
         if self._client is None:
