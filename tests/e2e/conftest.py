@@ -19,6 +19,7 @@ from pdctl.sdk.fleet import Fleet
 from pdctl.sdk.paths import demo_spec_text
 from pdctl.sdk.spec import FleetSpec
 from pdctl.sdk.specload import load_spec
+from pdctl.sdk.urls import router_url
 from tests.conftest import free_ports
 
 pytestmark = pytest.mark.e2e
@@ -121,7 +122,7 @@ def extra_router(
     path.write_text(spec.model_dump_json())
     argv = [sys.executable, "-m", "pdctl.sdk.router.server", "--spec-json", str(path)]
     proc = subprocess.Popen(argv + (["--mode", mode] if mode else []))
-    url = f"http://127.0.0.1:{spec.router.port}"
+    url = router_url(spec)
     try:
         for _ in range(300):
             try:

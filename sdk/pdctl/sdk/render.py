@@ -27,6 +27,7 @@ from pdctl.sdk.spec import (
     group_name,
     render_group_name,
 )
+from pdctl.sdk.urls import http_url
 
 PlanRole = Literal["prefill", "decode", "colocated", "router", "render", "prometheus"]
 
@@ -86,12 +87,7 @@ class InstancePlan(BaseModel):
 
     @property
     def url(self) -> str:
-        host = self.host
-        if host in ("0.0.0.0", "::"):
-            host = "127.0.0.1"
-        if ":" in host:
-            host = f"[{host}]"
-        return f"http://{host}:{self.http_port}"
+        return http_url(self.host, self.http_port)
 
     @property
     def side_channel_ports(self) -> tuple[int, ...]:
