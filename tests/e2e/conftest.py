@@ -44,13 +44,9 @@ WORDS = [
 @pytest.fixture(scope="session")
 def tiny_model() -> Path:
     """The locally built tiny model (built once, reused from the user cache)."""
-    from pdctl.sdk.paths import tiny_model_dir
+    from pdctl.sdk import ensure_tiny_model
 
-    path = tiny_model_dir()
-    subprocess.run(
-        [sys.executable, "-m", "pdctl.connector.tinymodel", "--out", str(path)], check=True
-    )
-    return path
+    return ensure_tiny_model()
 
 
 @pytest.fixture(scope="module")

@@ -13,7 +13,10 @@ import pytest
 
 from pdctl.sdk.router.mock import MockConfig
 from pdctl.sdk.router.results import Chunk, Completion, RequestTimeline
+from tests.unit.test_launcher import fake_python, make_spec, state_root
 from tests.unit.test_router import rig
+
+__all__ = ["fake_python", "state_root"]  # fixtures shared with the launcher tests
 
 ROOT = Path(__file__).resolve().parents[2]
 QUICKSTART = ROOT / "examples" / "sdk_quickstart.py"
@@ -272,3 +275,29 @@ def test_tiny_model_is_reused_without_running_the_builder(tmp_path: Path):
     (tmp_path / TINY_MARKER).write_text(f'{{"format": {TINY_FORMAT}}}')
     (tmp_path / "config.json").write_text("{}")
     assert ensure_tiny_model(tmp_path, python="/nonexistent/python") == tmp_path
+
+
+# ---------------------------------------------------------------------- Fleet facade
+
+
+def test_sync_fleet_stops_restarts_snapshots_and_always_goes_down(
+    fake_python: str, state_root: Path
+):
+    from pdctl.sdk import Fleet, SpecError, Summary
+    from pdctl.sdk.fleet import read_state
+
+    spec = make_spec(fake_python)  # no [router] table
+    with Fleet(spec, grace=2, ready_timeout=60) as fleet:
+        assert fleet.instance_names() == ["prefill-0", "decode-0"]
+        snap = fleet.snapshot()
+        assert isinstance(snap.summary, Summary)
+        assert snap.summary.instances == 2
+        assert [i.name for i in snap.instances] == ["prefill-0", "decode-0"]
+        fleet.stop("decode-0")
+        assert {s.name: s.state for s in fleet.status()}["decode-0"] == "stopped"
+        fleet.restart("decode-0")
+        assert {s.name: s.state for s in fleet.status()}["decode-0"] == "ready"
+        with pytest.raises(SpecError) as e:
+            _ = fleet.router
+        assert e.value.problems[0].field == "router"
+    assert read_state(state_root / "t") is None
