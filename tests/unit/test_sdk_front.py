@@ -54,15 +54,26 @@ def test_readme_and_docs_show_the_quickstart_as_it_is():
         assert f"```python\n{script}```" in doc.read_text(), doc
 
 
-def test_quickstart_uses_only_pdctl_sdk_and_passes_mypy_strict():
+def test_quickstart_uses_only_pdctl_sdk_and_passes_mypy_strict(monkeypatch: pytest.MonkeyPatch):
     from mypy import api
+
+    # the SDK is typed for users' type checkers (PEP 561), and checked here from source
+    assert (ROOT / "sdk" / "pdctl" / "sdk" / "py.typed").is_file()
+    monkeypatch.chdir(ROOT)  # pyproject's mypy_path is relative to the working directory
 
     text = QUICKSTART.read_text()
     imports = [ln for ln in text.splitlines() if ln.startswith(("import ", "from "))]
     assert imports == ["from pdctl.sdk import Fleet"]
     assert len([ln for ln in text.splitlines() if ln.strip()]) <= 10
     out, err, rc = api.run(
-        ["--strict", "--follow-imports=silent", "--no-incremental", str(QUICKSTART)]
+        [
+            "--config-file",
+            str(ROOT / "pyproject.toml"),
+            "--strict",
+            "--follow-imports=silent",
+            "--no-incremental",
+            str(QUICKSTART),
+        ]
     )
     assert rc == 0, out + err
     assert "Success" in out
