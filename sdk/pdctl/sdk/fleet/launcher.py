@@ -52,7 +52,7 @@ from pdctl.sdk.router.client import AsyncRouterClient
 from pdctl.sdk.shepherd import group_members
 from pdctl.sdk.spec import FleetSpec
 from pdctl.sdk.specload import load_spec
-from pdctl.sdk.urls import http_url, router_url
+from pdctl.sdk.urls import router_url
 
 POLL_INTERVAL = 0.5
 
@@ -242,12 +242,9 @@ class AsyncFleet(Supervisor):
         return plans
 
     def _router_notifier(self) -> RouterNotifier | None:
-        r = self.spec.router
-        if not self.with_router or r is None:
+        if not self.with_router or self.spec.router is None:
             return None
-        return RouterNotifier(
-            http_url(r.host, r.port), router_api_key(self.spec), transport=self._transport
-        )
+        return RouterNotifier(self.router_url, router_api_key(self.spec), transport=self._transport)
 
     def _new_record(self, plan: InstancePlan) -> InstanceRecord:
         return InstanceRecord(
