@@ -40,6 +40,7 @@ from pdctl.sdk.fleet import AsyncFleet
 from pdctl.sdk.fleet.procs import cpu_seconds, instance_pids
 from pdctl.sdk.paths import tiny_model_dir
 from pdctl.sdk.specload import load_demo_spec
+from pdctl.sdk.urls import router_url
 
 ARMS: dict[str, list[str]] = {
     "strict": ["fleet.cpu_tuning=true"],
@@ -82,8 +83,7 @@ async def kill_prefill(
 
 async def soak(arm: str, args: argparse.Namespace) -> dict[str, Any]:
     spec = load_demo_spec(tiny_model_dir(), [*ARMS[arm], f"fleet.name=chaos-{arm}"]).spec
-    assert spec.router is not None
-    router = f"http://{spec.router.host}:{spec.router.port}"
+    router = router_url(spec)
     max_len = spec.model.max_model_len or 1024
     fleet = AsyncFleet(spec, ready_timeout=400, grace=5)
     await fleet.up()

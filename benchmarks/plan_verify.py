@@ -31,6 +31,7 @@ from pdctl.sdk.modelinfo import read_model_info, text_config
 from pdctl.sdk.plan import Layout, Slos, Workload, fit, load_profile, make_plan, transfers
 from pdctl.sdk.plan.specout import spec_for_layout
 from pdctl.sdk.specload import load_spec
+from pdctl.sdk.urls import router_url
 
 DEMO = Path(__file__).resolve().parent.parent / "sdk" / "pdctl" / "sdk" / "data" / "demo.toml"
 LAYOUTS = (
@@ -88,8 +89,7 @@ async def measure(spec: Any, layout: Layout, items: list[Case], n: int, vocab: i
     print(f"  {layout.name}: ready in {time.monotonic() - t0:.0f} s", flush=True)
     out = []
     try:
-        assert s.router is not None
-        url = f"http://127.0.0.1:{s.router.port}"
+        url = router_url(s)
         for k, case in enumerate(items):
             prompts = prompts_for(case.work, n + 2, vocab, 1000 * k + 17)
             offsets = arrival_offsets(case.work.rate, len(prompts), burstiness=1.0, seed=k)

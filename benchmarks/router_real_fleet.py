@@ -31,6 +31,7 @@ from pdctl.cli.cmd_demo import DEMO_WORDS
 from pdctl.sdk.fleet import Fleet
 from pdctl.sdk.paths import tiny_model_dir
 from pdctl.sdk.specload import load_demo_spec
+from pdctl.sdk.urls import router_url
 
 
 def wait_health(url: str, timeout: float = 60) -> None:
@@ -84,7 +85,7 @@ def main() -> int:
     procs: list[subprocess.Popen[bytes]] = []
     with Fleet(spec, ready_timeout=400, grace=5) as fleet:
         p, d = fleet.fleet.plan.instances
-        routers = {"pdctl push": f"http://127.0.0.1:{spec.router.port}"}
+        routers = {"pdctl push": router_url(spec)}
         seq = spec.model_copy(deep=True)
         assert seq.router is not None
         seq.router.port = free_port()
@@ -103,7 +104,7 @@ def main() -> int:
                 ]
             )
         )
-        routers["pdctl push-sequential"] = f"http://127.0.0.1:{seq.router.port}"
+        routers["pdctl push-sequential"] = router_url(seq)
         vr = find_vllm_router(args.vllm_router)
         if vr:
             port = free_port()

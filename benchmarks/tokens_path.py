@@ -36,6 +36,7 @@ from pdctl.sdk.fleet.procs import cpu_seconds, instance_pids
 from pdctl.sdk.paths import tiny_model_dir
 from pdctl.sdk.spec import FleetSpec
 from pdctl.sdk.specload import load_demo_spec
+from pdctl.sdk.urls import router_url
 
 
 def prompts(n: int) -> list[str]:
@@ -56,7 +57,7 @@ def start_router(spec: FleetSpec, path: str, tmp: Path) -> tuple[subprocess.Pope
         [sys.executable, "-m", "pdctl.sdk.router.server", "--spec-json", str(f)],
         stderr=subprocess.DEVNULL,
     )
-    return proc, f"http://127.0.0.1:{s.router.port}"
+    return proc, router_url(s)
 
 
 async def wait_up(url: str) -> None:

@@ -30,6 +30,7 @@ from pdctl.sdk.metrics.flight import segment_stats
 from pdctl.sdk.paths import tiny_model_dir
 from pdctl.sdk.router import flightrec as fr
 from pdctl.sdk.specload import load_demo_spec
+from pdctl.sdk.urls import router_url
 
 OWNER = {
     fr.ROUTER: "pdctl router",
@@ -74,8 +75,7 @@ def run_arm(
     name: str, overrides: list[str], rounds: int, words: int, gap_s: float
 ) -> dict[str, Any]:
     spec = load_demo_spec(tiny_model_dir(), overrides).spec
-    assert spec.router is not None
-    router = f"http://127.0.0.1:{spec.router.port}"
+    router = router_url(spec)
     with Fleet(spec, ready_timeout=400, grace=5) as fleet:
         decode = next(i.url for i in fleet.fleet.plan.instances if i.role == "decode")
         push: list[float] = []

@@ -19,6 +19,7 @@ from pdctl.sdk.fleet import Fleet
 from pdctl.sdk.paths import demo_spec_text
 from pdctl.sdk.spec import FleetSpec
 from pdctl.sdk.specload import load_spec
+from pdctl.sdk.urls import router_url
 from tests.conftest import free_ports
 
 pytestmark = pytest.mark.e2e
@@ -43,13 +44,9 @@ WORDS = [
 @pytest.fixture(scope="session")
 def tiny_model() -> Path:
     """The locally built tiny model (built once, reused from the user cache)."""
-    from pdctl.sdk.paths import tiny_model_dir
+    from pdctl.sdk import ensure_tiny_model
 
-    path = tiny_model_dir()
-    subprocess.run(
-        [sys.executable, "-m", "pdctl.connector.tinymodel", "--out", str(path)], check=True
-    )
-    return path
+    return ensure_tiny_model()
 
 
 @pytest.fixture(scope="module")
@@ -121,7 +118,7 @@ def extra_router(
     path.write_text(spec.model_dump_json())
     argv = [sys.executable, "-m", "pdctl.sdk.router.server", "--spec-json", str(path)]
     proc = subprocess.Popen(argv + (["--mode", mode] if mode else []))
-    url = f"http://127.0.0.1:{spec.router.port}"
+    url = router_url(spec)
     try:
         for _ in range(300):
             try:

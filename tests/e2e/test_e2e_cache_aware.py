@@ -131,7 +131,7 @@ def test_cache_aware_beats_least_loaded_and_keeps_outputs(fleet: Fleet, state_ro
     spec = fleet.fleet.spec
     assert spec.router is not None
     assert spec.router.disaggregate_min_uncached_tokens == 256  # the default
-    url = f"http://127.0.0.1:{spec.router.port}"
+    url = fleet.fleet.router_url
     plan = fleet.fleet.plan
     prefills = [i.url for i in plan.instances if i.role == "prefill"]
     (decode,) = [i.url for i in plan.instances if i.role == "decode"]
@@ -206,9 +206,7 @@ def engine_core_pid(state_root: Path, name: str) -> int:
 
 
 def test_event_stream_lost_degrades_then_recovers(fleet: Fleet, state_root: Path):
-    spec = fleet.fleet.spec
-    assert spec.router is not None
-    url = f"http://127.0.0.1:{spec.router.port}"
+    url = fleet.fleet.router_url
     pid = engine_core_pid(state_root, "prefill-1")
 
     def state() -> str:

@@ -62,9 +62,7 @@ def baseline(fleet: Fleet) -> dict[str, float]:
 
 
 def router(f: Fleet) -> str:
-    r = f.fleet.spec.router
-    assert r is not None
-    return f"http://{r.host}:{r.port}"
+    return f.fleet.router_url
 
 
 def instance_urls(f: Fleet) -> list[str]:

@@ -44,9 +44,7 @@ def fleet(tiny_model: Path, state_root: Path) -> Iterator[Fleet]:
 
 @pytest.fixture(scope="module")
 def router_url(fleet: Fleet) -> str:
-    spec = fleet.fleet.spec
-    assert spec.router is not None
-    return f"http://127.0.0.1:{spec.router.port}"
+    return fleet.fleet.router_url
 
 
 def prompt(i: int) -> str:

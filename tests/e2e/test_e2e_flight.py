@@ -22,6 +22,7 @@ from pdctl.sdk.metrics.flight import flight_key
 from pdctl.sdk.modelinfo import text_config
 from pdctl.sdk.preflight.kvsize import kv_layout
 from pdctl.sdk.router import flightrec as fr
+from pdctl.sdk.urls import router_url
 from tests.e2e.conftest import WORDS, demo_spec, extra_router, running_fleet
 
 pytestmark = pytest.mark.e2e
@@ -122,7 +123,7 @@ def test_ttft_is_split_into_measured_segments_in_both_push_modes(
     cfg = json.loads((tiny_model / "config.json").read_text())
     layout = kv_layout(text_config(cfg), "bfloat16")
     block = layout.bytes_for(32)
-    url = f"http://{spec.router.host}:{spec.router.port}"
+    url = router_url(spec)
 
     concurrent: list[tuple[str, float, float]] = []
     sequential: list[tuple[str, float, float]] = []

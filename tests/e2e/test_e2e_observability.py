@@ -31,6 +31,7 @@ from pdctl.sdk.fleet import Fleet, read_state
 from pdctl.sdk.metrics.monitor import FleetMonitor
 from pdctl.sdk.observability import dashboards
 from pdctl.sdk.observability.dashboards import expand
+from pdctl.sdk.urls import router_url
 from tests.conftest import free_ports
 from tests.e2e.conftest import WORDS, demo_spec, running_fleet
 from tests.otlp import OtlpReceiver
@@ -170,9 +171,7 @@ def stack(fleet: Fleet, state_root: Path) -> Stack:
     asyncio.run(s.monitor.poll())
     s.window_start = time.time()
     time.sleep(1.5)
-    r = spec.router
-    assert r is not None
-    send_traffic(f"http://{r.host}:{r.port}")
+    send_traffic(router_url(spec))
     # a one-minute window (the monitor's default): Prometheus' increase() extrapolates
     # to the window's edges, by at most two scrape intervals out of sixty seconds
     time.sleep(max(1.0, s.window_start + WINDOW_S - time.time()))
@@ -266,10 +265,8 @@ CLIENT_SPAN = "a1b2c3d4e5f60718"
 def test_one_request_is_one_trace(stack: Stack, otlp: OtlpReceiver):
     """The client's trace holds the router's route span, its prefill and decode legs,
     and each engine's own span under the leg that reached it."""
-    r = stack.fleet.fleet.spec.router
-    assert r is not None
     resp = httpx.post(
-        f"http://{r.host}:{r.port}/v1/completions",
+        stack.fleet.fleet.router_url + "/v1/completions",
         json={"model": "tiny", "prompt": PROMPTS[0], "max_tokens": 8, "temperature": 0},
         headers={"traceparent": f"00-{TRACE}-{CLIENT_SPAN}-01"},
         timeout=120,

@@ -30,9 +30,7 @@ def fleet(tiny_model: Path, state_root: Path) -> Iterator[Fleet]:
 
 
 def test_prefill_killed_mid_prefill_fails_no_request(fleet: Fleet, state_root: Path):
-    spec = fleet.fleet.spec
-    assert spec.router is not None
-    url = f"http://127.0.0.1:{spec.router.port}"
+    url = fleet.fleet.router_url
     states = {s.name: s.state for s in fleet.status()}
     assert states["prefill-0"] == states["prefill-1"] == "ready", states
     long_prompt = " ".join(WORDS[i % len(WORDS)] for i in range(250))  # ~750 tokens

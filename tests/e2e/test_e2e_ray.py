@@ -32,6 +32,7 @@ from pdctl.sdk.metrics import parse, total
 from pdctl.sdk.metrics.monitor import FleetMonitor
 from pdctl.sdk.paths import demo_spec_text
 from pdctl.sdk.specload import load_spec
+from pdctl.sdk.urls import http_url
 from tests.conftest import free_ports
 from tests.e2e.conftest import demo_spec, processes_mentioning
 from tests.e2e.test_e2e_router import KV, PROMPTS, body
@@ -218,7 +219,7 @@ def test_routes_exact_outputs_with_kv_moved_between_nodes(backend: RayBackend):
     plan = backend.endpoints()
     p, d = (i.url for i in plan.instances)
     assert plan.router is not None
-    router = f"http://{plan.router.host}:{plan.router.port}"
+    router = http_url(plan.router.host, plan.router.port)
 
     def counters() -> tuple[float, float]:
         pm = parse(httpx.get(p + "/metrics").text)

@@ -34,9 +34,7 @@ def fleet(tiny_model: Path, state_root: Path) -> Iterator[Fleet]:
 
 
 def router_url(f: Fleet) -> str:
-    r = f.fleet.spec.router
-    assert r is not None
-    return f"http://{r.host}:{r.port}"
+    return f.fleet.router_url
 
 
 def completion(c: httpx.Client, url: str, i: int) -> httpx.Response:

@@ -51,9 +51,7 @@ def text_router(fleet: Fleet, state_root: Path) -> Iterator[str]:
 
 
 def router_url(f: Fleet) -> str:
-    r = f.fleet.spec.router
-    assert r is not None
-    return f"http://{r.host}:{r.port}"
+    return f.fleet.router_url
 
 
 def url_of(f: Fleet, role: str) -> str:

@@ -11,8 +11,10 @@ import pytest
 def test_sdk_import_pulls_in_no_heavy_module():
     code = (
         "import sys, pdctl.sdk, pdctl.sdk.lint, pdctl.sdk.fleetplan, pdctl.sdk.specload\n"
+        "from pdctl.sdk import Fleet, AsyncFleet, RouterClient, FleetMonitor, Snapshot\n"
         "print([m for m in sys.modules if m.split('.')[0] in "
-        "('textual', 'vllm', 'nixl', 'torch', 'transformers')])"
+        "('textual', 'vllm', 'nixl', 'torch', 'transformers') or "
+        "m.startswith(('pdctl.tui', 'pdctl.cli', 'pdctl.connector'))])"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"

@@ -138,7 +138,7 @@ async def test_windows_rates_and_byte_totals(monkeypatch):
     assert p.bytes_per_request == 65536
     d = snap.instance("decode-0")
     assert d.request_rate == pytest.approx(5 / 10)  # five finished_reason series bumped
-    assert snap.summary["kv_bytes_moved"] == 1_114_112.0 + 4 * 65536
+    assert snap.summary.kv_bytes_moved == 1_114_112.0 + 4 * 65536
 
 
 async def test_counter_reset_after_restart_counts_from_zero(monkeypatch):

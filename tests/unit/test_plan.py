@@ -223,7 +223,7 @@ def _inst(
 
 
 def test_live_correction_factors_for_the_current_layout():
-    from pdctl.sdk.metrics.monitor import Snapshot
+    from pdctl.sdk.metrics.monitor import Snapshot, Summary
     from pdctl.sdk.plan.live import corrections, layout_of, live_figures
     from pdctl.sdk.spec import FleetSpec
     from tests.conftest import spec_dict
@@ -239,7 +239,7 @@ def test_live_correction_factors_for_the_current_layout():
         (),
         None,
         (),
-        {},
+        Summary(),
     )
     live = live_figures(snap)
     assert live.rate == pytest.approx(0.4)  # prefill side only: each request counts once
@@ -252,7 +252,9 @@ def test_live_correction_factors_for_the_current_layout():
     pred = next(c for c in plan.candidates if c.layout == current).pred
     assert corr["ttft_factor"] == pytest.approx(3.0 / pred.ttft_s["p50"], rel=1e-3)
     assert corr["itl_factor"] == pytest.approx(0.03 / pred.itl_s["p50"], rel=1e-3)
-    idle = Snapshot(0.0, 10.0, (_inst("p", "prefill", None, 0.5, 0.0),), {}, (), None, (), {})
+    idle = Snapshot(
+        0.0, 10.0, (_inst("p", "prefill", None, 0.5, 0.0),), {}, (), None, (), Summary()
+    )
     with pytest.raises(ProfileError, match="--rate"):
         live_figures(idle)
 
@@ -286,7 +288,7 @@ def test_served_path_is_fitted_from_1p1d_ttft_and_preferred_to_the_probe():
 
 
 def test_plan_watch_adds_correction_factors_to_a_snapshot():
-    from pdctl.sdk.metrics.monitor import Snapshot
+    from pdctl.sdk.metrics.monitor import Snapshot, Summary
     from pdctl.sdk.plan.live import PlanWatch
     from pdctl.sdk.spec import FleetSpec
     from tests.conftest import spec_dict
@@ -295,9 +297,9 @@ def test_plan_watch_adds_correction_factors_to_a_snapshot():
         seven_b("NVIDIA L40S", kv_path=SEED_PATH), FleetSpec(**spec_dict()), 8192, 256
     )
     busy = (_inst("p", "prefill", 0.4, 0.5, 0.0), _inst("d", "decode", 0.4, 2.5, 0.025))
-    got = watch.check(Snapshot(0.0, 10.0, busy, {}, (), None, (), {}))
+    got = watch.check(Snapshot(0.0, 10.0, busy, {}, (), None, (), Summary()))
     assert got["layout"] == "1P1D push"
     assert got["rate"] == pytest.approx(0.4)
     assert 0.5 < got["ttft_factor"] < 2  # 2.5 s observed vs the 1.3 s transfer model
     quiet = (_inst("p", "prefill", None, 0.5, 0.0),)
-    assert "--rate" in watch.check(Snapshot(0.0, 10.0, quiet, {}, (), None, (), {}))["note"]
+    assert "--rate" in watch.check(Snapshot(0.0, 10.0, quiet, {}, (), None, (), Summary()))["note"]

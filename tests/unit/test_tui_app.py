@@ -50,7 +50,7 @@ async def test_fleet_view_shows_router_prefill_decode_from_the_sdk(clock):
         assert moved.endswith("MiB")
         summary = str(main.query_one("#summary").render())
         assert "KV moved" in summary
-        assert fmt.size(snap.summary["kv_bytes_moved"]) in summary
+        assert fmt.size(snap.summary.kv_bytes_moved) in summary
         assert main.history.series("decode-0", "req_rate")[-1] == d.request_rate
         assert len(main.history.series("fleet", "kv_rate")) == ROUNDS
 

@@ -1,5 +1,13 @@
 """pdctl SDK: describe, plan, lint, launch and watch disaggregated P/D vLLM fleets.
 
+One import for scripts::
+
+    from pdctl.sdk import Fleet
+
+    with Fleet.demo() as fleet:
+        print(fleet.router.complete("the prefill engine").text)
+        print(fleet.snapshot().summary.kv_bytes_moved)
+
 The SDK never imports textual, vllm, nixl or torch; front ends (CLI, TUI) sit on top.
 Names are resolved lazily so that importing one light module (e.g. the errors) does not
 pull in pydantic and the rest.
@@ -13,10 +21,24 @@ from typing import TYPE_CHECKING, Any
 __version__ = "0.1.0.dev0"
 
 _EXPORTS: dict[str, str] = {
+    "Fleet": "fleet.sync",
+    "AsyncFleet": "fleet.launcher",
+    "RouterClient": "router.client",
+    "AsyncRouterClient": "router.client",
+    "Completion": "router.results",
+    "Chunk": "router.results",
+    "RequestTimeline": "router.results",
+    "FleetMonitor": "metrics.monitor",
+    "Snapshot": "metrics.snapshot",
+    "Summary": "metrics.snapshot",
+    "ensure_tiny_model": "demo",
+    "load_demo_spec": "specload",
     "PdctlError": "errors",
     "SpecError": "errors",
     "SpecProblem": "errors",
     "LintFailed": "errors",
+    "LaunchError": "errors",
+    "RouterError": "errors",
     "Finding": "lint",
     "LintReport": "lint",
     "lint": "lint",
@@ -30,11 +52,25 @@ _EXPORTS: dict[str, str] = {
 }
 
 if TYPE_CHECKING:
-    from pdctl.sdk.errors import LintFailed, PdctlError, SpecError, SpecProblem
+    from pdctl.sdk.demo import ensure_tiny_model
+    from pdctl.sdk.errors import (
+        LaunchError,
+        LintFailed,
+        PdctlError,
+        RouterError,
+        SpecError,
+        SpecProblem,
+    )
+    from pdctl.sdk.fleet.launcher import AsyncFleet
+    from pdctl.sdk.fleet.sync import Fleet
     from pdctl.sdk.fleetplan import FleetPlan, InstancePlan, build_plan
     from pdctl.sdk.lint import Finding, LintReport, lint, require_clean
+    from pdctl.sdk.metrics.monitor import FleetMonitor
+    from pdctl.sdk.metrics.snapshot import Snapshot, Summary
+    from pdctl.sdk.router.client import AsyncRouterClient, RouterClient
+    from pdctl.sdk.router.results import Chunk, Completion, RequestTimeline
     from pdctl.sdk.spec import FleetSpec
-    from pdctl.sdk.specload import LoadedSpec, load_spec
+    from pdctl.sdk.specload import LoadedSpec, load_demo_spec, load_spec
 
 
 def __getattr__(name: str) -> Any:
@@ -45,19 +81,33 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
+    "AsyncFleet",
+    "AsyncRouterClient",
+    "Chunk",
+    "Completion",
     "Finding",
+    "Fleet",
+    "FleetMonitor",
     "FleetPlan",
     "FleetSpec",
     "InstancePlan",
+    "LaunchError",
     "LintFailed",
     "LintReport",
     "LoadedSpec",
     "PdctlError",
+    "RequestTimeline",
+    "RouterClient",
+    "RouterError",
+    "Snapshot",
     "SpecError",
     "SpecProblem",
+    "Summary",
     "__version__",
     "build_plan",
+    "ensure_tiny_model",
     "lint",
+    "load_demo_spec",
     "load_spec",
     "require_clean",
 ]

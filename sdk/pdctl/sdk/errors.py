@@ -61,3 +61,16 @@ class FleetRunningError(LaunchError):
 
 class NotRunningError(PdctlError):
     """No fleet with this name is running."""
+
+
+class RouterError(PdctlError):
+    """A pdctl router could not be reached, or answered a request with an error.
+
+    ``status`` is the HTTP status (None when the router was not reached) and
+    ``message`` the router's own error message (or what went wrong on the way).
+    """
+
+    def __init__(self, text: str, *, status: int | None = None, message: str = "") -> None:
+        super().__init__(text)
+        self.status = status
+        self.message = message or text

@@ -37,6 +37,13 @@ class LoadedSpec:
     path: Path | None
     """The file it was read from, when there was one (relative paths resolve next to it)."""
 
+    @property
+    def router_url(self) -> str:
+        """The URL of the fleet's pdctl router (a :class:`SpecError` when it has none)."""
+        from pdctl.sdk.urls import router_url
+
+        return router_url(self.spec, self.source)
+
 
 def load_spec(
     path: str | Path | None = None,

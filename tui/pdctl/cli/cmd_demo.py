@@ -156,8 +156,7 @@ async def _traffic(fleet: AsyncFleet, stats: Traffic, args: argparse.Namespace) 
     tasks: set[asyncio.Task[None]] = set()
 
     async with httpx.AsyncClient() as client:
-        router = fleet.spec.router
-        router_url = f"http://{router.host}:{router.port}" if router is not None else None
+        router_url = fleet.router_url if fleet.spec.router is not None else None
 
         async def one() -> None:
             async with sem:
@@ -190,7 +189,7 @@ async def _traffic(fleet: AsyncFleet, stats: Traffic, args: argparse.Namespace) 
         async def scrape() -> None:
             snap = await monitor.poll(client)
             dm = snap.instance(d.name)
-            stats.kv_bytes = snap.summary["kv_bytes_moved"] or None
+            stats.kv_bytes = snap.summary.kv_bytes_moved or None
             stats.external_tokens = dm.prompt_tokens_by_source.get("external_kv_transfer")
             stats.decode_ttft_p50 = dm.ttft.p50
             stats.alerts = [f"{a.code} {a.subject}: {a.message}" for a in snap.alerts]

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import subprocess
-import sys
 from pathlib import Path
 
 from pdctl.cli.args import emit, without_spec
@@ -29,34 +27,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def ensure_tiny_model(
     target: Path | None = None, *, force: bool = False, seed: int = 0, quiet: bool = False
 ) -> Path:
-    """Build the tiny model in a subprocess (it needs torch/transformers); reuse it if there."""
-    from pdctl.sdk.errors import LaunchError
+    """:func:`pdctl.sdk.demo.ensure_tiny_model` with a progress line while it builds."""
+    from pdctl.sdk.demo import ensure_tiny_model as build
     from pdctl.sdk.paths import tiny_model_dir, tiny_model_ready
 
     path = (target or tiny_model_dir()).expanduser()
     if tiny_model_ready(path) and not force:
         return path
-    cmd = [
-        sys.executable,
-        "-m",
-        "pdctl.connector.tinymodel",
-        "--out",
-        str(path),
-        "--seed",
-        str(seed),
-    ] + (["--force"] if force else [])
-    out = console(stderr=True)
-    status = out.status(f"building the tiny model in {path}…")
+    status = console(stderr=True).status(f"building the tiny model in {path}…")
     with contextlib.nullcontext() if quiet else status:
-        r = subprocess.run(cmd, capture_output=True, text=True, check=False)
-    if r.returncode != 0:
-        if "No module named" in r.stderr:
-            raise LaunchError(
-                "building the tiny model needs torch and transformers: "
-                "pip install 'pdctl[cpu]' (see README for the CPU torch wheel index)"
-            )
-        raise LaunchError(f"building the tiny model failed:\n{r.stderr[-2000:]}")
-    return path
+        return build(path, force=force, seed=seed)
 
 
 def run(args: argparse.Namespace) -> int:

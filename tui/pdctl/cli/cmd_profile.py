@@ -169,7 +169,7 @@ async def _measure(
     await fleet.up()
     try:
         first = fleet.plan.instances[0].url
-        url = f"http://127.0.0.1:{spec.router.port}" if spec.router is not None else first
+        url = fleet.router_url if spec.router is not None else first
         if not disagg:
             prof.vllm_version = await vllm_version(first)
         with progress_bars(err, not human(args)) as bar:

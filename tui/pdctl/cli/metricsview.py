@@ -108,9 +108,9 @@ def snapshot_view(snap: Snapshot) -> RenderableType:
     s = snap.summary
     lines = [
         Text.from_markup(
-            f"requests/s {s['request_rate']:.2f} · TTFT p99 {_ms(s['ttft_p99_s'])} ms · "
-            f"KV moved {_bytes(s['kv_bytes_moved'])} · transfer "
-            f"{s['transfer_bps'] / 1e9:.3f} GB/s · up {s['instances_up']}/{s['instances']}"
+            f"requests/s {s.request_rate:.2f} · TTFT p99 {_ms(s.ttft_p99_s)} ms · "
+            f"KV moved {_bytes(s.kv_bytes_moved)} · transfer "
+            f"{s.transfer_bps / 1e9:.3f} GB/s · up {s.instances_up}/{s.instances}"
         )
     ]
     for a in snap.alerts:

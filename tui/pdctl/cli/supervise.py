@@ -22,10 +22,8 @@ Body = Callable[["AsyncFleet"], Awaitable[None]]
 
 def view_for(fleet: AsyncFleet) -> FleetView:
     rows = [(i.name, i.role, i.url) for i in fleet.plan.instances]
-    r = fleet.spec.router
-    if fleet.with_router and r is not None:
-        host = "127.0.0.1" if r.host in ("0.0.0.0", "::") else r.host
-        rows.append(("router", "router", f"http://{host}:{r.port}"))
+    if fleet.with_router and fleet.spec.router is not None:
+        rows.append(("router", "router", fleet.router_url))
     return FleetView.from_plan(rows)
 
 

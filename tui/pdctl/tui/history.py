@@ -63,6 +63,6 @@ class History:
             for figure, get in INSTANCE_FIGURES.items():
                 self.add(inst.name, figure, get(inst))
         s = snap.summary
-        self.add(FLEET, "req_rate", s.get("request_rate"))
-        self.add(FLEET, "kv_rate", s.get("transfer_bps"))
-        self.add(FLEET, "ttft_p99", s.get("ttft_p99_s"))
+        self.add(FLEET, "req_rate", s.request_rate)
+        self.add(FLEET, "kv_rate", s.transfer_bps)
+        self.add(FLEET, "ttft_p99", s.ttft_p99_s)

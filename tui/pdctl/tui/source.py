@@ -33,6 +33,7 @@ from pdctl.sdk.metrics.monitor import FleetMonitor, Snapshot
 from pdctl.sdk.plan.recommend import PROFILE_ENV, LivePlanner, LiveRecommendation
 from pdctl.sdk.router.control import RouterControl, RouterState
 from pdctl.sdk.spec import FleetSpec
+from pdctl.sdk.urls import router_url
 
 
 @dataclass(frozen=True)
@@ -167,8 +168,7 @@ class LiveSource(Source):
         (``PDCTL_PLAN_PROFILE``, else ./pdctl-profile.json)."""
         router = None
         if spec.router is not None:
-            host = "127.0.0.1" if spec.router.host in ("0.0.0.0", "::") else spec.router.host
-            router = RouterControl(f"http://{host}:{spec.router.port}", timeout_s=timeout_s)
+            router = RouterControl(router_url(spec), timeout_s=timeout_s)
         super().__init__(
             title=title or f"fleet {spec.fleet.name}",
             interval_s=interval_s,

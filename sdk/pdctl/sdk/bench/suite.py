@@ -38,6 +38,7 @@ from pdctl.sdk.metrics.promtext import MetricsParseError, parse, total
 from pdctl.sdk.modelinfo import ModelInfoError, read_model_info, text_config
 from pdctl.sdk.router.control import RouterControl
 from pdctl.sdk.spec import FleetSpec, RouterSpec
+from pdctl.sdk.urls import router_url
 
 SCHEMA_VERSION = 1
 
@@ -198,8 +199,7 @@ class BenchSuite:
     async def _run_mode(
         self, spec: FleetSpec, fleet: AsyncFleet, mode: str
     ) -> list[dict[str, Any]]:
-        assert spec.router is not None
-        router = f"http://127.0.0.1:{spec.router.port}"
+        router = router_url(spec)
         if mode in ("push", "push-sequential"):
             await RouterControl(router).set_mode(mode)
         model = spec.model.effective_served_name

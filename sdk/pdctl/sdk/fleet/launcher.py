@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import shutil
 import subprocess
 import sys
 import time
@@ -22,11 +21,12 @@ from typing import Any, BinaryIO
 
 import httpx
 
+from pdctl.sdk.demo import demo_spec
 from pdctl.sdk.errors import FleetRunningError, LaunchError
 from pdctl.sdk.fleet import control
 from pdctl.sdk.fleet.events import FleetEvent, InstanceStatus
 from pdctl.sdk.fleet.policy import RestartPolicy
-from pdctl.sdk.fleet.procs import alive, kill_group, start_ticks
+from pdctl.sdk.fleet.procs import alive, check_engine, kill_group, start_ticks
 from pdctl.sdk.fleet.readiness import check_ready
 from pdctl.sdk.fleet.remote import (
     DEFAULT_GRACE,
@@ -47,9 +47,12 @@ from pdctl.sdk.fleet.state import (
 from pdctl.sdk.fleet.supervisor import RouterNotifier, Supervisor, _Instance, router_api_key
 from pdctl.sdk.fleetplan import InstancePlan, router_plan
 from pdctl.sdk.lint import lint, require_clean
+from pdctl.sdk.metrics.monitor import FleetMonitor, Snapshot
+from pdctl.sdk.router.client import AsyncRouterClient
 from pdctl.sdk.shepherd import group_members
 from pdctl.sdk.spec import FleetSpec
 from pdctl.sdk.specload import load_spec
+from pdctl.sdk.urls import router_url
 
 POLL_INTERVAL = 0.5
 
@@ -89,6 +92,8 @@ class AsyncFleet(Supervisor):
         self._subscribers: list[asyncio.Queue[FleetEvent]] = []
         self._changed = asyncio.Event()
         self._notifier: RouterNotifier | None = None
+        self._router: AsyncRouterClient | None = None
+        self._metrics: FleetMonitor | None = None
         self._monitor_task: asyncio.Task[None] | None = None
         self._life_r: int | None = None
         self._life_w: int | None = None
@@ -103,8 +108,43 @@ class AsyncFleet(Supervisor):
     def from_file(
         cls, path: str | Path | None = None, overrides: Sequence[str] = (), **kw: Any
     ) -> AsyncFleet:
+        """The fleet of a spec file (default ``./pdctl.toml``) with ``PDCTL_`` environment
+        variables and ``overrides`` (``KEY=VALUE``) on top; ``kw`` as for the class."""
         loaded = load_spec(path, overrides)
         return cls(loaded.spec, source=loaded.source, **kw)
+
+    @classmethod
+    def demo(
+        cls, overrides: Sequence[str] = (), *, model: str | Path | None = None, **kw: Any
+    ) -> AsyncFleet:
+        """The embedded CPU demo fleet (one prefill, one decode, the router); builds the
+        tiny model first when ``model`` is not given and it is missing (blocking)."""
+        loaded = demo_spec(overrides, model=model)
+        return cls(loaded.spec, source=loaded.source, **kw)
+
+    @property
+    def router_url(self) -> str:
+        """Where this fleet's router listens (``http://HOST:PORT``)."""
+        if not self.with_router:
+            raise LaunchError("this fleet runs without its router (with_router=False)")
+        return router_url(self.spec, self.source)
+
+    @property
+    def router(self) -> AsyncRouterClient:
+        """A client for this fleet's router (closed when the fleet goes down)."""
+        if self._router is None:
+            key = router_api_key(self.spec)
+            self._router = AsyncRouterClient(
+                self.router_url, api_key=key, transport=self._transport
+            )
+        return self._router
+
+    async def snapshot(self) -> Snapshot:
+        """Scrape every instance and the router once: one typed metrics round (windows
+        span the calls since the first)."""
+        if self._metrics is None:
+            self._metrics = FleetMonitor.for_fleet(self.spec, self.plan, transport=self._transport)
+        return await self._metrics.poll()
 
     async def __aenter__(self) -> AsyncFleet:
         await self.up()
@@ -148,7 +188,7 @@ class AsyncFleet(Supervisor):
         await asyncio.to_thread(self._claim_state_dir)
         report = lint(self.spec, check_bound_ports=self.check_ports)
         require_clean(report)
-        await asyncio.to_thread(self._check_engine)
+        await asyncio.to_thread(check_engine, self.plan.instances[0].argv[0], self.spec)
         self._up = True
         try:
             (self.dir / "logs").mkdir(parents=True, exist_ok=True)
@@ -202,30 +242,9 @@ class AsyncFleet(Supervisor):
         return plans
 
     def _router_notifier(self) -> RouterNotifier | None:
-        r = self.spec.router
-        if not self.with_router or r is None:
+        if not self.with_router or self.spec.router is None:
             return None
-        host = "127.0.0.1" if r.host in ("0.0.0.0", "::") else r.host
-        host = f"[{host}]" if ":" in host else host
-        return RouterNotifier(
-            f"http://{host}:{r.port}", router_api_key(self.spec), transport=self._transport
-        )
-
-    def _check_engine(self) -> None:
-        argv0 = self.plan.instances[0].argv[0]
-        extra = "cpu" if self.spec.fleet.platform == "cpu" else "gpu"
-        hint = f"install it: pip install 'pdctl[{extra}]'"
-        if self.spec.fleet.platform == "gpu":
-            if shutil.which(argv0) is None:
-                raise LaunchError(f"vLLM is not installed here (no {argv0!r} on PATH); {hint}")
-            return
-        has_vllm = "import importlib.util as u, sys; sys.exit(0 if u.find_spec('vllm') else 3)"
-        try:
-            rc = subprocess.run([argv0, "-c", has_vllm], timeout=60, check=False).returncode
-        except (OSError, subprocess.TimeoutExpired) as e:
-            raise LaunchError(f"cannot run the interpreter {argv0!r}: {e}") from None
-        if rc != 0:
-            raise LaunchError(f"vLLM is not installed for {argv0}; {hint}")
+        return RouterNotifier(self.router_url, router_api_key(self.spec), transport=self._transport)
 
     def _new_record(self, plan: InstancePlan) -> InstanceRecord:
         return InstanceRecord(
@@ -422,6 +441,9 @@ class AsyncFleet(Supervisor):
             self._life_r = self._life_w = None
             if self._client is not None:
                 await self._client.aclose()
+            if self._router is not None:
+                await self._router.aclose()
+                self._router = None
             if self._up:
                 with contextlib.suppress(FileNotFoundError):
                     state_file(self.dir).unlink()

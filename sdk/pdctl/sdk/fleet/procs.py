@@ -4,10 +4,17 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
+import subprocess
 import time
+from typing import TYPE_CHECKING
 
+from pdctl.sdk.errors import LaunchError
 from pdctl.sdk.shepherd import group_members
+
+if TYPE_CHECKING:
+    from pdctl.sdk.spec import FleetSpec
 
 
 def _stat_fields(pid: int) -> list[str] | None:
@@ -90,3 +97,21 @@ def kill_group(pgid: int, grace: float, reap_wait: float = 5.0) -> bool:
             return True
         time.sleep(0.05)
     return False
+
+
+def check_engine(argv0: str, spec: FleetSpec) -> None:
+    """Is vLLM installed for ``argv0`` (the instances' first argument)? A
+    :class:`LaunchError` naming the extra to install when it is not."""
+    extra = "cpu" if spec.fleet.platform == "cpu" else "gpu"
+    hint = f"install it: pip install 'pdctl[{extra}]'"
+    if spec.fleet.platform == "gpu":
+        if shutil.which(argv0) is None:
+            raise LaunchError(f"vLLM is not installed here (no {argv0!r} on PATH); {hint}")
+        return
+    probe = "import importlib.util as u, sys; sys.exit(0 if u.find_spec('vllm') else 3)"
+    try:
+        rc = subprocess.run([argv0, "-c", probe], timeout=60, check=False).returncode
+    except (OSError, subprocess.TimeoutExpired) as e:
+        raise LaunchError(f"cannot run the interpreter {argv0!r}: {e}") from None
+    if rc != 0:
+        raise LaunchError(f"vLLM is not installed for {argv0}; {hint}")

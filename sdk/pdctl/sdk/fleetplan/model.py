@@ -8,6 +8,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict
 
 from pdctl.sdk.spec import Mode, Role
+from pdctl.sdk.urls import http_url
 
 PlanRole = Literal["prefill", "decode", "colocated", "router", "render", "prometheus"]
 GroupRole = Role | Literal["router", "render", "prometheus"]
@@ -53,12 +54,7 @@ class InstancePlan(BaseModel):
 
     @property
     def url(self) -> str:
-        host = self.host
-        if host in ("0.0.0.0", "::"):
-            host = "127.0.0.1"
-        if ":" in host:
-            host = f"[{host}]"
-        return f"http://{host}:{self.http_port}"
+        return http_url(self.host, self.http_port)
 
     @property
     def side_channel_ports(self) -> tuple[int, ...]:

@@ -13,7 +13,7 @@ import asyncio
 import contextlib
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable
 from typing import Any
 
 import httpx
@@ -30,11 +30,13 @@ from pdctl.sdk.metrics.snapshot import (
     InstanceMetrics,
     PairMetrics,
     Snapshot,
+    Summary,
     Target,
     Transfers,
 )
 from pdctl.sdk.metrics.watch import LifecycleWatch
 from pdctl.sdk.spec import FleetSpec
+from pdctl.sdk.urls import http_url
 
 __all__ = [
     "ALERTS",
@@ -43,6 +45,7 @@ __all__ = [
     "InstanceMetrics",
     "PairMetrics",
     "Snapshot",
+    "Summary",
     "Target",
     "Transfers",
     "evaluate_alerts",
@@ -75,8 +78,7 @@ QUANTILES = (0.5, 0.9, 0.99)
 def targets_for(spec: FleetSpec, plan: FleetPlan) -> list[Target]:
     out = [Target(i.name, i.role, i.url, i.tp) for i in plan.instances]
     if spec.router is not None:
-        host = "127.0.0.1" if spec.router.host in ("0.0.0.0", "::") else spec.router.host
-        out.append(Target("router", "router", f"http://{host}:{spec.router.port}"))
+        out.append(Target("router", "router", http_url(spec.router.host, spec.router.port)))
     return out
 
 
@@ -337,18 +339,25 @@ class FleetMonitor:
             r["running"] += i.running or 0.0
             r["waiting"] += i.waiting or 0.0
             r["kv_bytes_window"] += i.transfers.bytes_window or 0.0
-        moved = sum(i.transfers.bytes_total or 0.0 for i in insts)
-        thr = sum(i.transfers.throughput_bps or 0.0 for i in insts)
         front = [i for i in insts if i.role in ("decode", "colocated")]
-        ttft99 = max((i.ttft.p99 for i in front if i.ttft.p99 is not None), default=None)
-        summary = {
-            "request_rate": sum(i.request_rate or 0.0 for i in front),
-            "ttft_p99_s": ttft99,
-            "kv_bytes_moved": moved,
-            "transfer_bps": thr,
-            "instances_up": sum(i.health == "UP" for i in insts),
-            "instances": len(insts),
-        }
+
+        def slowest(of: Callable[[InstanceMetrics], float | None]) -> float | None:
+            return max((v for v in map(of, front) if v is not None), default=None)
+
+        summary = Summary(
+            request_rate=sum(i.request_rate or 0.0 for i in front),
+            ttft_p50_s=slowest(lambda i: i.ttft.p50),
+            ttft_p99_s=slowest(lambda i: i.ttft.p99),
+            itl_p50_s=slowest(lambda i: i.itl.p50),
+            itl_p99_s=slowest(lambda i: i.itl.p99),
+            e2e_p50_s=slowest(lambda i: i.e2e.p50),
+            kv_bytes_moved=sum(i.transfers.bytes_total or 0.0 for i in insts),
+            transfer_bps=sum(i.transfers.throughput_bps or 0.0 for i in insts),
+            requests_running=sum(i.running or 0.0 for i in front),
+            requests_waiting=sum(i.waiting or 0.0 for i in front),
+            instances_up=sum(i.health == "UP" for i in insts),
+            instances=len(insts),
+        )
         router = None
         if any(t.role == "router" for t in self.targets):
             router = {"mode": self._router_mode, "recent_requests": len(self._recent)}

@@ -99,6 +99,30 @@ class Alert:
 
 
 @dataclass(frozen=True)
+class Summary:
+    """The fleet in a few figures. Latencies are the slowest front instance's (decode or
+    colocated: where a client's first token comes from) over the window, in seconds;
+    ``None`` until a request has finished there."""
+
+    request_rate: float = 0.0
+    """Requests finished per second on the front instances."""
+    ttft_p50_s: float | None = None
+    ttft_p99_s: float | None = None
+    itl_p50_s: float | None = None
+    itl_p99_s: float | None = None
+    e2e_p50_s: float | None = None
+    kv_bytes_moved: float = 0.0
+    """KV bytes written over NIXL since the instances started (all initiators)."""
+    transfer_bps: float = 0.0
+    """KV bytes per second over the window."""
+    requests_running: float = 0.0
+    """Requests running on the front instances now."""
+    requests_waiting: float = 0.0
+    instances_up: int = 0
+    instances: int = 0
+
+
+@dataclass(frozen=True)
 class Snapshot:
     at: float
     """Unix time of this round."""
@@ -108,7 +132,7 @@ class Snapshot:
     pairs: tuple[PairMetrics, ...]
     router: dict[str, Any] | None
     alerts: tuple[Alert, ...]
-    summary: dict[str, Any]
+    summary: Summary
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -12,19 +12,39 @@ new requests from being routed to it; the legs already in flight finish normally
 
 from __future__ import annotations
 
-import asyncio
 import os
-import time
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import httpx
 
-from pdctl.sdk.errors import PdctlError
+from pdctl.sdk.errors import RouterError
+from pdctl.sdk.router.client import (
+    AsyncRouterClient,
+    Op,
+    drain_op,
+    notify_op,
+    requests_op,
+    set_mode_op,
+    set_policy_op,
+    state_op,
+    wait_drained_op,
+)
+from pdctl.sdk.router.results import RoutedInstance, RouterState
 
 if TYPE_CHECKING:
     from pdctl.sdk.spec import ApiKeySpec
+
+__all__ = [
+    "ApiKeyError",
+    "RoutedInstance",
+    "RouterControl",
+    "RouterControlError",
+    "RouterState",
+    "read_api_key",
+]
+
+T = TypeVar("T")
 
 
 class ApiKeyError(ValueError):
@@ -52,65 +72,15 @@ def read_api_key(src: ApiKeySpec | None) -> bytes | None:
     return None
 
 
-class RouterControlError(PdctlError):
-    """The router could not be reached or refused the request."""
-
-
-@dataclass(frozen=True)
-class RoutedInstance:
-    name: str
-    role: str
-    url: str
-    healthy: bool
-    drained: bool
-    in_flight: int
-    """Legs the router has sent to this instance that have not finished."""
-    breaker: str
-    kv_index: str | None = None
-    """cache_aware: EXACT (from the instance's KV events), DEGRADED (events lagging or
-    lost) or FALLBACK (the router's routing history); None with other policies."""
-    prefix_hit_rate: float | None = None
-    """cache_aware: share of routed prompt blocks the index believed the instance held."""
-
-
-@dataclass(frozen=True)
-class RouterState:
-    mode: str
-    modes: tuple[str, ...]
-    """The modes this fleet supports (``push`` and ``push-sequential`` for push fleets)."""
-    instances: tuple[RoutedInstance, ...]
-
-    def instance(self, name: str) -> RoutedInstance:
-        for i in self.instances:
-            if i.name == name:
-                return i
-        raise KeyError(name)
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> RouterState:
-        index = (data.get("kv_index") or {}).get("instances") or {}
-        return cls(
-            mode=str(data.get("mode")),
-            modes=tuple(str(m) for m in data.get("modes", ())),
-            instances=tuple(
-                RoutedInstance(
-                    name=str(i["name"]),
-                    role=str(i["role"]),
-                    url=str(i["url"]),
-                    healthy=bool(i["healthy"]),
-                    drained=bool(i["drained"]),
-                    in_flight=int(i["in_flight"]),
-                    breaker=str(i["breaker"]),
-                    kv_index=index.get(i["name"], {}).get("state"),
-                    prefix_hit_rate=index.get(i["name"], {}).get("predicted_hit_rate"),
-                )
-                for i in data.get("instances", ())
-            ),
-        )
+RouterControlError = RouterError
+"""The router could not be reached or refused the request (the SDK's one router error)."""
 
 
 class RouterControl:
-    """Client for the router's control endpoints (async; one short request per call)."""
+    """The router's control endpoints for operator tools (async, one short connection per
+    call, so one object serves any event loop). The calls are
+    :class:`~pdctl.sdk.router.client.AsyncRouterClient`'s; failures are
+    :class:`RouterControlError`."""
 
     def __init__(
         self,
@@ -122,86 +92,47 @@ class RouterControl:
     ) -> None:
         self.url = url.rstrip("/")
         self.timeout_s = timeout_s
-        self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self._api_key = api_key
         self._transport = transport
 
-    async def _call(self, method: str, path: str, body: Any = None, **params: Any) -> Any:
-        query = {k: v for k, v in params.items() if v is not None}
-        try:
-            async with httpx.AsyncClient(transport=self._transport) as c:
-                r = await c.request(
-                    method,
-                    self.url + path,
-                    json=body,
-                    params=query,
-                    headers=self._headers,
-                    timeout=self.timeout_s,
-                )
-        except httpx.HTTPError as e:
-            raise RouterControlError(
-                f"cannot reach the router at {self.url}: {e or type(e).__name__}; is the "
-                "fleet up (`pdctl status`)?"
-            ) from None
-        try:
-            data = r.json()
-        except ValueError:
-            data = None
-        if r.status_code != 200:
-            msg = data.get("error", {}).get("message") if isinstance(data, dict) else None
-            raise RouterControlError(
-                f"the router refused {method} {path}: {msg or f'HTTP {r.status_code}'}"
-            )
-        return data
+    async def _run(self, op: Op[T]) -> T:
+        async with AsyncRouterClient(
+            self.url,
+            api_key=self._api_key,
+            control_timeout_s=self.timeout_s,
+            transport=self._transport,
+        ) as client:
+            return await client.run(op)
 
     async def state(self) -> RouterState:
-        return RouterState.from_json(await self._call("GET", "/v1/pdctl/state"))
+        return await self._run(state_op())
 
     async def drain(self, instance: str, drain: bool = True) -> RouterState:
         """Stop (``drain=True``) or resume routing new requests to ``instance``."""
-        data = await self._call("POST", "/v1/pdctl/drain", {"instance": instance, "drain": drain})
-        return RouterState.from_json(data)
+        return await self._run(drain_op(instance, drain))
 
     async def notify(self, instance: str, event: str) -> RouterState:
         """Tell the router an instance is ``"up"`` (ready again) or ``"down"`` (stopped,
         failed or restarting), so it stops waiting for its next health check."""
-        data = await self._call(
-            "POST", "/v1/pdctl/instance", {"instance": instance, "event": event}
-        )
-        return RouterState.from_json(data)
+        return await self._run(notify_op(instance, event))
 
     async def set_mode(self, mode: str) -> RouterState:
-        return RouterState.from_json(await self._call("POST", "/v1/pdctl/mode", {"mode": mode}))
+        return await self._run(set_mode_op(mode))
 
     async def set_policy(self, policy: str) -> RouterState:
         """Switch the selection policy (cache_aware only on a router started with it)."""
-        return RouterState.from_json(
-            await self._call("POST", "/v1/pdctl/policy", {"policy": policy})
-        )
+        return await self._run(set_policy_op(policy))
 
     async def requests(
         self, limit: int = 200, *, instance: str | None = None, outcome: str | None = None
     ) -> list[dict[str, Any]]:
         """The flight recorder: recent finished requests, newest first, each with its
-        timeline (``*_ms`` fields are milliseconds since the router received it)."""
-        data = await self._call(
-            "GET", "/v1/pdctl/requests", limit=limit, instance=instance, outcome=outcome
-        )
-        return list(data.get("requests", [])) if isinstance(data, dict) else []
+        timeline as the router sent it (``*_ms`` fields are milliseconds since the router
+        received it; :meth:`AsyncRouterClient.requests` gives them typed)."""
+        return [t.raw for t in await self._run(requests_op(limit, instance, outcome))]
 
     async def wait_drained(
         self, instance: str, *, timeout_s: float = 300.0, poll_s: float = 0.5
     ) -> RoutedInstance:
         """Wait until ``instance`` is drained and has no leg in flight."""
-        deadline = time.monotonic() + timeout_s
-        while True:
-            inst = (await self.state()).instance(instance)
-            if not inst.drained:
-                raise RouterControlError(f"{instance} is not drained (someone resumed it)")
-            if inst.in_flight == 0:
-                return inst
-            if time.monotonic() >= deadline:
-                raise RouterControlError(
-                    f"{instance} still has {inst.in_flight} request(s) in flight after "
-                    f"{timeout_s:g} s"
-                )
-            await asyncio.sleep(poll_s)
+        return await self._run(wait_drained_op(instance, timeout_s, poll_s))

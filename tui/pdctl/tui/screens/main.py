@@ -173,11 +173,11 @@ class MainScreen(Screen[None]):
         s = u.snapshot.summary
         t = Text()
         for label, value in (
-            ("req/s", fmt.num(s.get("request_rate"), 2)),
-            ("TTFT p99", f"{fmt.ms(s.get('ttft_p99_s'))} ms"),
-            ("KV moved", fmt.size(s.get("kv_bytes_moved"))),
-            ("transfer", fmt.rate(s.get("transfer_bps"))),
-            ("up", f"{s.get('instances_up')}/{s.get('instances')}"),
+            ("req/s", fmt.num(s.request_rate, 2)),
+            ("TTFT p99", f"{fmt.ms(s.ttft_p99_s)} ms"),
+            ("KV moved", fmt.size(s.kv_bytes_moved)),
+            ("transfer", fmt.rate(s.transfer_bps)),
+            ("up", f"{s.instances_up}/{s.instances}"),
         ):
             t.append(f"{label} ", style="bold")
             t.append(f"{value}  ")

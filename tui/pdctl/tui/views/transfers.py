@@ -45,9 +45,9 @@ class TransfersView(View):
         expected = frame.expected_bps
         head = Text()
         head.append("KV moved ", style="bold")
-        head.append(fmt.size(s.get("kv_bytes_moved")))
+        head.append(fmt.size(s.kv_bytes_moved))
         head.append("  now ", style="bold")
-        head.append(fmt.rate(s.get("transfer_bps")))
+        head.append(fmt.rate(s.transfer_bps))
         head.append("  expected ", style="bold")
         head.append(fmt.rate(expected) if expected else "unknown (run preflight, or --expect-gbps)")
         self.query_one("#xfer-head", Static).update(head)

@@ -16,6 +16,7 @@ from pdctl.sdk.errors import LaunchError, NotRunningError
 from pdctl.sdk.fleetplan import FleetPlan
 from pdctl.sdk.lint import lint, require_clean
 from pdctl.sdk.spec import FleetSpec
+from pdctl.sdk.urls import http_url
 
 LWS_RELEASES = "https://github.com/kubernetes-sigs/lws/releases"
 BASE_KINDS = ("deployments.apps", "services", "configmaps")
@@ -138,7 +139,7 @@ class K8sBackend:
         rows: list[tuple[str, str, str]] = [(i.name, i.role, i.url) for i in plan.instances]
         if plan.router is not None:
             r = plan.router
-            rows.append((names.ROUTER, names.ROUTER, f"http://{r.host}:{r.port}"))
+            rows.append((names.ROUTER, names.ROUTER, http_url(r.host, r.port)))
         return BackendStatus(
             self.spec.fleet.name,
             self.kind,
