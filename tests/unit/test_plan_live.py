@@ -16,6 +16,7 @@ import pytest
 
 from pdctl.sdk.metrics.derive import Histogram, Lengths
 from pdctl.sdk.metrics.monitor import InstanceMetrics, Snapshot
+from pdctl.sdk.metrics.snapshot import Summary
 from pdctl.sdk.plan import (
     Correction,
     Layout,
@@ -127,7 +128,7 @@ def _inst(
 
 
 def _snap(*insts: InstanceMetrics) -> Snapshot:
-    return Snapshot(0.0, 60.0, insts, {}, (), None, (), {})
+    return Snapshot(0.0, 60.0, insts, {}, (), None, (), Summary())
 
 
 def test_live_lengths_are_count_weighted_prompts_in_front_outputs_behind():
