@@ -38,6 +38,8 @@ IDLE_BACK_S = 5.0
 FREED_AFTER_KILL_S = 4.0
 """The issue's goal is 2 s from a side's death to the other side freeing its KV; the
 margin is for two shared cores (the benchmark reports the measured value)."""
+HANDSHAKE_S = 5.0
+"""vLLM's side-channel handshake timeout (its ZMQ receive timeout)."""
 ANSWERED_AFTER_KILL_S = 10.0
 """Every client has its final answer this soon after a kill (no timeout waited out)."""
 
@@ -236,7 +238,9 @@ async def test_side_channel_unreachable_is_a_clear_error_within_seconds(fleet, m
         )
         print(f"{rep.fault}: {rep.statuses} in {[round(a.seconds, 2) for a in rep.answers]} s")
         assert all(a.status is not None and a.status >= 500 for a in rep.answers), rep.answers
-        assert rep.answer_p100_s < 10, rep.answers
+        # the ZMQ handshake's 5 s timeout, and at most one earlier handshake to an
+        # unreachable address ahead of it in vLLM's single handshake executor
+        assert rep.answer_p100_s < HANDSHAKE_S * 2 + 2, rep.answers
         assert rep.kv_back_s[d.url] is not None, rep.kv_samples
         assert await chaos.time_to_service(c, router(fleet), wait_s=30) is not None
     print(f"prefill holds {gauge(p.url, rv.PREFILLS_WAITING)} finished prefill(s) until the lease")

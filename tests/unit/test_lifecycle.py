@@ -155,6 +155,31 @@ def test_delayed_write_is_held_then_dropped_when_its_lease_was_released():
     assert w._pdctl_life.targets == {}  # no WRITE was started
 
 
+def test_a_delayed_write_waiting_for_its_handshake_is_not_delayed_twice():
+    from concurrent.futures import Future
+
+    handshake: Future[Any] = Future()
+    rid = "cmpl-e-0-1234abcd"
+    reg: dict[str, Any] = {"decode_engine_id": "d", "request_id": "cmpl-e-0-x", "decode_host": "h"}
+    reg.update(decode_port=1, decode_tp_size=1, local_block_ids=[5])
+    w = worker(
+        _reqs_to_send={rid: 99.0},
+        _deferred_push_inbox=queue.Queue(),
+        _push_writer_wake=threading.Event(),
+        _ensure_handshake=lambda *a, **kw: handshake,  # first contact with this decode
+    )
+    w._pdctl_life.delay = WriteDelay(seconds=0.01)
+    w._do_start_push_kv(rid, ([1],), reg)  # held back
+    w._deferred_push_inbox.get(timeout=5)
+    w._do_start_push_kv(rid, ([1],), reg)  # back: vLLM defers it until the handshake
+    assert w._pdctl_life.targets == {rid: ("d", "cmpl-e-0-x")}
+    assert rid in w._pdctl_life.delayed  # so that its return is not held back again
+    w._deferred_push_inbox.put(None)
+    assert w._deferred_push_inbox.get(timeout=1) is None  # no second timer fired
+    handshake.set_exception(TimeoutError("no side channel"))
+    assert w._pdctl_life.release["cmpl-e-0"][1] == lc.HANDSHAKE_FAILED
+
+
 def test_handshake_failure_releases_the_kv_at_once():
     w = worker()
     w._pdctl_life.targets["cmpl-h-0-1234abcd"] = ("d", "cmpl-h-0-x")
@@ -166,3 +191,16 @@ def test_handshake_failure_releases_the_kv_at_once():
     assert w._pdctl_life.targets == {}
     (key, (_, reason)), *_ = w._pdctl_life.release.items()
     assert (key, reason) == ("cmpl-h-0", lc.HANDSHAKE_FAILED)
+
+
+def test_no_release_is_sent_to_a_prefill_whose_side_channel_just_failed():
+    w = worker(_reg_send_inbox=queue.Queue())
+    sent: list[str] = []
+    w._do_send_reg_notif = lambda rid, reg: sent.append(rid)
+    fut: Any = SimpleNamespace(exception=lambda: TimeoutError("no answer"))
+    w._handshake_result("p-gone", fut)
+    release = {"remote_engine_id": "p-gone", lc.RELEASE_KEY: True}
+    w._send_registration_to_p("cmpl-a-0-1", release)  # would stall the executor 5 s
+    assert sent == []
+    w._handshake_result("p-gone", SimpleNamespace(exception=lambda: None))
+    assert w._pdctl_life.unreachable == {}  # reachable again: releases go as before

@@ -200,6 +200,8 @@ class _State:
         self.delay: WriteDelay | None = None
         self.delayed: set[str] = set()
         """P: requests whose WRITE the delay failpoint is holding back (writer thread)."""
+        self.unreachable: dict[str, float] = {}
+        """D: prefill engine → when a handshake to it failed (handshake callbacks)."""
         self.watch: PeerWatch | None = None
         self.gone: dict[str, float] = {}
         """D: requests failed because their prefill is gone (engine thread)."""
@@ -356,7 +358,26 @@ class LifecycleWorker(NixlPushConnectorWorker):
             self._fail_parked_dropped()
             self._unpark_released()
             return
+        failed_at = self._pdctl_life.unreachable.get(reg_data["remote_engine_id"])
+        recent = failed_at is not None and time.perf_counter() - failed_at < REMEMBER_S
+        if reg_data.get(RELEASE_KEY) and recent:
+            # its side channel just failed: another 5 s handshake would only stall every
+            # other handshake behind it (P's lease frees the KV)
+            _log.info("pdctl: no release for %s: its prefill is unreachable", req_id)
+            return
         super()._send_registration_to_p(req_id, reg_data)
+
+    def _ensure_handshake(self, engine_id: str, *args: Any, **kw: Any) -> Any:
+        fut = super()._ensure_handshake(engine_id, *args, **kw)
+        if fut is not None:
+            fut.add_done_callback(lambda f: self._handshake_result(engine_id, f))
+        return fut
+
+    def _handshake_result(self, engine_id: str, fut: Any) -> None:
+        if fut.exception() is None:
+            self._pdctl_life.unreachable.pop(engine_id, None)
+        else:
+            self._pdctl_life.unreachable[engine_id] = time.perf_counter()
 
     def _do_send_reg_notif(self, req_id: str, reg_data: dict[str, Any]) -> None:
         if reg_data.get(RELEASE_KEY):
@@ -373,9 +394,9 @@ class LifecycleWorker(NixlPushConnectorWorker):
     def _do_start_push_kv(self, request_id: str, local_block_ids: Any, reg: dict[str, Any]) -> None:
         life = self._pdctl_life
         if life.delay is not None and local_block_ids:
-            if request_id in life.delayed:
-                life.delayed.discard(request_id)
+            if request_id in life.delayed:  # back from the delay (or a handshake after it)
                 if request_id not in self._reqs_to_send:
+                    life.delayed.discard(request_id)
                     _log.info("pdctl: delayed WRITE of %s dropped (lease released)", request_id)
                     return
             elif life.delay.applies(request_id):
@@ -394,6 +415,8 @@ class LifecycleWorker(NixlPushConnectorWorker):
         )
         if fut is not None:  # P→D handshake pending: if it fails, free our KV now
             fut.add_done_callback(lambda f: self._handshake_done(f, request_id))
+        else:
+            life.delayed.discard(request_id)  # the WRITE goes now
         super()._do_start_push_kv(request_id, local_block_ids, reg)
 
     def _redrive(self, request_id: str, local_block_ids: Any, reg: dict[str, Any]) -> None:

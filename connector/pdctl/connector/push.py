@@ -343,6 +343,7 @@ _HOOKS = (
     "_do_start_push_kv",
     "_get_new_notifs",
     "_handle_failed_transfer",
+    "_ensure_handshake",
     "start_load_kv",
     "_pop_matching_registration",
     "_do_send_reg_notif",
