@@ -52,6 +52,8 @@ from pdctl.sdk import chaos
 from pdctl.sdk.chaos import kills, sidechannel
 from pdctl.sdk.fleet import AsyncFleet
 from pdctl.sdk.fleet.procs import cpu_seconds, instance_pids
+from pdctl.sdk.metrics import parse, total
+from pdctl.sdk.metrics import rendezvous as rv
 from pdctl.sdk.paths import tiny_model_dir
 from pdctl.sdk.pd import PrefillIdentity
 from pdctl.sdk.specload import load_demo_spec
@@ -124,6 +126,21 @@ def port_overrides() -> list[str]:
     ]
 
 
+async def _counters(c: httpx.AsyncClient, url: str) -> dict[str, float | None]:
+    """Prefill's early releases by reason, its expiries, and vLLM's expired leases."""
+    try:
+        m = parse((await c.get(url + "/metrics", timeout=5)).text)
+    except httpx.HTTPError:
+        return {}
+    out: dict[str, float | None] = {
+        f"released_{r}": total(m, rv.RELEASED + "_total", {rv.REASON_LABEL: r})
+        for r in ("decode_aborted", "write_failed", "handshake_failed")
+    }
+    out["push_expired"] = total(m, rv.EXPIRED + "_total")
+    out["vllm_kv_expired"] = total(m, "vllm:nixl_num_kv_expired_reqs_total")
+    return out
+
+
 def _engines(fleet: AsyncFleet, name: str) -> list[int]:
     return chaos.engine_pids(instance_pids([fleet._instances[name].record.shepherd_pid]))
 
@@ -169,6 +186,7 @@ async def new_fault(
         )
     out = rep.as_dict()
     out["kv_samples"] = out["kv_samples"][:40]
+    out["prefill_counters"] = await _counters(c, p.url)
     killed = d if "decode" in name else p if "prefill" in name else None
     if killed is not None:
         rec = fleet._instances[killed.name].record
