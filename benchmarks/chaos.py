@@ -105,13 +105,20 @@ async def kill_prefill(
 
 
 def free_ports(n: int) -> list[int]:
-    """``n`` distinct free loopback ports (other fleets may run on the default ones)."""
-    socks = [socket.socket() for _ in range(n)]
-    for s in socks:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
+    """``n`` distinct free loopback ports below the ephemeral range (other fleets may
+    run on the default ones; an ephemeral port can be taken by any outgoing connection
+    before vLLM binds it)."""
+    rng = random.Random()
+    ports: list[int] = []
+    while len(ports) < n:
+        port = rng.randrange(20000, 32000)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        if port not in ports:
+            ports.append(port)
     return ports
 
 
