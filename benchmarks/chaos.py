@@ -262,7 +262,12 @@ async def soak(arm: str, args: argparse.Namespace) -> dict[str, Any]:
                 ]
                 crashes += len(dead)
                 rounds.append({"round": n, "faults": reports, "dead": dead})
-                print(f"[{arm}] round {n}: dead={dead}", flush=True)
+                over_s = [
+                    f"overload={f['statuses']} p50={f['p50_s']:.1f}s kv_back={f['kv_back_s']}"
+                    for f in reports
+                    if f["fault"] == "overload"
+                ]
+                print(f"[{arm}] round {n}: dead={dead} {' '.join(over_s)}", flush=True)
                 for nm in dead:
                     await fleet.restart(nm)
                     baseline = await chaos.fresh_idle(c, urls)
