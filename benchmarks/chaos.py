@@ -14,7 +14,19 @@ totals and the ratio of each arm against the first, and writes a JSON record.
 
 Arms: ``strict`` — pdctl's CPU knobs with the agent's STRICT sync mode (the default);
 ``none`` — the same knobs with NIXL's NONE sync mode (the crash-prone setting);
-``stock`` — ``fleet.cpu_tuning = false`` (NIXL progress threads busy-polling).
+``stock`` — ``fleet.cpu_tuning = false`` (NIXL progress threads busy-polling);
+``nowatch`` — ``strict`` without decode's watch on its prefills (``pdctl_peer_watch_s =
+0``: the connector before that fix).
+
+``--faults`` picks the faults of a round (default ``bad,storm,overload``); the kills and
+the side channel (:mod:`pdctl.sdk.chaos.kills`, :mod:`pdctl.sdk.chaos.sidechannel`):
+
+    python benchmarks/chaos.py --arms strict,nowatch --rounds 2 --faults \
+        kill-decode-after-registration,kill-decode-mid-stream,kill-prefill-before-write,\
+        side-channel-refused,side-channel-blackholed
+
+A killed instance is restarted by the fleet's supervisor (not by the benchmark); the
+report's ``service_back_s`` is the time from the kill until the router served again.
 Loopback only; bounded by ``--rounds`` and the per-request timeouts.
 """
 
@@ -25,6 +37,7 @@ import asyncio
 import json
 import os
 import random
+import socket
 import statistics
 import subprocess
 import sys
@@ -36,9 +49,13 @@ from typing import Any
 import httpx
 
 from pdctl.sdk import chaos
+from pdctl.sdk.chaos import kills, sidechannel
 from pdctl.sdk.fleet import AsyncFleet
 from pdctl.sdk.fleet.procs import cpu_seconds, instance_pids
+from pdctl.sdk.metrics import parse, total
+from pdctl.sdk.metrics import rendezvous as rv
 from pdctl.sdk.paths import tiny_model_dir
+from pdctl.sdk.pd import PrefillIdentity
 from pdctl.sdk.specload import load_demo_spec
 from pdctl.sdk.urls import router_url
 
@@ -47,7 +64,14 @@ ARMS: dict[str, list[str]] = {
     "none": ["fleet.cpu_tuning=true", "fleet.connector_options.pdctl_nixl_sync_mode=none"],
     "rw": ["fleet.cpu_tuning=true", "fleet.connector_options.pdctl_nixl_sync_mode=rw"],
     "stock": ["fleet.cpu_tuning=false"],
+    "nowatch": ["fleet.cpu_tuning=true", "fleet.connector_options.pdctl_peer_watch_s=0"],
 }
+RESTARTS = [
+    f"{g}.0.{k}" for g in ("prefill", "decode") for k in ("max_restarts=100", "restart_window_s=20")
+]
+"""Kill faults restart instances every round: no crash-loop verdict, no growing backoff."""
+DEFAULT_FAULTS = "bad,storm,overload"
+KILLS = kills.POINTS
 
 
 async def idle_cpu_pct(fleet: AsyncFleet, seconds: float) -> float:
@@ -81,8 +105,118 @@ async def kill_prefill(
     return out
 
 
+def free_ports(n: int) -> list[int]:
+    """``n`` distinct free loopback ports below the ephemeral range (other fleets may
+    run on the default ones; an ephemeral port can be taken by any outgoing connection
+    before vLLM binds it)."""
+    rng = random.Random()
+    ports: list[int] = []
+    while len(ports) < n:
+        port = rng.randrange(20000, 32000)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        if port not in ports:
+            ports.append(port)
+    return ports
+
+
+def port_overrides() -> list[str]:
+    hp, sp, hd, sd, rp = free_ports(5)
+    return [
+        f"prefill.0.http_port={hp}",
+        f"prefill.0.side_channel_port={sp}",
+        f"decode.0.http_port={hd}",
+        f"decode.0.side_channel_port={sd}",
+        f"router.port={rp}",
+    ]
+
+
+async def _counters(c: httpx.AsyncClient, url: str) -> dict[str, float | None]:
+    """Prefill's early releases by reason, its expiries, and vLLM's expired leases."""
+    try:
+        m = parse((await c.get(url + "/metrics", timeout=5)).text)
+    except httpx.HTTPError:
+        return {}
+    out: dict[str, float | None] = {
+        f"released_{r}": total(m, rv.RELEASED + "_total", {rv.REASON_LABEL: r})
+        for r in ("decode_aborted", "write_failed", "handshake_failed")
+    }
+    out["push_expired"] = total(m, rv.EXPIRED + "_total")
+    out["vllm_kv_expired"] = total(m, "vllm:nixl_num_kv_expired_reqs_total")
+    return out
+
+
+def _engines(fleet: AsyncFleet, name: str) -> list[int]:
+    return chaos.engine_pids(instance_pids([fleet._instances[name].record.shepherd_pid]))
+
+
+async def _idle_kv(c: httpx.AsyncClient, url: str, wait_s: float = 120.0) -> float:
+    """A (re)started instance's fresh idle KV usage, once it answers."""
+    t0 = time.perf_counter()
+    while time.perf_counter() - t0 < wait_s:
+        s = await chaos.scrape(c, url)
+        if s is not None:
+            return s[chaos.KV_USAGE]
+        await asyncio.sleep(0.5)
+    return 0.0
+
+
+async def new_fault(
+    name: str,
+    fleet: AsyncFleet,
+    c: httpx.AsyncClient,
+    router: str,
+    switch: Path,
+    baseline: dict[str, float],
+    delay_s: float,
+) -> dict[str, Any]:
+    """One kill or side-channel fault; the killed instance comes back by the supervisor."""
+    p, d = fleet.plan.instances[:2]
+    if name in kills.POINTS:
+        killed, survivor = (p, d) if "prefill" in name else (d, p)
+        rep = await kills.kill_at(
+            name,
+            c,
+            router,
+            _engines(fleet, killed.name),
+            (survivor.url, baseline[survivor.url]),
+            switch=switch,
+            delay_s=delay_s,
+        )
+    else:
+        mode = "blackholed" if "blackhole" in name else "refused"
+        plan = fleet._instances[p.name].plan
+        rep = await sidechannel.side_channel_unreachable(
+            c, (p.url, PrefillIdentity.from_plan(plan)), d.url, baseline, mode=mode
+        )
+    out = rep.as_dict()
+    out["kv_samples"] = out["kv_samples"][:40]
+    out["prefill_counters"] = await _counters(c, p.url)
+    killed = d if "decode" in name else p if "prefill" in name else None
+    if killed is not None:
+        rec = fleet._instances[killed.name].record
+        out["restarted"] = {"restarts": rec.restarts, "engine_id": rec.engine_id}
+        after = await _idle_kv(c, killed.url)
+        out["restarted_kv_vs_fresh"] = [after, baseline[killed.url]]
+    print(
+        f"  {name}: {rep.statuses} after fault {out.get('answers_after_fault_s')} "
+        f"kv_back={rep.kv_back_s} service_back={rep.service_back_s}",
+        flush=True,
+    )
+    return out
+
+
 async def soak(arm: str, args: argparse.Namespace) -> dict[str, Any]:
-    spec = load_demo_spec(tiny_model_dir(), [*ARMS[arm], f"fleet.name=chaos-{arm}"]).spec
+    state = Path(os.environ["PDCTL_STATE_DIR"])
+    switch = state / f"chaos-{arm}-delay-writes"
+    overrides = [*ARMS[arm], f"fleet.name=chaos-{arm}", *RESTARTS, *port_overrides()]
+    overrides.append(
+        f"fleet.connector_options.pdctl_failpoint_write_delay={args.write_delay_ms}:while:{switch}"
+    )
+    spec = load_demo_spec(tiny_model_dir(), overrides).spec
     router = router_url(spec)
     max_len = spec.model.max_model_len or 1024
     fleet = AsyncFleet(spec, ready_timeout=400, grace=5)
@@ -98,34 +232,42 @@ async def soak(arm: str, args: argparse.Namespace) -> dict[str, Any]:
             await asyncio.sleep(2)
             idle = await idle_cpu_pct(fleet, args.idle)
             baseline = await chaos.fresh_idle(c, urls)
+            faults = args.faults.split(",")
             for n in range(args.rounds):
-                reports = []
-                bad = await chaos.bad_input(c, router, args.bad, max_model_len=max_len)
-                reports.append(await chaos.run_fault("bad-input", c, router, baseline, bad))
-                storm = await chaos.disconnect_storm(c, router, args.storm, rng=rng)
-                reports.append(
-                    await chaos.run_fault("disconnect-storm", c, router, baseline, storm)
-                )
-                over = await chaos.overload(c, router, args.overload)
-                rep = await chaos.run_fault("overload", c, router, baseline, over)
-                rep_d = rep.as_dict()
-                rep_d["p50_s"] = statistics.median(a.seconds for a in over)
+                reports: list[dict[str, Any]] = []
+                if "bad" in faults:
+                    bad = await chaos.bad_input(c, router, args.bad, max_model_len=max_len)
+                    rep = await chaos.run_fault("bad-input", c, router, baseline, bad)
+                    reports.append(rep.as_dict())
+                if "storm" in faults:
+                    storm = await chaos.disconnect_storm(c, router, args.storm, rng=rng)
+                    rep = await chaos.run_fault("disconnect-storm", c, router, baseline, storm)
+                    reports.append(rep.as_dict())
+                if "overload" in faults:
+                    over = await chaos.overload(c, router, args.overload)
+                    rep = await chaos.run_fault("overload", c, router, baseline, over)
+                    reports.append(
+                        {**rep.as_dict(), "p50_s": statistics.median(a.seconds for a in over)}
+                    )
+                for name in [f for f in faults if f in KILLS or f.startswith("side-channel")]:
+                    reports.append(
+                        await new_fault(
+                            name, fleet, c, router, switch, baseline, args.write_delay_ms / 1000
+                        )
+                    )
+                    if name in KILLS:
+                        baseline = {u: await _idle_kv(c, u) for u in urls}
                 dead = [
                     nm for nm, u in zip(names, urls, strict=True) if not await chaos.healthy(c, u)
                 ]
                 crashes += len(dead)
-                rounds.append(
-                    {
-                        "round": n,
-                        "faults": [r.as_dict() for r in reports] + [rep_d],
-                        "dead": dead,
-                    }
-                )
-                print(
-                    f"[{arm}] round {n}: dead={dead} overload={rep.statuses} "
-                    f"p50={rep_d['p50_s']:.1f}s kv_back={rep.kv_back_s}",
-                    flush=True,
-                )
+                rounds.append({"round": n, "faults": reports, "dead": dead})
+                over_s = [
+                    f"overload={f['statuses']} p50={f['p50_s']:.1f}s kv_back={f['kv_back_s']}"
+                    for f in reports
+                    if f["fault"] == "overload"
+                ]
+                print(f"[{arm}] round {n}: dead={dead} {' '.join(over_s)}", flush=True)
                 for nm in dead:
                     await fleet.restart(nm)
                     baseline = await chaos.fresh_idle(c, urls)
@@ -147,14 +289,46 @@ async def soak(arm: str, args: argparse.Namespace) -> dict[str, Any]:
         "idle_cpu_pct": round(idle, 1),
         "overload_ok": sum(f["statuses"].get("200", 0) for f in bursts),
         "overload_sent": args.overload * len(bursts),
-        "overload_p50_s_median": round(statistics.median(f["p50_s"] for f in bursts), 2),
+        "overload_p50_s_median": (
+            round(statistics.median(f["p50_s"] for f in bursts), 2) if bursts else None
+        ),
         "kv_back_max_s": max((v for v in kv_back if v is not None), default=None),
         "kv_not_back": sum(v is None for v in kv_back),
         "lost": sum(f["lost"] for f in faults),
         "kill_answer_p100_s": max((f["answer_p100_s"] for f in kills), default=None),
         "kill_decode_kv_back_s": [f["kv_back_s"] for f in kills],
+        "new_faults": _new_fault_summary(faults),
         "detail": rounds,
     }
+
+
+def _new_fault_summary(faults: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per kill/side-channel fault: answers after the fault (p100), statuses, lost, KV
+    back (max over rounds, None if any was not back), time back to service."""
+    out: dict[str, Any] = {}
+    for f in faults:
+        name = f["fault"]
+        if name in ("bad-input", "disconnect-storm", "overload", "kill-prefill"):
+            continue
+        s = out.setdefault(
+            name,
+            {
+                "statuses": {},
+                "lost": 0,
+                "answer_after_fault_p100_s": 0.0,
+                "kv_back_s": [],
+                "service_back_s": [],
+            },
+        )
+        for k, v in f["statuses"].items():
+            s["statuses"][k] = s["statuses"].get(k, 0) + v
+        s["lost"] += f["lost"]
+        s["answer_after_fault_p100_s"] = max(
+            s["answer_after_fault_p100_s"], max(f.get("answers_after_fault_s") or [0.0])
+        )
+        s["kv_back_s"].append(f["kv_back_s"])
+        s["service_back_s"].append(f["service_back_s"])
+    return out
 
 
 def main() -> int:
@@ -169,6 +343,10 @@ def main() -> int:
     ap.add_argument("--kill-prefill", action="store_true", help="add a SIGKILL fault per round")
     ap.add_argument("--kill-n", type=int, default=8, help="requests in flight at the kill")
     ap.add_argument("--kill-after", type=float, default=0.5, help="seconds into the burst")
+    ap.add_argument("--faults", default=DEFAULT_FAULTS, help="faults per round (comma list)")
+    ap.add_argument(
+        "--write-delay-ms", type=int, default=1500, help="WRITE delay of the kill faults"
+    )
     ap.add_argument("--out", default="chaos.json")
     args = ap.parse_args()
     os.environ.setdefault("PDCTL_STATE_DIR", tempfile.mkdtemp(prefix="pdctl-chaos-"))
@@ -184,6 +362,8 @@ def main() -> int:
         Path(args.out).write_text(json.dumps(results, indent=2))
     base = results[0]
     for r in results[1:]:
+        if base["overload_p50_s_median"] is None or r["overload_p50_s_median"] is None:
+            continue
         print(
             f"{r['arm']}/{base['arm']}: crashes {r['engine_crashes']} vs {base['engine_crashes']}, "
             f"idle CPU x{r['idle_cpu_pct'] / max(base['idle_cpu_pct'], 0.1):.2f}, overload p50 "

@@ -14,6 +14,13 @@ over its whole window (control round trips included) is printed alongside. Goals
 merged >= 1.3x unmerged; memcpy / merged <= 3.
 
     python benchmarks/transfer.py [--mib 64] [--block-kib 16] [--count 10] [--json FILE]
+
+``--sync-modes none,strict`` instead compares NIXL agent thread-sync modes on the merged
+and unmerged paths in one run (arms interleaved ``--repeat`` times, medians compared):
+what ``NIXL_THREAD_SYNC_STRICT`` — pdctl's connector's mode without a progress thread —
+costs on the bare transfer path.
+
+    python benchmarks/transfer.py --sync-modes none,strict [--repeat 3] [--json FILE]
 """
 
 from __future__ import annotations
@@ -41,7 +48,7 @@ def memcpy_gbps(nbytes: int, reps: int) -> float:
     return nbytes / statistics.median(times[2:]) / 1e9
 
 
-def probe(args: argparse.Namespace, merge: bool) -> dict[str, Any]:
+def probe(args: argparse.Namespace, merge: bool, sync_mode: str = "none") -> dict[str, Any]:
     block = args.block_kib * 1024
     tokens = args.mib * (1 << 20) // block  # block size 1 token: one block = block_kib KiB
     argv = [
@@ -51,6 +58,8 @@ def probe(args: argparse.Namespace, merge: bool) -> dict[str, Any]:
     ]  # fmt: skip
     if not merge:
         argv.append("--no-merge")
+    if sync_mode != "none":
+        argv += ["--sync-mode", sync_mode]
     if args.ucx_tls:
         argv += ["--ucx-tls", args.ucx_tls]
     out = subprocess.run(argv, capture_output=True, text=True, timeout=600, check=False)
@@ -70,7 +79,11 @@ def main() -> int:
     ap.add_argument("--count", type=int, default=10, help="measured requests per probe (10)")
     ap.add_argument("--ucx-tls", help="UCX_TLS for the probe (default: UCX's choice)")
     ap.add_argument("--json", type=Path, help="write the record here too")
+    ap.add_argument("--sync-modes", help="compare NIXL sync modes instead (e.g. none,strict)")
+    ap.add_argument("--repeat", type=int, default=3, help="interleaved runs per arm (3)")
     args = ap.parse_args()
+    if args.sync_modes:
+        return sync_modes(args)
     nbytes = args.mib << 20
     copy = memcpy_gbps(nbytes, reps=7)
     merged = probe(args, merge=True)
@@ -104,6 +117,49 @@ def main() -> int:
         f"UCX: {record['ucx_transports']}"
     )
     print(json.dumps(record))
+    if args.json:
+        args.json.write_text(json.dumps(record, indent=2) + "\n")
+    return 0
+
+
+def sync_modes(args: argparse.Namespace) -> int:
+    """Each sync mode on the merged and unmerged paths, arms interleaved; per-request
+    GB/s and WRITE p50 (median over the repeats) and each mode's ratio to the first."""
+    modes = [m.strip() for m in args.sync_modes.split(",") if m.strip()]
+    runs: dict[tuple[str, bool], list[dict[str, Any]]] = {}
+    for _ in range(args.repeat):
+        for merge in (True, False):
+            for mode in modes:
+                runs.setdefault((mode, merge), []).append(_row(probe(args, merge, mode)))
+    record: dict[str, Any] = {"bytes_per_request": args.mib << 20, "repeat": args.repeat}
+    print(
+        f"{'mode':<8} {'path':<9} {'best GB/s':>10} {'median':>7} {'p50 ms':>7}  "
+        f"best vs {modes[0]}  paired ratio (median)"
+    )
+    for merge in (True, False):
+        path = "merged" if merge else "unmerged"
+        first = runs[(modes[0], merge)]
+        for mode in modes:
+            rows = runs[(mode, merge)]
+            best = max(r["gbps"] for r in rows)
+            # the same repeat's arms ran back to back: their ratio cancels slow drift
+            paired = statistics.median(
+                r["gbps"] / f["gbps"] for r, f in zip(rows, first, strict=True)
+            )
+            record[f"{mode}_{path}"] = {
+                "best_gbps": round(best, 3),
+                "median_gbps": round(statistics.median(r["gbps"] for r in rows), 3),
+                "p50_ms_best": round(min(r["p50_ms"] for r in rows), 3),
+                "best_over_first": round(best / max(f["gbps"] for f in first), 3),
+                "paired_ratio_median": round(paired, 3),
+                "runs": rows,
+            }
+            row = record[f"{mode}_{path}"]
+            print(
+                f"{mode:<8} {path:<9} {best:>10.2f} {row['median_gbps']:>7.2f} "
+                f"{row['p50_ms_best']:>7.2f}  x{row['best_over_first']:<14.3f} x{paired:.3f}"
+            )
+    print(json.dumps({k: v for k, v in record.items()}))
     if args.json:
         args.json.write_text(json.dumps(record, indent=2) + "\n")
     return 0

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 import random
 
 import httpx
+import pytest
 
 from pdctl.sdk import chaos
+from pdctl.sdk.chaos import kills, sidechannel
 
 
 def metrics(kv: float, running: float = 0.0) -> str:
@@ -72,3 +75,43 @@ async def test_storm_cuts_clients_and_bad_input_asks_past_the_context():
     assert [a.status for a in bad] == [400, 400, 400]
     assert all(a.status == 200 or a.cut for a in storm)
     assert all(b["stream"] for b in seen[3:])
+
+
+async def test_a_stream_that_ends_with_an_error_event_is_a_clear_error():
+    def handler(request: httpx.Request) -> httpx.Response:
+        text = 'data: {"id":"1","choices":[]}\n\ndata: {"error": {"code": 502}}\n\ndata: [DONE]\n\n'
+        return httpx.Response(200, text=text)
+
+    async with httpx.AsyncClient(transport=httpx.MockTransport(handler)) as c:
+        streamed = await chaos.send(c, "http://r", chaos.completion("x", 4, stream=True))
+        whole = await chaos.send(c, "http://r", chaos.completion("x", 4))
+    assert streamed.stream_error
+    assert not whole.stream_error  # only a stream's events say how it ended
+    report = chaos.FaultReport("kill", [streamed, chaos.Answer(500, 3.0)], fault_at_s=1.0)
+    assert report.statuses == {"200+error": 1, "500": 1}
+    assert report.answers_after_fault_s[-1] == 2.0
+    assert report.as_dict()["answers_after_fault_s"] == report.answers_after_fault_s
+
+
+def test_kill_points_plan_when_to_kill():
+    for point in kills.POINTS:
+        bodies, after = kills.plan(point, 4, 1.5)
+        assert len(bodies) == 4
+        assert after > 0
+    bodies, after = kills.plan("kill-decode", 4, 1.5)
+    late = [b for b in bodies if isinstance(b, tuple)]
+    assert [at for at, _ in late] == [2.0, 2.0]  # sent after the streams' WRITEs went
+    assert after == 2.5  # and killed before theirs (held 1.5 s)
+    with pytest.raises(ValueError, match="kill point"):
+        kills.plan("kill-router", 1, 1.0)
+
+
+async def test_blackhole_accepts_and_never_answers_and_a_refused_port_refuses():
+    async with sidechannel.Blackhole() as hole:
+        r, w = await asyncio.open_connection("127.0.0.1", hole.port)
+        w.write(b"hello")
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(r.read(1), 0.2)
+        w.close()
+    with pytest.raises(ConnectionRefusedError):
+        await asyncio.open_connection("127.0.0.1", sidechannel.refused_port())

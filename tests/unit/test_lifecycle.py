@@ -14,6 +14,7 @@ import pytest
 pytest.importorskip("vllm")
 
 from pdctl.connector import lifecycle as lc
+from pdctl.connector.failpoints import WriteDelay
 
 
 def test_notifications_round_trip_and_ignore_vllm_notifications():
@@ -60,7 +61,10 @@ def test_release_expires_idle_leases_but_not_one_being_written():
         _sending_transfers={"cmpl-b-0-1234abcd": [7]},
     )
     # D's base id for a; for b only the id both legs were sent with
-    w._pdctl_life.release.update({"cmpl-a-0": 1.0, "b": 1.0})
+    aborted = (1.0, lc.DECODE_ABORTED)
+    w._pdctl_life.release.update({"cmpl-a-0": aborted, "b": aborted})
+    released: list[tuple[str, str]] = []
+    w._lease_released = lambda rid, reason: released.append((rid, reason))
     w._release_leases(now=2.0)
     assert w._reqs_to_send == {
         "cmpl-a-0-1234abcd": 0.0,  # vLLM's reaper frees it this step
@@ -68,6 +72,7 @@ def test_release_expires_idle_leases_but_not_one_being_written():
         "cmpl-c-0-1234abcd": 99.0,
     }
     assert set(w._pdctl_life.release) == {"b"}  # applied once the WRITE is gone
+    assert released == [("cmpl-a-0-1234abcd", lc.DECODE_ABORTED)]  # counted, by reason
     w._release_leases(now=2.0 + lc.REMEMBER_S + 1)
     assert w._pdctl_life.release == {}  # never kept forever
 
@@ -99,3 +104,103 @@ def test_failed_notification_fails_a_waiting_receive_at_once():
     assert w._failed_recv_reqs.get_nowait() == "cmpl-f-0-cccccccc"
     assert w._failed_recv_reqs.empty()  # an unknown request is not reported
     assert w._pdctl_life.fail_at == {}
+
+
+def test_a_gone_prefill_fails_its_waiting_receives_once():
+    gone, alive = ("127.0.0.1", 5600), ("127.0.0.1", 5601)
+
+    def meta(addr: tuple[str, int]) -> Any:
+        return SimpleNamespace(remote=SimpleNamespace(host=addr[0], port=addr[1]))
+
+    w = worker(
+        _recving_metadata={"cmpl-a-0-1": meta(gone), "cmpl-b-0-1": meta(alive)},
+    )
+    asked: list[set[tuple[str, int]]] = []
+
+    class Watch:
+        def dead(self, addrs: set[tuple[str, int]]) -> set[tuple[str, int]]:
+            asked.append(set(addrs))
+            return {gone}
+
+    w._pdctl_life.watch = Watch()
+    w._pdctl_life.fail_at["cmpl-a-0-1"] = 1e18
+    w._fail_if_prefill_gone(now=1.0)
+    assert asked == [{gone, alive}]
+    assert w._failed_recv_reqs.get_nowait() == "cmpl-a-0-1"
+    assert w._failed_recv_reqs.empty()
+    assert w._pdctl_life.fail_at == {}
+    w._fail_if_prefill_gone(now=2.0)  # still listed by vLLM this step: not failed twice
+    assert w._failed_recv_reqs.empty()
+    del w._recving_metadata["cmpl-a-0-1"]
+    w._fail_if_prefill_gone(now=3.0)
+    assert w._pdctl_life.gone == {}  # forgotten once vLLM dropped it
+
+
+def test_no_watch_no_probe():
+    w = worker(_recving_metadata={"cmpl-a-0-1": SimpleNamespace(remote=None)})
+    w._fail_if_prefill_gone(now=1.0)  # watch off (pdctl_peer_watch_s = 0)
+    assert w._failed_recv_reqs.empty()
+
+
+def test_delayed_write_is_held_then_dropped_when_its_lease_was_released():
+    w = worker(_deferred_push_inbox=queue.Queue(), _push_writer_wake=threading.Event())
+    w._pdctl_life.delay = WriteDelay(seconds=0.01)
+    rid, reg = "cmpl-d-0-1234abcd", {"decode_engine_id": "d", "request_id": "cmpl-d-0-x"}
+    w._do_start_push_kv(rid, ([1, 2],), reg)  # held back: no WRITE yet
+    assert rid in w._pdctl_life.delayed
+    assert w._deferred_push_inbox.get(timeout=5) == (rid, ([1, 2],), reg)
+    assert w._push_writer_wake.is_set()
+    w._do_start_push_kv(rid, ([1, 2],), reg)  # redriven, but its lease is gone
+    assert w._pdctl_life.delayed == set()
+    assert w._pdctl_life.targets == {}  # no WRITE was started
+
+
+def test_a_delayed_write_waiting_for_its_handshake_is_not_delayed_twice():
+    from concurrent.futures import Future
+
+    handshake: Future[Any] = Future()
+    rid = "cmpl-e-0-1234abcd"
+    reg: dict[str, Any] = {"decode_engine_id": "d", "request_id": "cmpl-e-0-x", "decode_host": "h"}
+    reg.update(decode_port=1, decode_tp_size=1, local_block_ids=[5])
+    w = worker(
+        _reqs_to_send={rid: 99.0},
+        _deferred_push_inbox=queue.Queue(),
+        _push_writer_wake=threading.Event(),
+        _ensure_handshake=lambda *a, **kw: handshake,  # first contact with this decode
+    )
+    w._pdctl_life.delay = WriteDelay(seconds=0.01)
+    w._do_start_push_kv(rid, ([1],), reg)  # held back
+    w._deferred_push_inbox.get(timeout=5)
+    w._do_start_push_kv(rid, ([1],), reg)  # back: vLLM defers it until the handshake
+    assert w._pdctl_life.targets == {rid: ("d", "cmpl-e-0-x")}
+    assert rid in w._pdctl_life.delayed  # so that its return is not held back again
+    w._deferred_push_inbox.put(None)
+    assert w._deferred_push_inbox.get(timeout=1) is None  # no second timer fired
+    handshake.set_exception(TimeoutError("no side channel"))
+    assert w._pdctl_life.release["cmpl-e-0"][1] == lc.HANDSHAKE_FAILED
+
+
+def test_handshake_failure_releases_the_kv_at_once():
+    w = worker()
+    w._pdctl_life.targets["cmpl-h-0-1234abcd"] = ("d", "cmpl-h-0-x")
+    fut: Any = SimpleNamespace(exception=lambda: None)
+    w._handshake_done(fut, "cmpl-h-0-1234abcd")
+    assert w._pdctl_life.release == {}  # it succeeded
+    fut = SimpleNamespace(exception=lambda: TimeoutError("side channel"))
+    w._handshake_done(fut, "cmpl-h-0-1234abcd")
+    assert w._pdctl_life.targets == {}
+    (key, (_, reason)), *_ = w._pdctl_life.release.items()
+    assert (key, reason) == ("cmpl-h-0", lc.HANDSHAKE_FAILED)
+
+
+def test_no_release_is_sent_to_a_prefill_whose_side_channel_just_failed():
+    w = worker(_reg_send_inbox=queue.Queue())
+    sent: list[str] = []
+    w._do_send_reg_notif = lambda rid, reg: sent.append(rid)
+    fut: Any = SimpleNamespace(exception=lambda: TimeoutError("no answer"))
+    w._handshake_result("p-gone", fut)
+    release = {"remote_engine_id": "p-gone", lc.RELEASE_KEY: True}
+    w._send_registration_to_p("cmpl-a-0-1", release)  # would stall the executor 5 s
+    assert sent == []
+    w._handshake_result("p-gone", SimpleNamespace(exception=lambda: None))
+    assert w._pdctl_life.unreachable == {}  # reachable again: releases go as before

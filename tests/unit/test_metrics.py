@@ -276,6 +276,21 @@ def test_alert_quiet(code):
     assert code not in {a[0] for a in evaluate_alerts(quiet, **kw)}
 
 
+def test_early_releases_are_not_lease_expiries():
+    """vLLM counts the connector's early releases (its lease reaper frees them) as
+    expired leases; PA002 counts only the rest."""
+    tr = Transfers(bytes_total=1, expired_window=3)
+    released = Rendezvous(side="prefill", released_window=3)
+    quiet = evaluate_alerts([inst("prefill", transfers=tr, rendezvous=released)], **QUIET_PUSH)
+    assert "PA002" not in {a[0] for a in quiet}
+    one_more = Rendezvous(side="prefill", released_window=2)
+    raised = evaluate_alerts([inst("prefill", transfers=tr, rendezvous=one_more)], **QUIET_PUSH)
+    assert [a[3] for a in raised if a[0] == "PA002"] == [
+        "1 KV lease(s) expired on prefill-0: decode collected too late; raise "
+        "kv_lease_duration_s or add decode capacity"
+    ]
+
+
 def test_sequential_dispatch_detected_from_timelines():
     seq = [{"prefill_done_ms": 50.0, "decode_sent_ms": 51.0}] * 5
     conc = [{"prefill_done_ms": 50.0, "decode_sent_ms": 0.2}] * 5

@@ -96,6 +96,36 @@ def test_lease_expiry_of_an_unmatched_prefill_is_counted():
     assert not observations(ev, rv.MATCH_TO_DONE)
 
 
+def test_an_early_release_is_counted_by_reason_and_not_as_an_expiry():
+    b = RendezvousBook()
+    b.prefill("p-1", 0.0, None)  # parked: its decode let go
+    b.released_by_connector("p-1", "decode_aborted", 0.5)
+    b.finished_sending("p-1", 0.5)  # vLLM's reaper reports the release
+    b.registration("r-2", 1.0, None)
+    b.prefill("p-2", 1.1, "r-2")  # matched; its WRITE fails
+    b.released_by_connector("p-2", "write_failed", 1.2)
+    b.finished_sending("p-2", 1.2)
+    ev = b.drain(2.0)
+    c = counters(ev)
+    assert c[(rv.RELEASED, "decode_aborted")] == 1
+    assert c[(rv.RELEASED, "write_failed")] == 1
+    assert not [k for k in c if k[0] == rv.EXPIRED]
+    assert not observations(ev, rv.MATCH_TO_DONE)  # a failed WRITE is not a done one
+    assert gauges(ev)[rv.PREFILLS_WAITING] == 0
+    assert gauges(ev)[rv.WRITES_IN_FLIGHT] == 0
+    b.expire(1000.0)
+    assert b.released == {}
+    assert b.released_early == {}
+
+
+def test_a_release_before_the_finish_report_is_not_parked_later():
+    b = RendezvousBook()
+    b.released_by_connector("p-1", "decode_aborted", 0.5)  # the writer has not seen it yet
+    b.finished_sending("p-1", 0.5)
+    b.prefill("p-1", 0.6, None)
+    assert b.gauges()[rv.PREFILLS_WAITING] == 0
+
+
 def test_stale_registrations_and_writes_expire():
     b = RendezvousBook(expire_after_s=10.0)
     b.registration("d-1", 0.0, None)

@@ -43,6 +43,9 @@ class RendezvousBook:
     """Decode request id → time its registration was sent."""
     released_early: dict[str, _Entry] = field(default_factory=dict)
     """Prefill request id → when vLLM released it before the book heard it finish."""
+    released: dict[str, _Entry] = field(default_factory=dict)
+    """Prefill request id → when the connector let go of its KV before the lease ended
+    (so that vLLM's report of the release is not counted as an expiry)."""
     _events: list[Event] = field(default_factory=list)
     _last_gauges: dict[str, float] = field(default_factory=dict)
 
@@ -78,8 +81,19 @@ class RendezvousBook:
         if n > 0:
             self._events.append(["c", rv.BYTES_PUSHED, "", float(n)])
 
+    def released_by_connector(self, fin_id: str, reason: str, now: float) -> None:
+        """The connector let go of a finished prefill's KV before its lease ended
+        (``reason``: its decode aborted, its WRITE or handshake failed): counted as a
+        release, never as an expiry."""
+        self._events.append(["c", rv.RELEASED, reason, 1.0])
+        self.released[fin_id] = _Entry(now)
+        if self.prefills.pop(fin_id, None) is None and self.in_flight.pop(fin_id, None) is None:
+            self.released_early[fin_id] = _Entry(now)  # the writer has not reported it yet
+
     def finished_sending(self, fin_id: str, now: float) -> None:
         """vLLM released a prefill's blocks: its WRITEs completed, or its lease ran out."""
+        if self.released.pop(fin_id, None) is not None:
+            return  # counted by released_by_connector
         started = self.in_flight.pop(fin_id, None)
         if started is not None:
             self._events.append(["h", rv.MATCH_TO_DONE, "", max(0.0, now - started.arrived)])
@@ -123,8 +137,9 @@ class RendezvousBook:
             for key in [k for k, e in table.items() if e.arrived < limit]:
                 del table[key]
                 self._events.append(["c", counter, label, 1.0])
-        for key in [k for k, e in self.released_early.items() if e.arrived < limit]:
-            del self.released_early[key]
+        for table in (self.released_early, self.released):
+            for key in [k for k, e in table.items() if e.arrived < limit]:
+                del table[key]
 
     def gauges(self) -> dict[str, float]:
         return {

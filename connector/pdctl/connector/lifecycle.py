@@ -27,11 +27,17 @@ Notifications are ``pdctl-release|<id>[|<id>]:0`` (D's base request id and the i
 legs were sent with; P's own id contains one of them) and ``pdctl-failed|<id>:0`` (D's
 request id): a stock vLLM peer logs them as an unknown request and ignores them.
 
-A failpoint for the chaos suite: ``pdctl_failpoint_write`` in
-``kv_connector_extra_config`` — ``"fail"`` (every push WRITE) or ``"match:<text>"``
-(requests whose id contains ``<text>``) — makes the WRITE submission fail inside NIXL's
-``transfer`` call, so vLLM's own error path runs. Off by default; lint rule PD042
-refuses it outside tests.
+* **P dies before its WRITE** (killed, crashed): D watches the side channel of every
+  prefill it awaits KV from (:mod:`pdctl.connector.peerwatch`, every
+  ``pdctl_peer_watch_s``, default 0.5 s; 0 turns it off) and fails the receive once the
+  prefill is gone, instead of waiting for ``push_registration_timeout``. Mirrors vLLM
+  #50754 / #21570 (decode blindness).
+* **P cannot reach D's side channel** (its handshake to D fails): vLLM logs it and keeps
+  the KV for the lease; P now releases it at once (D cannot be told: that is the path
+  that failed; its watchdog answers).
+
+Every early release on P is counted by reason (``pdctl:push_released_total``), not as an
+expired lease. Failpoints for the chaos suite: :mod:`pdctl.connector.failpoints`.
 """
 
 from __future__ import annotations
@@ -40,7 +46,6 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Callable
 from typing import Any
 
 from vllm.distributed.kv_transfer.kv_connector.v1.nixl.push_scheduler import (
@@ -51,6 +56,12 @@ from vllm.distributed.kv_transfer.kv_connector.v1.nixl.push_worker import (
 )
 from vllm.distributed.kv_transfer.kv_connector.v1.nixl.utils import get_base_request_id
 
+from pdctl.connector.failpoints import FAILPOINT_WRITE as FAILPOINT_WRITE
+from pdctl.connector.failpoints import FAILPOINT_WRITE_DELAY as FAILPOINT_WRITE_DELAY
+from pdctl.connector.failpoints import WriteDelay, failing_transfer
+from pdctl.connector.failpoints import failpoint_match as failpoint_match
+from pdctl.connector.peerwatch import PeerWatch
+
 _log = logging.getLogger("vllm.pdctl.connector")
 
 RELEASE = "pdctl-release|"
@@ -60,7 +71,11 @@ META_ATTR = "pdctl_lifecycle"
 RELEASE_KEY = "pdctl_release"
 """Marks a registration-shaped message as a release (sent on vLLM's registration path)."""
 ABORT_GRACE = "pdctl_abort_grace_s"
-FAILPOINT_WRITE = "pdctl_failpoint_write"
+PEER_WATCH = "pdctl_peer_watch_s"
+# why P let go of a finished request's KV before its lease ended (push_released_total)
+DECODE_ABORTED = "decode_aborted"
+WRITE_FAILED = "write_failed"
+HANDSHAKE_FAILED = "handshake_failed"
 DRAIN = "pdctl-drain"
 """A writer-inbox entry that only makes the writer look at dropped prefills."""
 REMEMBER_S = 60.0
@@ -169,9 +184,9 @@ class _State:
         self.lock = threading.Lock()
         self.fail_at: dict[str, float] = {}
         """D: aborted request → when to fail its receive (engine thread only)."""
-        self.release: dict[str, float] = {}
+        self.release: dict[str, tuple[float, str]] = {}
         """P: an id D knows the request by (contained in ours) → when the release was
-        asked (under ``lock``)."""
+        asked and why (under ``lock``)."""
         self.dropped: dict[str, float] = {}
         """P: base id of a dropped prefill → when (writer thread only)."""
         self.targets: dict[str, tuple[str, str]] = {}
@@ -182,6 +197,14 @@ class _State:
         """P: ids of released requests whose parked registrations go (→ writer thread)."""
         self.writing = ""
         """P: the request whose WRITE the writer thread is posting."""
+        self.delay: WriteDelay | None = None
+        self.delayed: set[str] = set()
+        """P: requests whose WRITE the delay failpoint is holding back (writer thread)."""
+        self.unreachable: dict[str, float] = {}
+        """D: prefill engine → when a handshake to it failed (handshake callbacks)."""
+        self.watch: PeerWatch | None = None
+        self.gone: dict[str, float] = {}
+        """D: requests failed because their prefill is gone (engine thread)."""
 
 
 class LifecycleWorker(NixlPushConnectorWorker):
@@ -192,12 +215,21 @@ class LifecycleWorker(NixlPushConnectorWorker):
     def _lifecycle_init(self, vllm_config: Any) -> None:
         cfg = vllm_config.kv_transfer_config
         grace = float(cfg.get_from_extra_config(ABORT_GRACE, 1.0))
-        self._pdctl_life = _State(grace)
+        life = self._pdctl_life = _State(grace)
+        watch_s = float(cfg.get_from_extra_config(PEER_WATCH, 0.5) or 0)
+        if watch_s > 0:
+            life.watch = PeerWatch(watch_s)
         spec = str(cfg.get_from_extra_config(FAILPOINT_WRITE, "") or "")
         if spec:
             match = failpoint_match(spec)
             _log.warning("pdctl: failpoint %s = %r is on", FAILPOINT_WRITE, spec)
-            self.nixl_wrapper.transfer = _failing(self.nixl_wrapper.transfer, self, match)
+            self.nixl_wrapper.transfer = failing_transfer(
+                self.nixl_wrapper.transfer, lambda: life.writing, match
+            )
+        delay = str(cfg.get_from_extra_config(FAILPOINT_WRITE_DELAY, "") or "")
+        if delay:
+            life.delay = WriteDelay.parse(delay)
+            _log.warning("pdctl: failpoint %s = %r is on", FAILPOINT_WRITE_DELAY, delay)
 
     # ------------------------------------------------------------------ engine thread
 
@@ -244,7 +276,7 @@ class LifecycleWorker(NixlPushConnectorWorker):
             else:
                 with self._pdctl_life.lock:
                     for key in ids:
-                        self._pdctl_life.release[key] = now
+                        self._pdctl_life.release[key] = (now, DECODE_ABORTED)
                 for key in ids:  # a parked registration must never be written
                     self._pdctl_life.unpark.put(key)
                 self._reg_send_inbox.put((DRAIN, {}))
@@ -261,6 +293,7 @@ class LifecycleWorker(NixlPushConnectorWorker):
                 del life.fail_at[rid]
                 self._failed_recv_reqs.put(rid)
         self._release_leases(now)
+        self._fail_if_prefill_gone(now)
         results = super().get_transfer_results()
         if results.finished_sending:
             with life.lock:
@@ -273,7 +306,7 @@ class LifecycleWorker(NixlPushConnectorWorker):
         with life.lock:
             if not life.release:
                 return
-            for base, since in list(life.release.items()):
+            for base, (since, _) in list(life.release.items()):
                 if now - since > REMEMBER_S:
                     del life.release[base]
             wanted = dict(life.release)
@@ -286,7 +319,36 @@ class LifecycleWorker(NixlPushConnectorWorker):
                 with life.lock:
                     for k in keys:
                         life.release.pop(k, None)
-                _log.info("pdctl: released the KV of %s (its decode let go)", rid)
+                reason = wanted[keys[0]][1]
+                self._lease_released(rid, reason)
+                _log.info("pdctl: released the KV of %s (%s)", rid, reason.replace("_", " "))
+
+    def _lease_released(self, request_id: str, reason: str) -> None:
+        """Hook: P let go of a finished request's KV early (telemetry overrides it)."""
+
+    def _fail_if_prefill_gone(self, now: float) -> None:
+        """D: fail the receives whose prefill's side channel is gone (P died)."""
+        life = self._pdctl_life
+        if life.watch is None:
+            return
+        for rid in [r for r in life.gone if r not in self._recving_metadata]:
+            del life.gone[rid]
+        waiting: dict[str, tuple[str, int]] = {}
+        for rid, meta in self._recving_metadata.items():
+            remote = getattr(meta, "remote", None)
+            if remote is not None and remote.host and remote.port and rid not in life.gone:
+                waiting[rid] = (str(remote.host), int(remote.port))
+        if not waiting:
+            return
+        dead = life.watch.dead(set(waiting.values()))
+        for rid, addr in waiting.items():
+            if addr in dead:
+                _log.warning(
+                    "pdctl: the prefill at %s:%d is gone; no KV will come for %s", *addr, rid
+                )
+                life.gone[rid] = now
+                life.fail_at.pop(rid, None)
+                self._failed_recv_reqs.put(rid)
 
     # ------------------------------------------------------------------ writer thread
 
@@ -296,7 +358,26 @@ class LifecycleWorker(NixlPushConnectorWorker):
             self._fail_parked_dropped()
             self._unpark_released()
             return
+        failed_at = self._pdctl_life.unreachable.get(reg_data["remote_engine_id"])
+        recent = failed_at is not None and time.perf_counter() - failed_at < REMEMBER_S
+        if reg_data.get(RELEASE_KEY) and recent:
+            # its side channel just failed: another 5 s handshake would only stall every
+            # other handshake behind it (P's lease frees the KV)
+            _log.info("pdctl: no release for %s: its prefill is unreachable", req_id)
+            return
         super()._send_registration_to_p(req_id, reg_data)
+
+    def _ensure_handshake(self, engine_id: str, *args: Any, **kw: Any) -> Any:
+        fut = super()._ensure_handshake(engine_id, *args, **kw)
+        if fut is not None:
+            fut.add_done_callback(lambda f: self._handshake_result(engine_id, f))
+        return fut
+
+    def _handshake_result(self, engine_id: str, fut: Any) -> None:
+        if fut.exception() is None:
+            self._pdctl_life.unreachable.pop(engine_id, None)
+        else:
+            self._pdctl_life.unreachable[engine_id] = time.perf_counter()
 
     def _do_send_reg_notif(self, req_id: str, reg_data: dict[str, Any]) -> None:
         if reg_data.get(RELEASE_KEY):
@@ -311,10 +392,48 @@ class LifecycleWorker(NixlPushConnectorWorker):
         self._fail_parked_dropped()
 
     def _do_start_push_kv(self, request_id: str, local_block_ids: Any, reg: dict[str, Any]) -> None:
-        with self._pdctl_life.lock:
-            self._pdctl_life.targets[request_id] = (reg["decode_engine_id"], reg["request_id"])
-        self._pdctl_life.writing = request_id  # for the failpoint (writer thread)
+        life = self._pdctl_life
+        if life.delay is not None and local_block_ids:
+            if request_id in life.delayed:  # back from the delay (or a handshake after it)
+                if request_id not in self._reqs_to_send:
+                    life.delayed.discard(request_id)
+                    _log.info("pdctl: delayed WRITE of %s dropped (lease released)", request_id)
+                    return
+            elif life.delay.applies(request_id):
+                life.delayed.add(request_id)
+                timer = threading.Timer(
+                    life.delay.seconds, self._redrive, (request_id, local_block_ids, reg)
+                )
+                timer.daemon = True
+                timer.start()
+                return
+        with life.lock:
+            life.targets[request_id] = (reg["decode_engine_id"], reg["request_id"])
+        life.writing = request_id  # for the failpoint (writer thread)
+        fut = self._ensure_handshake(
+            reg["decode_engine_id"], reg["decode_host"], reg["decode_port"], reg["decode_tp_size"]
+        )
+        if fut is not None:  # P→D handshake pending: if it fails, free our KV now
+            fut.add_done_callback(lambda f: self._handshake_done(f, request_id))
+        else:
+            life.delayed.discard(request_id)  # the WRITE goes now
         super()._do_start_push_kv(request_id, local_block_ids, reg)
+
+    def _redrive(self, request_id: str, local_block_ids: Any, reg: dict[str, Any]) -> None:
+        self._deferred_push_inbox.put((request_id, local_block_ids, reg))
+        self._push_writer_wake.set()
+
+    def _handshake_done(self, fut: Any, request_id: str) -> None:
+        if fut.exception() is None:
+            return
+        # vLLM logs push_handshake_failed and keeps the KV for the whole lease
+        _log.warning("pdctl: no side channel to the decode of %s; releasing its KV", request_id)
+        with self._pdctl_life.lock:
+            self._pdctl_life.targets.pop(request_id, None)
+            self._pdctl_life.release[get_base_request_id(request_id)] = (
+                time.perf_counter(),
+                HANDSHAKE_FAILED,
+            )
 
     def _drain_drops(self) -> None:
         now = time.perf_counter()
@@ -379,30 +498,10 @@ class LifecycleWorker(NixlPushConnectorWorker):
         with self._pdctl_life.lock:
             target = self._pdctl_life.targets.pop(req_id, None)
             if target is not None:  # P: our WRITE failed; free our KV, tell D now
-                self._pdctl_life.release[get_base_request_id(req_id)] = time.perf_counter()
+                self._pdctl_life.release[get_base_request_id(req_id)] = (
+                    time.perf_counter(),
+                    WRITE_FAILED,
+                )
         if target is not None:
             self._send_to_engine(target[0], encode(FAILED, target[1]))
         return kept
-
-
-def failpoint_match(spec: str) -> str:
-    """The request-id substring a failpoint value selects (``""``: every request)."""
-    if spec == "fail":
-        return ""
-    if spec.startswith("match:") and len(spec) > len("match:"):
-        return spec[len("match:") :]
-    raise ValueError(
-        f"kv_connector_extra_config.{FAILPOINT_WRITE} = {spec!r}: use 'fail' (every WRITE) "
-        "or 'match:<text>' (requests whose id contains <text>)"
-    )
-
-
-def _failing(
-    transfer: Callable[..., Any], worker: LifecycleWorker, match: str
-) -> Callable[..., Any]:
-    def maybe_fail(*args: Any, **kw: Any) -> Any:
-        if match in worker._pdctl_life.writing:
-            raise RuntimeError(f"pdctl failpoint {FAILPOINT_WRITE}: WRITE refused")
-        return transfer(*args, **kw)
-
-    return maybe_fail

@@ -310,6 +310,12 @@ class PdctlPushWorker(FlightWorker, LifecycleWorker):
     def _registration_dropped(self, reg_id: str) -> None:
         self._pdctl.record(self._pdctl.book.registration_dropped, reg_id)
 
+    # the connector let go of a prefill's KV early (engine thread)
+    def _lease_released(self, request_id: str, reason: str) -> None:
+        self._pdctl.record(
+            self._pdctl.book.released_by_connector, request_id, reason, time.monotonic()
+        )
+
     # engine main thread, every step
     def get_transfer_results(self) -> Any:
         results = super().get_transfer_results()
@@ -337,6 +343,7 @@ _HOOKS = (
     "_do_start_push_kv",
     "_get_new_notifs",
     "_handle_failed_transfer",
+    "_ensure_handshake",
     "start_load_kv",
     "_pop_matching_registration",
     "_do_send_reg_notif",

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from pdctl.connector.probe.control import Control, ProbeError, parse_hostport
+from pdctl.connector.probe.engine import SYNC_PARAM
 from pdctl.connector.probe.options import add_arguments
 from pdctl.connector.probe.plan import GeometryError, geometry_for
 from pdctl.connector.probe.records import ProbeConfig
@@ -94,7 +95,7 @@ def config_from(args: argparse.Namespace) -> tuple[ProbeConfig, list[str]]:
     device = args.device
     if device == "auto":
         device = "cuda" if _cuda_available() else "cpu"
-    ucx = {"ucx_error_handling_mode": args.ucx_error_mode} if args.ucx_error_mode else {}
+    ucx = agent_params(args)
     cfg = ProbeConfig(
         geometry=geo,
         tp=args.tp,
@@ -111,6 +112,15 @@ def config_from(args: argparse.Namespace) -> tuple[ProbeConfig, list[str]]:
         ucx_params=ucx,
     )
     return cfg, notes
+
+
+def agent_params(args: argparse.Namespace) -> dict[str, str]:
+    """The UCX backend's parameters, plus the agent's sync mode (taken out by
+    :func:`~pdctl.connector.probe.engine.make_agent`)."""
+    out = {"ucx_error_handling_mode": args.ucx_error_mode} if args.ucx_error_mode else {}
+    if args.sync_mode != "none":
+        out[SYNC_PARAM] = args.sync_mode
+    return out
 
 
 def _cuda_available() -> bool:
@@ -140,7 +150,7 @@ def _emit(obj: dict[str, Any], stream: Any = None) -> None:
 
 def _listen(args: argparse.Namespace) -> dict[str, Any]:
     host, port = parse_hostport(args.listen, default_host="0.0.0.0")
-    ucx = {"ucx_error_handling_mode": args.ucx_error_mode} if args.ucx_error_mode else {}
+    ucx = agent_params(args)
     return serve_target(
         host,
         port,
@@ -177,6 +187,7 @@ def _spawn_target(args: argparse.Namespace, errlog: Any) -> tuple[subprocess.Pop
     argv += ["--timeout", str(args.timeout)]
     if args.ucx_error_mode:
         argv += ["--ucx-error-mode", args.ucx_error_mode]
+    argv += ["--sync-mode", args.sync_mode]
     env = {**os.environ, **_ucx_env(args)}
     child = subprocess.Popen(
         argv, stdout=subprocess.PIPE, stderr=errlog, env=env, preexec_fn=_die_with_parent

@@ -57,12 +57,22 @@ def load_nixl() -> Any:
     return _api
 
 
+SYNC_PARAM = "pdctl_sync_mode"
+"""A key of the probe's agent parameters that is the agent's thread-sync mode (``none``,
+``strict``, ``rw``), not a UCX backend parameter."""
+
+
 def make_agent(name: str, ucx_params: dict[str, str] | None = None) -> Any:
     api = load_nixl()
-    cfg = api.nixl_agent_config(enable_prog_thread=False, backends=[], capture_telemetry=True)
+    params = dict(ucx_params or {})
+    sync = params.pop(SYNC_PARAM, "none")
+    mode = None if sync == "none" else api.nixl_thread_sync_t[f"NIXL_THREAD_SYNC_{sync.upper()}"]
+    cfg = api.nixl_agent_config(
+        enable_prog_thread=False, backends=[], capture_telemetry=True, sync_mode=mode
+    )
     agent = api.nixl_agent(name, cfg)
     try:
-        agent.create_backend("UCX", dict(ucx_params or {}))
+        agent.create_backend("UCX", params)
     except Exception as e:
         raise EngineError(
             f"NIXL could not create its UCX backend ({e}); with UCX_TLS set, include tcp "

@@ -43,6 +43,15 @@ _OPTIONS: list[tuple[str, dict[str, Any]]] = [
     ("--ucx-tls", {"help": "UCX_TLS for both ends (default: UCX's choice)"}),
     ("--ucx-net-devices", {"help": "UCX_NET_DEVICES for both ends"}),
     ("--ucx-error-mode", {"choices": ("peer", "none"), "help": "NIXL UCX error handling"}),
+    (
+        "--sync-mode",
+        {
+            "choices": ("none", "strict", "rw"),
+            "default": "none",
+            "help": "NIXL agent thread-sync mode of both ends (none: NIXL's default without "
+            "a listen thread; strict: what pdctl's connector uses without a progress thread)",
+        },
+    ),
 ]
 
 

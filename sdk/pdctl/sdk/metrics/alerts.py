@@ -161,8 +161,11 @@ def evaluate_alerts(
         ):
             out.append(_raise("PA001", i.name, w["local_compute"]))
         tr = i.transfers
-        if tr.expired_window > 0:
-            out.append(_raise("PA002", i.name, tr.expired_window))
+        rv = i.rendezvous
+        # vLLM counts the connector's early releases as expired leases too: not an expiry
+        expired = tr.expired_window - (rv.released_window if rv is not None else 0.0)
+        if expired > 0:
+            out.append(_raise("PA002", i.name, expired))
         if tr.failed_window > 0:
             out.append(_raise("PA003", i.name, tr.failed_window))
         if (
@@ -181,7 +184,6 @@ def evaluate_alerts(
             )
         if i.role == "decode" and i.kv_usage is not None and i.kv_usage >= kv_full:
             out.append(_raise("PA007", i.name, i.kv_usage))
-        rv = i.rendezvous
         if rv is not None and rv.expired_window > 0:
             out.append(_raise("PA008", i.name, rv.expired_window))
         if rv is not None and rv.receive_failures_window > 0:

@@ -30,6 +30,7 @@ MATCH_WAIT = PREFIX + "push_match_wait_seconds"
 MATCH_TO_DONE = PREFIX + "push_match_to_write_done_seconds"
 BYTES_PUSHED = PREFIX + "push_bytes"
 EXPIRED = PREFIX + "push_expired"
+RELEASED = PREFIX + "push_released"
 DUPLICATES = PREFIX + "push_duplicate_ids"
 # decode side (the WRITE target)
 REGISTRATIONS_SENT = PREFIX + "push_registrations_sent"
@@ -44,6 +45,7 @@ SIDE_LABEL = "side"  # on EXPIRED: which entry expired unmatched
 SIDE_REGISTRATION = "registration"
 SIDE_PREFILL = "prefill"
 SIDE_WRITE = "write"
+REASON_LABEL = "reason"  # on RELEASED: why the connector let go of the KV early
 
 WAIT_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 """Bucket bounds (seconds) of every pdctl histogram: 1 ms to 30 s."""
@@ -108,6 +110,16 @@ METRICS: tuple[MetricDef, ...] = (
         (SIDE_LABEL,),
     ),
     MetricDef(
+        RELEASED,
+        "counter",
+        "prefill",
+        "Finished prefills whose KV the connector released before the lease ended, by "
+        "reason: decode_aborted (the decode let go), write_failed (the WRITE failed), "
+        "handshake_failed (no side channel to the decode). Not expiries: vLLM counts "
+        "them in vllm:nixl_num_kv_expired_reqs_total too (its lease reaper frees them).",
+        (REASON_LABEL,),
+    ),
+    MetricDef(
         DUPLICATES,
         "counter",
         "both",
@@ -161,6 +173,10 @@ class Rendezvous:
     bytes_pushed: float | None = None
     expired: float = 0.0
     expired_window: float = 0.0
+    released: float = 0.0
+    released_window: float = 0.0
+    """Early releases by the connector over the window (vLLM counts them as expired
+    leases too)."""
     duplicates: float = 0.0
     registrations_sent: float | None = None
     awaiting_notifications: float | None = None
@@ -209,6 +225,8 @@ def rendezvous_of(new: Scrape, old: Scrape | None, role: str) -> Rendezvous | No
         bytes_pushed=new.total(BYTES_PUSHED + "_total"),
         expired=new.total(EXPIRED + "_total") or 0.0,
         expired_window=delta(EXPIRED + "_total"),
+        released=new.total(RELEASED + "_total") or 0.0,
+        released_window=delta(RELEASED + "_total"),
         duplicates=new.total(DUPLICATES + "_total") or 0.0,
         registrations_sent=new.total(REGISTRATIONS_SENT + "_total"),
         awaiting_notifications=new.total(AWAITING_NOTIFICATIONS),

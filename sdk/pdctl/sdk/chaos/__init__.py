@@ -5,8 +5,10 @@ production day would — clients that hang up at random points, bursts far beyon
 ``max_num_seqs``, input one side accepts and the other rejects — and returns every
 client's :class:`Answer`. :func:`kv_back_to_idle` then measures how long each instance
 holds KV after the fleet goes idle, against the fresh idle value read before the first
-fault. ``benchmarks/chaos.py`` and the e2e tests compose these; everything is bounded in
-count and time and talks to loopback URLs only.
+fault. The faults that kill an instance or cut the P↔D side channel are in
+:mod:`pdctl.sdk.chaos.kills` and :mod:`pdctl.sdk.chaos.sidechannel`.
+``benchmarks/chaos.py`` and the e2e tests compose these; everything is bounded in count
+and time and talks to loopback URLs only.
 """
 
 from __future__ import annotations
@@ -39,6 +41,8 @@ class Answer:
     seconds: float
     cut: bool = False
     error: str = ""
+    stream_error: bool = False
+    """A streamed answer that began 200 and ended with an error event (a clear error)."""
 
     @property
     def lost(self) -> bool:
@@ -58,12 +62,18 @@ class FaultReport:
     (None: still above it when the wait ended)."""
     kv_after: dict[str, float] = field(default_factory=dict)
     service_back_s: float | None = None
+    fault_at_s: float | None = None
+    """Seconds after the clients sent when the fault struck (a kill): answers and KV are
+    then also timed from the fault."""
+    kv_samples: list[tuple[float, dict[str, float | None]]] = field(default_factory=list)
+    """KV usage of each instance over time (seconds since the fault; None: unreachable)."""
 
     @property
     def statuses(self) -> dict[str, int]:
         out: dict[str, int] = {}
         for a in self.answers:
             key = "cut" if a.cut else str(a.status) if a.status is not None else "error"
+            key += "+error" if a.stream_error else ""
             out[key] = out.get(key, 0) + 1
         return dict(sorted(out.items()))
 
@@ -75,10 +85,18 @@ class FaultReport:
     def answer_p100_s(self) -> float:
         return max((a.seconds for a in self.answers if not a.cut), default=0.0)
 
+    @property
+    def answers_after_fault_s(self) -> list[float]:
+        """Each client's final answer, in seconds after the fault (sends share one start)."""
+        at = self.fault_at_s or 0.0
+        return sorted(round(a.seconds - at, 3) for a in self.answers if not a.cut)
+
     def as_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d.pop("answers")
         d.update(statuses=self.statuses, lost=self.lost, answer_p100_s=self.answer_p100_s)
+        if self.fault_at_s is not None:
+            d["answers_after_fault_s"] = self.answers_after_fault_s
         return d
 
 
@@ -104,10 +122,13 @@ async def send(
     """POST a completion and read it to the end, or hang up after ``cut_after_s``."""
     t0 = time.perf_counter()
 
+    tail = b""
+
     async def read() -> int:
+        nonlocal tail
         async with client.stream("POST", url + "/v1/completions", json=body) as r:
-            async for _ in r.aiter_bytes():
-                pass
+            async for chunk in r.aiter_bytes():
+                tail = (tail + chunk)[-4096:]
             return r.status_code
 
     limit = timeout_s if cut_after_s is None else min(cut_after_s, timeout_s)
@@ -119,7 +140,8 @@ async def send(
         return Answer(None, time.perf_counter() - t0, error="client timeout")
     except httpx.HTTPError as e:
         return Answer(None, time.perf_counter() - t0, error=type(e).__name__)
-    return Answer(status, time.perf_counter() - t0)
+    broken = bool(body.get("stream")) and status == 200 and b'data: {"error"' in tail
+    return Answer(status, time.perf_counter() - t0, stream_error=broken)
 
 
 def _prompt(i: int, words: int = 40) -> str:
@@ -192,6 +214,17 @@ async def fresh_idle(client: httpx.AsyncClient, urls: Sequence[str]) -> dict[str
     return out
 
 
+async def fresh_idle_one(client: httpx.AsyncClient, url: str, *, wait_s: float = 60) -> float:
+    """One instance's KV usage once it answers (a restarted instance's fresh value)."""
+    t0 = time.perf_counter()
+    while time.perf_counter() - t0 < wait_s:
+        s = await scrape(client, url)
+        if s is not None:
+            return s[KV_USAGE]
+        await asyncio.sleep(0.5)
+    return 0.0
+
+
 async def kv_back_to_idle(
     client: httpx.AsyncClient,
     baseline: dict[str, float],
@@ -199,22 +232,28 @@ async def kv_back_to_idle(
     wait_s: float = 15.0,
     poll_s: float = 0.25,
     tolerance: float = 1e-6,
+    samples: list[tuple[float, dict[str, float | None]]] | None = None,
 ) -> tuple[dict[str, float | None], dict[str, float]]:
     """Seconds until each instance is idle with its KV usage back at ``baseline`` (None
-    if not within ``wait_s``), and the last usage read."""
+    if not within ``wait_s``), and the last usage read; ``samples`` collects every
+    instance's usage at each poll while any is not back."""
     t0 = time.perf_counter()
     back: dict[str, float | None] = {u: None for u in baseline}
     last: dict[str, float] = {}
     while time.perf_counter() - t0 < wait_s and any(v is None for v in back.values()):
+        seen: dict[str, float | None] = {}
         for u, base in baseline.items():
             if back[u] is not None:
                 continue
             s = await scrape(client, u)
+            seen[u] = None if s is None else s[KV_USAGE]
             if s is None:
                 continue
             last[u] = s[KV_USAGE]
             if s[RUNNING] == 0 and s[WAITING] == 0 and s[KV_USAGE] <= base + tolerance:
                 back[u] = time.perf_counter() - t0
+        if samples is not None:
+            samples.append((round(time.perf_counter() - t0, 2), seen))
         await asyncio.sleep(poll_s)
     return back, last
 

@@ -1,0 +1,83 @@
+"""Failpoints of pdctl's push connector, for the chaos suite only.
+
+Set in ``kv_connector_extra_config`` (``fleet.connector_options``); off by default and
+refused by lint rule PD042 outside tests (``PDCTL_ALLOW_FAILPOINTS=1``).
+
+* ``pdctl_failpoint_write``: ``"fail"`` (every push WRITE) or ``"match:<text>"``
+  (requests whose id contains ``<text>``) makes the WRITE submission fail inside NIXL's
+  ``transfer`` call, so vLLM's own error path runs.
+* ``pdctl_failpoint_write_delay``: ``"<ms>"`` (every WRITE), ``"<ms>:match:<text>"`` or
+  ``"<ms>:while:<path>"`` (while that file exists: a test switches it on and off on a
+  running fleet) holds a matched WRITE back for ``<ms>`` milliseconds after prefill
+  finished — the window in which the chaos suite kills prefill (or decode) between
+  "prefill finished" and the WRITE. The writer thread is not blocked: the WRITE goes back
+  to vLLM's deferred-push queue when the delay ends, and is dropped if the request's
+  lease was released meanwhile.
+
+Pure Python (no vLLM, no NIXL).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+FAILPOINT_WRITE = "pdctl_failpoint_write"
+FAILPOINT_WRITE_DELAY = "pdctl_failpoint_write_delay"
+
+
+def failpoint_match(spec: str) -> str:
+    """The request-id substring a failpoint value selects (``""``: every request)."""
+    if spec == "fail":
+        return ""
+    if spec.startswith("match:") and len(spec) > len("match:"):
+        return spec[len("match:") :]
+    raise ValueError(
+        f"kv_connector_extra_config.{FAILPOINT_WRITE} = {spec!r}: use 'fail' (every WRITE) "
+        "or 'match:<text>' (requests whose id contains <text>)"
+    )
+
+
+@dataclass(frozen=True)
+class WriteDelay:
+    """``pdctl_failpoint_write_delay``: how long, and which WRITEs."""
+
+    seconds: float
+    match: str = ""
+    while_path: str = ""
+
+    @classmethod
+    def parse(cls, spec: str) -> WriteDelay:
+        ms, _, sel = str(spec).strip().partition(":")
+        try:
+            seconds = float(ms) / 1000.0
+        except ValueError:
+            seconds = -1.0
+        kind, _, arg = sel.partition(":")
+        if seconds <= 0 or (sel and (kind not in ("match", "while") or not arg)):
+            raise ValueError(
+                f"kv_connector_extra_config.{FAILPOINT_WRITE_DELAY} = {spec!r}: use '<ms>', "
+                "'<ms>:match:<text>' or '<ms>:while:<path>' (milliseconds > 0)"
+            )
+        return cls(seconds, arg if kind == "match" else "", arg if kind == "while" else "")
+
+    def applies(self, request_id: str) -> bool:
+        if self.while_path and not os.path.exists(self.while_path):
+            return False
+        return self.match in request_id
+
+
+def failing_transfer(
+    transfer: Callable[..., Any], writing: Callable[[], str], match: str
+) -> Callable[..., Any]:
+    """NIXL's ``transfer`` refusing the WRITE of a request whose id contains ``match``
+    (``writing()``: the request whose WRITE the writer thread is posting)."""
+
+    def maybe_fail(*args: Any, **kw: Any) -> Any:
+        if match in writing():
+            raise RuntimeError(f"pdctl failpoint {FAILPOINT_WRITE}: WRITE refused")
+        return transfer(*args, **kw)
+
+    return maybe_fail

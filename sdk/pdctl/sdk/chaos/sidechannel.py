@@ -1,0 +1,121 @@
+"""The P↔D side channel unreachable: decode cannot reach the prefill's NIXL side channel.
+
+In push mode decode learns the prefill's side channel (host, port, engine id) from the
+decode leg's ``kv_transfer_params`` and handshakes there (ZMQ, 5 s receive timeout)
+before it can send its registration; it does so once per prefill engine (the first
+request after the prefill (re)started). :func:`side_channel_unreachable` plays that first
+contact with the address *refused* (nothing listens) or *blackholed* (a loopback
+listener that accepts and never answers, :class:`Blackhole`): both legs are sent
+directly, the prefill leg as usual, the decode leg naming an engine id decode has not
+met (as after a prefill restart) at the unreachable address. Loopback only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import socket
+import time
+import uuid
+from typing import Literal
+
+import httpx
+
+from pdctl.sdk.chaos import Answer, FaultReport, _prompt, completion, kv_back_to_idle
+from pdctl.sdk.pd import PrefillIdentity, prefill_body, push_decode_body
+
+Mode = Literal["refused", "blackholed"]
+
+
+class Blackhole:
+    """A loopback TCP listener that accepts connections and never answers."""
+
+    def __init__(self) -> None:
+        self._server: asyncio.Server | None = None
+        self._held: list[asyncio.StreamWriter] = []
+        self.port = 0
+
+    async def __aenter__(self) -> Blackhole:
+        async def hold(_r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+            self._held.append(w)
+
+        self._server = await asyncio.start_server(hold, "127.0.0.1", 0)
+        self.port = self._server.sockets[0].getsockname()[1]
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        for w in self._held:
+            w.close()
+        if self._server is not None:
+            self._server.close()
+            await self._server.wait_closed()
+
+
+def refused_port() -> int:
+    """A loopback port nothing listens on (bound, then released)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+    return port
+
+
+async def _legs(
+    client: httpx.AsyncClient,
+    prefill_url: str,
+    decode_url: str,
+    ident: PrefillIdentity,
+    i: int,
+    timeout_s: float,
+) -> Answer:
+    rid = f"chaos-sidechannel-{uuid.uuid4().hex}"
+    body = completion(_prompt(4000 + i), 16)
+    headers = {"X-Request-Id": rid}
+    t0 = time.perf_counter()
+    try:
+        _, d = await asyncio.gather(
+            client.post(
+                prefill_url + "/v1/completions",
+                json=prefill_body(body),
+                headers=headers,
+                timeout=timeout_s,
+            ),
+            client.post(
+                decode_url + "/v1/completions",
+                json=push_decode_body(body, ident, rid),
+                headers=headers,
+                timeout=timeout_s,
+            ),
+        )
+    except httpx.HTTPError as e:
+        return Answer(None, time.perf_counter() - t0, error=type(e).__name__)
+    return Answer(d.status_code, time.perf_counter() - t0)
+
+
+async def side_channel_unreachable(
+    client: httpx.AsyncClient,
+    prefill: tuple[str, PrefillIdentity],
+    decode_url: str,
+    baseline: dict[str, float],
+    *,
+    mode: Mode,
+    n: int = 2,
+    kv_wait_s: float = 15.0,
+    timeout_s: float = 60.0,
+) -> FaultReport:
+    """``n`` requests whose decode cannot reach the prefill's side channel (``mode``);
+    answers timed from the send, KV of both instances against ``baseline``."""
+    prefill_url, real = prefill
+    fresh = f"{real.engine_id}-unreached-{uuid.uuid4().hex[:6]}"
+    samples: list[tuple[float, dict[str, float | None]]] = []
+    async with Blackhole() as hole:
+        port = hole.port if mode == "blackholed" else refused_port()
+        ident = dataclasses.replace(real, engine_id=fresh, host="127.0.0.1", port=port)
+        answers = list(
+            await asyncio.gather(
+                *(_legs(client, prefill_url, decode_url, ident, i, timeout_s) for i in range(n))
+            )
+        )
+    back, last = await kv_back_to_idle(client, baseline, wait_s=kv_wait_s, samples=samples)
+    return FaultReport(
+        f"side-channel-{mode}", answers, back, last, None, fault_at_s=0.0, kv_samples=samples
+    )
