@@ -194,6 +194,9 @@ def test_json_record_schema_and_csv(tmp_path: Path):
 
 
 def test_plot_renders_a_png(tmp_path: Path):
+    pytest.importorskip(
+        "matplotlib", reason="plots need the bench extra (pip install 'pdctl[bench]')"
+    )
     recs = [
         {
             "mode": m,

@@ -28,8 +28,14 @@ FAKE = Path(__file__).resolve().parent.parent / "fakes" / "fake_engine.py"
 
 
 @pytest.fixture
-def fake_python(tmp_path: Path) -> str:
-    """An 'interpreter' that passes the vLLM-installed probe and runs the fake engine."""
+def fake_python(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+    """An 'interpreter' that passes the vLLM-installed probe and runs the fake engine.
+
+    A fake engine is ready a fraction of a second after it starts, so this process's
+    launcher and supervisor look at it as often (a real vLLM takes tens of seconds: their
+    defaults poll every 0.5 s and 1 s)."""
+    monkeypatch.setattr("pdctl.sdk.fleet.launcher.POLL_INTERVAL", 0.05)
+    monkeypatch.setattr("pdctl.sdk.fleet.supervisor.MONITOR_INTERVAL_S", 0.1)
     script = tmp_path / "fake-python"
     script.write_text(
         f'#!/bin/sh\nif [ "$1" = "-c" ]; then exit 0; fi\nexec {sys.executable} {FAKE} "$@"\n'

@@ -3,6 +3,10 @@ payloads: views, navigation, filtering, drill-down and the degraded small layout
 
 from __future__ import annotations
 
+import pytest
+
+pytest.importorskip("textual", reason="the TUI tests need the tui extra (pip install 'pdctl[tui]')")
+
 from pdctl.tui import fmt
 from pdctl.tui.app import PdctlApp
 from pdctl.tui.dialogs import HelpScreen

@@ -9,6 +9,8 @@ import sys
 
 import pytest
 
+pytest.importorskip("textual", reason="the TUI tests need the tui extra (pip install 'pdctl[tui]')")
+
 from pdctl.sdk.metrics import parse
 from pdctl.sdk.router import flightrec as fr
 from pdctl.tui import actions, fmt

@@ -12,6 +12,8 @@ import os
 
 import pytest
 
+pytest.importorskip("textual", reason="the TUI tests need the tui extra (pip install 'pdctl[tui]')")
+
 from pdctl.tui.app import PdctlApp
 from tests.conftest import REPO
 from tests.unit import tui_support
