@@ -181,6 +181,7 @@ def _cli(*args: str, **kw):
     return subprocess.Popen([sys.executable, "-m", "pdctl.cli.main", *args], **kw)
 
 
+@pytest.mark.slow  # `pdctl up` in a subprocess: a second interpreter and a real fleet
 def test_sigkill_of_pdctl_leaves_no_process_and_stale_state_is_cleaned(
     fake_python, state_root, tmp_path
 ):
@@ -216,6 +217,7 @@ def test_sigkill_of_pdctl_leaves_no_process_and_stale_state_is_cleaned(
     assert read_state(state_root / "t") is None
 
 
+@pytest.mark.slow  # a detached fleet driven by eight pdctl processes
 def test_cli_status_restart_logs_down_from_another_shell(fake_python, state_root, tmp_path):
     spec = make_spec(fake_python)
     spec_file = tmp_path / "spec.toml"

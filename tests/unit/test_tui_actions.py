@@ -91,6 +91,7 @@ async def test_mode_toggle_for_ab_raises_the_sequential_alert(clock):
         assert main.query_one("#alerts").display
 
 
+@pytest.mark.slow  # a command typed into the palette key by key
 async def test_stop_and_restart_from_the_palette(clock):
     src = replay(clock, interval_s=ROUND_S)
     app = PdctlApp(src)

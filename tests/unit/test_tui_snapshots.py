@@ -20,6 +20,7 @@ from tests.unit import tui_support
 from tests.unit.tui_support import PREFLIGHT, replay, settled
 
 clock = tui_support.clock
+pytestmark = pytest.mark.slow  # each renders a whole screen to SVG after eight rounds
 SNAPSHOTS = REPO / "tests" / "snapshots"
 ROUNDS = 8
 
