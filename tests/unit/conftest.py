@@ -21,7 +21,12 @@ from typing import Any
 import pytest
 
 KEPT_PDCTL_VARIABLES = frozenset(
-    {"PDCTL_REQUIRE_PROMETHEUS", "PDCTL_UPDATE_SNAPSHOTS", "PDCTL_UPDATE_GOLDENS"}
+    {
+        "PDCTL_REQUIRE_PROMETHEUS",
+        "PDCTL_UPDATE_SNAPSHOTS",
+        "PDCTL_UPDATE_GOLDENS",
+        "PDCTL_TEST_WITHOUT",  # tests/fakes/no_extras
+    }
 )
 """Switches of the test suite itself; every other ``PDCTL_*`` variable is the user's
 configuration and is removed."""

@@ -8,9 +8,15 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from pdctl.sdk.fleet.state import state_root
 from pdctl.sdk.paths import cache_root, tiny_model_dir
+from tests.conftest import REPO
 from tests.unit.conftest import GUARD, KEPT_PDCTL_VARIABLES, HomeGuard
+
+EXTRAS = ("textual", "yaml", "matplotlib", "ray", "vllm", "nixl", "torch", "zmq", "msgspec")
+"""Top-level modules of the optional extras (and what they pull in)."""
 
 
 def test_home_caches_and_state_live_in_the_temporary_home(hermetic_home: Path):
@@ -56,3 +62,25 @@ def test_guard_records_an_open_under_a_protected_root(tmp_path: Path):
         GUARD.protected = saved
         seen, GUARD.seen[:] = list(GUARD.seen), []
     assert seen == [str(cached)]
+
+
+@pytest.mark.slow  # collects the whole unit tier in a second interpreter
+def test_the_unit_tier_collects_without_the_optional_extras():
+    """A module that imports an extra at the top, unguarded, is an error here; with
+    ``pytest.importorskip`` it is a skip that names the extra."""
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(
+            p
+            for p in (str(REPO / "tests" / "fakes" / "no_extras"), os.environ.get("PYTHONPATH"))
+            if p
+        ),
+        "PDCTL_TEST_WITHOUT": ",".join(EXTRAS),
+    }
+    r = subprocess.run(
+        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
+         str(REPO / "tests" / "unit")],
+        capture_output=True, text=True, timeout=300, env=env, cwd=REPO, check=False,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
+    assert "the TUI tests need the tui extra" in r.stdout  # the extras were absent
