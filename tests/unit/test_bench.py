@@ -193,7 +193,11 @@ def test_json_record_schema_and_csv(tmp_path: Path):
     assert row.startswith("push,512,5,")
 
 
+@pytest.mark.slow  # imports matplotlib, which builds its font cache in the test home
 def test_plot_renders_a_png(tmp_path: Path):
+    pytest.importorskip(
+        "matplotlib", reason="plots need the bench extra (pip install 'pdctl[bench]')"
+    )
     recs = [
         {
             "mode": m,

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -51,7 +52,10 @@ def kubectl(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> FakeKubectl:
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     exe = bin_dir / "kubectl"
-    shutil.copy(RECORDED / "fake_kubectl.py", exe)
+    # run by this interpreter, isolated and without site-packages (it needs neither):
+    # ``python3`` on PATH may be a slow shim (pyenv) or another Python altogether
+    script = (RECORDED / "fake_kubectl.py").read_text().split("\n", 1)[1]
+    exe.write_text(f"#!{sys.executable} -IS\n{script}")
     exe.chmod(0o755)
     state = tmp_path / "kubectl"
     state.mkdir()

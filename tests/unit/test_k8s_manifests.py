@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml  # type: ignore[import-untyped, unused-ignore]
 
 from pdctl.cli.main import main
 from pdctl.sdk.backends.k8s import build_manifests, cluster_plan, to_json, to_yaml
@@ -62,6 +61,7 @@ def flag(argv: list[str], name: str) -> str:
     return argv[argv.index(name) + 1]
 
 
+@pytest.mark.usefixtures("yaml")  # to_yaml writes with PyYAML
 @pytest.mark.parametrize("path", EXAMPLE_FILES, ids=lambda p: p.stem)
 def test_golden(path: Path):
     text = to_yaml(build_manifests(k8s_example(path)))
@@ -289,7 +289,7 @@ def test_cluster_plan_names_each_instance_by_dns():
     assert plan.router.host == "pdctl-router.llm.svc.cluster.local"
 
 
-def test_output_is_deterministic_and_parses_back():
+def test_output_is_deterministic_and_parses_back(yaml):
     spec = k8s_example(EXAMPLES / "gpu-8x-4p1d.toml")
     docs = build_manifests(spec)
     text = to_yaml(docs)
@@ -305,7 +305,7 @@ def test_spec_without_k8s_table_names_the_field(capsys):
     assert "backend.k8s" in capsys.readouterr().err
 
 
-def test_cli_render_yaml_and_json(capsys):
+def test_cli_render_yaml_and_json(capsys, yaml):
     path = str(EXAMPLES / "k8s-multinode.toml")
     assert main(["render", "-f", path]) == 0
     docs = list(yaml.safe_load_all(capsys.readouterr().out))

@@ -28,8 +28,14 @@ FAKE = Path(__file__).resolve().parent.parent / "fakes" / "fake_engine.py"
 
 
 @pytest.fixture
-def fake_python(tmp_path: Path) -> str:
-    """An 'interpreter' that passes the vLLM-installed check and runs the fake engine."""
+def fake_python(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+    """An 'interpreter' that passes the vLLM-installed check and runs the fake engine.
+
+    A fake engine is ready a fraction of a second after it starts, so this process's
+    launcher and supervisor look at it as often (a real vLLM takes tens of seconds: their
+    defaults poll every 0.5 s and 1 s)."""
+    monkeypatch.setattr("pdctl.sdk.fleet.launcher.POLL_INTERVAL", 0.05)
+    monkeypatch.setattr("pdctl.sdk.fleet.supervisor.MONITOR_INTERVAL_S", 0.1)
     script = tmp_path / "fake-python"
     script.write_text(
         f'#!/bin/sh\nif [ "$1" = "-c" ]; then exit 0; fi\nexec {sys.executable} {FAKE} "$@"\n'
@@ -175,6 +181,7 @@ def _cli(*args: str, **kw):
     return subprocess.Popen([sys.executable, "-m", "pdctl.cli.main", *args], **kw)
 
 
+@pytest.mark.slow  # `pdctl up` in a subprocess: a second interpreter and a real fleet
 def test_sigkill_of_pdctl_leaves_no_process_and_stale_state_is_cleaned(
     fake_python, state_root, tmp_path
 ):
@@ -210,6 +217,7 @@ def test_sigkill_of_pdctl_leaves_no_process_and_stale_state_is_cleaned(
     assert read_state(state_root / "t") is None
 
 
+@pytest.mark.slow  # a detached fleet driven by eight pdctl processes
 def test_cli_status_restart_logs_down_from_another_shell(fake_python, state_root, tmp_path):
     spec = make_spec(fake_python)
     spec_file = tmp_path / "spec.toml"

@@ -303,6 +303,7 @@ def test_sequential_dispatch_detected_from_timelines():
     }
 
 
+@pytest.mark.slow  # two pdctl processes over two mock servers, rounds 0.2 s apart
 async def test_cli_metrics_stream_and_one_snapshot(tmp_path):
     import asyncio
     import json

@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml  # type: ignore[import-untyped, unused-ignore]
 
 from pdctl.sdk.fleetplan import build_plan
 from pdctl.sdk.metrics.alerts import BY_CODE, RULES
@@ -41,7 +40,7 @@ def spec(**kw) -> FleetSpec:
     return FleetSpec.model_validate(spec_dict(**kw))
 
 
-def test_scrape_config_labels_every_instance_and_the_router():
+def test_scrape_config_labels_every_instance_and_the_router(yaml):
     s = spec(fleet={"name": "f1"}, decode=[{"host": "0.0.0.0", "devices": [1], "count": 2}])
     plan = build_plan(s)
     cfg = scrape_config(s, plan, interval="2s", rule_files=["rules.yml"])
@@ -183,7 +182,7 @@ def test_grafana_json_model():
     assert "$" not in expand(q, "demo")
 
 
-def test_yaml_writer_round_trips_odd_strings():
+def test_yaml_writer_round_trips_odd_strings(yaml):
     doc = {
         "a": "x: y # z",
         "b": ['q"uote', "{{ $value }}", "", "yes", "1"],
@@ -280,7 +279,7 @@ def test_promtool_rule_unit_tests(tmp_path: Path):
     assert r.returncode == 0, r.stdout + r.stderr
 
 
-def test_cli_render_prometheus_and_dashboards(tmp_path: Path, model_dir):
+def test_cli_render_prometheus_and_dashboards(tmp_path: Path, model_dir, yaml):
     ex = str(Path(__file__).resolve().parents[2] / "examples" / "cpu-1p1d.toml")
     m = f"model.path={model_dir()}"
     r = pdctl("render", "-f", ex, "--set", m, "--prometheus", "--json")

@@ -17,10 +17,13 @@ from tests.unit.test_launcher import fake_python, make_spec, state_root
 __all__ = ["fake_python", "state_root"]  # fixtures
 
 PROMETHEUS = shutil.which("prometheus")
-pytestmark = pytest.mark.skipif(
-    PROMETHEUS is None and not os.environ.get("PDCTL_REQUIRE_PROMETHEUS"),
-    reason="prometheus not installed (scripts/install-prometheus.sh installs it)",
-)
+pytestmark = [
+    pytest.mark.slow,  # a real Prometheus scraping a fleet of fake engines
+    pytest.mark.skipif(
+        PROMETHEUS is None and not os.environ.get("PDCTL_REQUIRE_PROMETHEUS"),
+        reason="prometheus not installed (scripts/install-prometheus.sh installs it)",
+    ),
+]
 
 
 async def test_up_starts_and_down_stops_prometheus(fake_python, state_root):

@@ -178,7 +178,9 @@ def test_collect_on_this_machine_records_every_source(tmp_path):
         assert rec["state"] in ("ok", "absent", "error", "timeout", "skipped")
         if rec["state"] == "ok":
             assert rec["name"] in src.texts
-        if rec["state"] in ("absent", "skipped", "timeout"):
+        if rec["name"] == "nixl.json" and rec["state"] == "absent":
+            assert json.loads(src.texts["nixl.json"])["installed"] is False  # says so
+        elif rec["state"] in ("absent", "skipped", "timeout"):
             assert rec["name"] not in src.texts
 
 

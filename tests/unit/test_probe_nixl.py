@@ -168,6 +168,7 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
+@pytest.mark.slow  # two probe processes over real NIXL/UCX
 def test_command_line_runs_both_ends_and_checks_integrity():
     out = subprocess.run(
         [

@@ -26,7 +26,11 @@ def wait_for(actor: InstanceProcess, cond: Any, limit: float = 30) -> dict[str, 
         time.sleep(0.1)
 
 
-def test_actor_restarts_an_exit_0_then_gives_up_on_a_crash_loop(fake_python, state_root):
+def test_actor_restarts_an_exit_0_then_gives_up_on_a_crash_loop(
+    fake_python, state_root, monkeypatch
+):
+    # the fake engine is ready at once: watch it as often (the default is once a second)
+    monkeypatch.setattr("pdctl.sdk.backends.ray.actor.WATCH_INTERVAL_S", 0.1)
     spec = make_spec(fake_python, decode={"max_restarts": 1})
     spec.router = None
     record = ActorRecord("t", "decode-0", spec.model_dump_json(), "node", "127.0.0.1", 2, {})

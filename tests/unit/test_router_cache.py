@@ -137,6 +137,7 @@ async def test_long_prompts_share_one_tokenize_per_head():
 
 
 async def test_state_client_and_fleet_view_carry_the_index():
+    pytest.importorskip("textual", reason="the fleet view needs the tui extra")
     from pdctl.sdk.router.control import RouterControl
     from pdctl.tui.views.fleet import cache_cell
 

@@ -5,6 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
+pytest.importorskip("textual", reason="the TUI tests need the tui extra (pip install 'pdctl[tui]')")
+
 from textual.command import CommandList
 
 from pdctl.tui.app import PdctlApp
@@ -15,6 +19,11 @@ from tests.unit import tui_support
 from tests.unit.tui_support import on_main, replay, until
 
 clock = tui_support.clock
+
+ROUND_S = 0.3
+"""The replayed fleet's rounds, far enough apart that the app is idle between them: Pilot
+waits for an idle app after every key it presses (up to 1 s per key), and back-to-back
+rounds never leave it idle."""
 
 
 def fleet_row(main: MainScreen, key: str) -> int:
@@ -36,7 +45,7 @@ async def live(pilot, app: PdctlApp) -> MainScreen:
 
 
 async def test_drain_asks_first_then_resume_and_the_router_follows(clock):
-    src = replay(clock, interval_s=0.05)
+    src = replay(clock, interval_s=ROUND_S)
     router = src.router_core
     app = PdctlApp(src)
     async with app.run_test(size=(140, 36)) as pilot:
@@ -63,7 +72,7 @@ async def test_drain_asks_first_then_resume_and_the_router_follows(clock):
 
 
 async def test_mode_toggle_for_ab_raises_the_sequential_alert(clock):
-    src = replay(clock, interval_s=0.05)
+    src = replay(clock, interval_s=ROUND_S)
     app = PdctlApp(src)
     async with app.run_test(size=(140, 36)) as pilot:
         main = await live(pilot, app)
@@ -82,8 +91,9 @@ async def test_mode_toggle_for_ab_raises_the_sequential_alert(clock):
         assert main.query_one("#alerts").display
 
 
+@pytest.mark.slow  # a command typed into the palette key by key
 async def test_stop_and_restart_from_the_palette(clock):
-    src = replay(clock, interval_s=0.05)
+    src = replay(clock, interval_s=ROUND_S)
     app = PdctlApp(src)
     async with app.run_test(size=(140, 36)) as pilot:
         main = await live(pilot, app)
@@ -112,7 +122,7 @@ async def test_stop_and_restart_from_the_palette(clock):
 
 
 async def test_readonly_refuses_every_change(clock):
-    src = replay(clock, interval_s=0.05)
+    src = replay(clock, interval_s=ROUND_S)
     app = PdctlApp(src, readonly=True)
     async with app.run_test(size=(140, 36)) as pilot:
         main = await live(pilot, app)
@@ -137,7 +147,7 @@ async def test_readonly_refuses_every_change(clock):
 
 
 async def test_palette_lists_actions_for_the_fleet(clock):
-    src = replay(clock, interval_s=0.05)
+    src = replay(clock, interval_s=ROUND_S)
     app = PdctlApp(src)
     async with app.run_test(size=(140, 36)) as pilot:
         main = await live(pilot, app)

@@ -3,6 +3,10 @@ payloads: views, navigation, filtering, drill-down and the degraded small layout
 
 from __future__ import annotations
 
+import pytest
+
+pytest.importorskip("textual", reason="the TUI tests need the tui extra (pip install 'pdctl[tui]')")
+
 from pdctl.tui import fmt
 from pdctl.tui.app import PdctlApp
 from pdctl.tui.dialogs import HelpScreen
@@ -55,6 +59,7 @@ async def test_fleet_view_shows_router_prefill_decode_from_the_sdk(clock):
         assert len(main.history.series("fleet", "kv_rate")) == ROUNDS
 
 
+@pytest.mark.slow  # every view, and names typed key by key
 async def test_keys_switch_views_and_colon_jumps_by_name(clock):
     app = PdctlApp(replay(clock), rounds=2)
     async with app.run_test(size=(100, 30)) as pilot:
@@ -77,6 +82,7 @@ async def test_keys_switch_views_and_colon_jumps_by_name(clock):
     assert app.return_code == 0
 
 
+@pytest.mark.slow  # three filters typed key by key, each repainting the tables
 async def test_filter_narrows_rows_and_escape_clears(clock):
     app = PdctlApp(replay(clock), rounds=ROUNDS)
     async with app.run_test(size=(120, 36)) as pilot:

@@ -9,6 +9,8 @@ import sys
 
 import pytest
 
+pytest.importorskip("textual", reason="the TUI tests need the tui extra (pip install 'pdctl[tui]')")
+
 from pdctl.sdk.metrics import parse
 from pdctl.sdk.router import flightrec as fr
 from pdctl.tui import actions, fmt
@@ -131,6 +133,7 @@ def test_no_actions_before_data_and_none_on_the_router():
     assert not actions.Action("preflight").mutating
 
 
+@pytest.mark.slow  # three Python processes, two of them pdctl
 def test_cli_top_once_json_on_a_replay_and_bare_pdctl_without_a_fleet(tmp_path):
     r = subprocess.run(
         [sys.executable, "-m", "pdctl.cli.main", "top", "--once", "--replay",

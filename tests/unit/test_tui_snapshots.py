@@ -12,12 +12,15 @@ import os
 
 import pytest
 
+pytest.importorskip("textual", reason="the TUI tests need the tui extra (pip install 'pdctl[tui]')")
+
 from pdctl.tui.app import PdctlApp
 from tests.conftest import REPO
 from tests.unit import tui_support
 from tests.unit.tui_support import PREFLIGHT, replay, settled, tiny_planner
 
 clock = tui_support.clock
+pytestmark = pytest.mark.slow  # each renders a whole screen to SVG after eight rounds
 SNAPSHOTS = REPO / "tests" / "snapshots"
 ROUNDS = 8
 

@@ -203,6 +203,7 @@ def gpu_specs(draw):
     return d
 
 
+@pytest.mark.slow  # sixty specs through vLLM's parser
 @settings(
     max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )

@@ -9,6 +9,8 @@ from typing import Any
 
 import pytest
 
+pytest.importorskip("textual", reason="the TUI tests need the tui extra (pip install 'pdctl[tui]')")
+
 from pdctl.sdk.metrics import rendezvous as R
 from pdctl.sdk.plan import LivePlanner, Profile
 from pdctl.sdk.plan.profile import DecodePoint, DisaggPoint, KvShape, PrefillPoint
