@@ -6,6 +6,10 @@ from __future__ import annotations
 
 import html
 
+import pytest
+
+pytest.importorskip("textual", reason="the TUI tests need the tui extra (pip install 'pdctl[tui]')")
+
 from pdctl.sdk.plan import Layout
 from pdctl.sdk.plan.recommend import HOW_TO
 from pdctl.tui.app import PdctlApp
