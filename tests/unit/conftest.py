@@ -38,7 +38,8 @@ def _real_home() -> Path:
 
 def _protected_roots(home: Path) -> tuple[str, ...]:
     roots = [home / ".cache", home / ".local" / "state" / "pdctl", home / ".config" / "pdctl"]
-    for var, sub in (("XDG_CACHE_HOME", ""), ("XDG_STATE_HOME", "pdctl")):
+    # of a relocated XDG directory only pdctl's part: it may be a shared one such as /tmp
+    for var, sub in (("XDG_CACHE_HOME", "pdctl"), ("XDG_STATE_HOME", "pdctl")):
         if os.environ.get(var):
             roots.append(Path(os.environ[var]).expanduser() / sub)
     if os.environ.get("PDCTL_STATE_DIR"):
