@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 from pdctl.cli.args import Grammar, emit, human
 from pdctl.cli.common import console, progress_bars
 from pdctl.cli.tinymodel import spec_or_demo
+from pdctl.sdk.bench import report
 
 if TYPE_CHECKING:
     from pdctl.sdk.bench.plan import BenchPlan
@@ -130,7 +131,7 @@ def table(records: list[dict[str, Any]]) -> Any:
         "reg1st",
     ]
     # the shared-prefix preset compares router policies: name them, with their hit rates
-    policies = len({r.get("policy") for r in records}) > 1
+    policies = report.compares_policies(records)
     if policies:
         cols[1:1] = ["policy"]
         cols += ["hit P", "hit all", "D alone"]
@@ -163,31 +164,27 @@ def table(records: list[dict[str, Any]]) -> Any:
     return t
 
 
-def _arm(r: dict[str, Any], policies: bool) -> str:
-    return f"{r['mode']}/{r.get('policy')}" if policies else str(r["mode"])
-
-
 def ratios(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Median-TTFT ratio of every arm to the first, cell by cell; an arm is a mode, or a
     mode and a router policy when the records compare policies."""
     if not records:
         return []
-    policies = len({r.get("policy") for r in records}) > 1
-    first = _arm(records[0], policies)
+    arm = report.arm_of(records)
+    first = arm(records[0])
 
     def cell(r: dict[str, Any]) -> tuple[Any, str]:
         return r["input_len"], str(r["request_rate"])
 
-    base = {cell(r): r for r in records if _arm(r, policies) == first}
+    base = {cell(r): r for r in records if arm(r) == first}
     out = []
     for r in records:
         b = base.get(cell(r))
-        if _arm(r, policies) == first or b is None:
+        if arm(r) == first or b is None:
             continue
         if r.get("median_ttft_ms") and b.get("median_ttft_ms"):
             out.append(
                 {
-                    "mode": _arm(r, policies),
+                    "mode": arm(r),
                     "vs": first,
                     "input_len": r["input_len"],
                     "request_rate": r["request_rate"],
@@ -246,7 +243,6 @@ def _dry_run(plan: BenchPlan, spec: FleetSpec, source: str, args: argparse.Names
 
 async def _run(plan: BenchPlan, spec: FleetSpec, source: str, args: argparse.Namespace) -> int:
 
-    from pdctl.sdk.bench import report
     from pdctl.sdk.bench.suite import BenchSuite
     from pdctl.sdk.bench.suite import Progress as Hooks
 

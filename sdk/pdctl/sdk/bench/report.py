@@ -7,7 +7,7 @@ from __future__ import annotations
 import csv
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -72,6 +72,19 @@ def _rate(v: Any) -> float:
         return math.inf
 
 
+def compares_policies(records: Sequence[dict[str, Any]]) -> bool:
+    """Whether the records compare router policies (the shared-prefix preset)."""
+    return len({r.get("policy") for r in records}) > 1
+
+
+def arm_of(records: Sequence[dict[str, Any]]) -> Callable[[dict[str, Any]], str]:
+    """A record's arm: its mode, or its mode and router policy when the records compare
+    policies."""
+    if compares_policies(records):
+        return lambda r: f"{r['mode']}/{r.get('policy')}"
+    return lambda r: str(r["mode"])
+
+
 def _bars(ax: Any, cells: Sequence[dict[str, Any]], arms: list[str], arm: Any, metric: str) -> None:
     """One bar per arm: the median, with the p99 as a whisker."""
     xs, med, hi = [], [], []
@@ -102,11 +115,7 @@ def plot(path: Path, records: Sequence[dict[str, Any]], title: str = "") -> Path
     except ImportError:
         return None
     lens = sorted({int(r["input_len"]) for r in records})
-    policies = len({r.get("policy") for r in records}) > 1
-
-    def arm(r: dict[str, Any]) -> str:
-        return f"{r['mode']}/{r.get('policy')}" if policies else str(r["mode"])
-
+    arm = arm_of(records)
     arms = list(dict.fromkeys(arm(r) for r in records))
     fig, axes = plt.subplots(
         2, max(1, len(lens)), figsize=(4.2 * max(1, len(lens)), 6.4), squeeze=False
