@@ -192,15 +192,11 @@ class RouterApp:
             await _send_error(send, 400, "send a JSON object", "invalid_request_error")
             return
         router = self.router
-        if path.endswith("/policy"):
+        setting = path.rsplit("/", 1)[-1]
+        setter = {"policy": router.set_policy, "mode": router.set_mode}.get(setting)
+        if setter is not None:
             try:
-                router.set_policy(str(req.get("policy")))
-            except ValueError as e:
-                await _send_error(send, 400, str(e), "invalid_request_error")
-                return
-        elif path.endswith("/mode"):
-            try:
-                router.set_mode(str(req.get("mode")))
+                setter(str(req.get(setting)))
             except ValueError as e:
                 await _send_error(send, 400, str(e), "invalid_request_error")
                 return
