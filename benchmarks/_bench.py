@@ -3,15 +3,10 @@
 from __future__ import annotations
 
 import shutil
-import socket
 import sys
 from pathlib import Path
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+from pdctl.sdk.ports import free_port as free_port
 
 
 def find_vllm_router(given: str | None) -> str | None:

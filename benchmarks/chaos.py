@@ -37,7 +37,6 @@ import asyncio
 import json
 import os
 import random
-import socket
 import statistics
 import subprocess
 import sys
@@ -56,6 +55,7 @@ from pdctl.sdk.metrics import parse, total
 from pdctl.sdk.metrics import rendezvous as rv
 from pdctl.sdk.paths import tiny_model_dir
 from pdctl.sdk.pd import PrefillIdentity
+from pdctl.sdk.ports import free_ports
 from pdctl.sdk.specload import load_demo_spec
 from pdctl.sdk.urls import router_url
 
@@ -103,24 +103,6 @@ async def kill_prefill(
     out["restart_and_service_s"] = time.perf_counter() - t0
     out["engine_pids_killed"] = len(pids)
     return out
-
-
-def free_ports(n: int) -> list[int]:
-    """``n`` distinct free loopback ports below the ephemeral range (other fleets may
-    run on the default ones; an ephemeral port can be taken by any outgoing connection
-    before vLLM binds it)."""
-    rng = random.Random()
-    ports: list[int] = []
-    while len(ports) < n:
-        port = rng.randrange(20000, 32000)
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-        if port not in ports:
-            ports.append(port)
-    return ports
 
 
 def port_overrides() -> list[str]:

@@ -10,6 +10,8 @@ from typing import Any
 
 import pytest
 
+from pdctl.sdk.ports import free_ports as free_ports
+
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLES = REPO / "examples"
 FIXTURES = REPO / "tests" / "data"
@@ -54,18 +56,6 @@ def model_dir(tmp_path: Path):
         return d
 
     return make
-
-
-def free_ports(n: int) -> list[int]:
-    socks = []
-    for _ in range(n):
-        s = socket.socket()
-        s.bind(("127.0.0.1", 0))
-        socks.append(s)
-    ports = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
-    return ports
 
 
 def port_free(port: int) -> bool:
