@@ -16,7 +16,8 @@ Arms: ``strict`` — pdctl's CPU knobs with the agent's STRICT sync mode (the de
 ``none`` — the same knobs with NIXL's NONE sync mode (the crash-prone setting);
 ``stock`` — ``fleet.cpu_tuning = false`` (NIXL progress threads busy-polling);
 ``nowatch`` — ``strict`` without decode's watch on its prefills (``pdctl_peer_watch_s =
-0``: the connector before that fix).
+0``: the connector before that fix); ``norelease`` — ``strict`` without the router's
+release requests (``router.release_kv_on_failure = false``: the router before that fix).
 
 ``--faults`` picks the faults of a round (default ``bad,storm,overload``); the kills and
 the side channel (:mod:`pdctl.sdk.chaos.kills`, :mod:`pdctl.sdk.chaos.sidechannel`):
@@ -24,6 +25,12 @@ the side channel (:mod:`pdctl.sdk.chaos.kills`, :mod:`pdctl.sdk.chaos.sidechanne
     python benchmarks/chaos.py --arms strict,nowatch --rounds 2 --faults \
         kill-decode-after-registration,kill-decode-mid-stream,kill-prefill-before-write,\
         side-channel-refused,side-channel-blackholed
+
+``side-channel-cut-refused`` / ``side-channel-cut-blackholed`` cut decode off from the
+prefill's side channel (the connector's failpoint) under traffic through the router:
+
+    python benchmarks/chaos.py --arms strict,norelease --rounds 2 --faults \
+        side-channel-cut-refused,side-channel-cut-blackholed
 
 A killed instance is restarted by the fleet's supervisor (not by the benchmark); the
 report's ``service_back_s`` is the time from the kill until the router served again.
@@ -65,6 +72,7 @@ ARMS: dict[str, list[str]] = {
     "rw": ["fleet.cpu_tuning=true", "fleet.connector_options.pdctl_nixl_sync_mode=rw"],
     "stock": ["fleet.cpu_tuning=false"],
     "nowatch": ["fleet.cpu_tuning=true", "fleet.connector_options.pdctl_peer_watch_s=0"],
+    "norelease": ["fleet.cpu_tuning=true", "router.release_kv_on_failure=false"],
 }
 RESTARTS = [
     f"{g}.0.{k}" for g in ("prefill", "decode") for k in ("max_restarts=100", "restart_window_s=20")
@@ -151,12 +159,16 @@ async def new_fault(
     fleet: AsyncFleet,
     c: httpx.AsyncClient,
     router: str,
-    switch: Path,
+    switches: tuple[Path, Path],
     baseline: dict[str, float],
-    delay_s: float,
+    delay_ms: float,
 ) -> dict[str, Any]:
-    """One kill or side-channel fault; the killed instance comes back by the supervisor."""
+    """One kill or side-channel fault; the killed instance comes back by the supervisor
+    (``switches``: the failpoints' files, WRITE delay and side-channel cut)."""
+    switch, cut = switches
+    delay_s = delay_ms / 1000
     p, d = fleet.plan.instances[:2]
+    mode: sidechannel.Mode = "blackholed" if "blackhole" in name else "refused"
     if name in kills.POINTS:
         killed, survivor = (p, d) if "prefill" in name else (d, p)
         rep = await kills.kill_at(
@@ -168,8 +180,9 @@ async def new_fault(
             switch=switch,
             delay_s=delay_s,
         )
+    elif name.startswith("side-channel-cut"):
+        rep = await sidechannel.side_channel_cut(c, router, cut, baseline, mode=mode)
     else:
-        mode = "blackholed" if "blackhole" in name else "refused"
         plan = fleet._instances[p.name].plan
         rep = await sidechannel.side_channel_unreachable(
             c, (p.url, PrefillIdentity.from_plan(plan)), d.url, baseline, mode=mode
@@ -177,12 +190,12 @@ async def new_fault(
     out = rep.as_dict()
     out["kv_samples"] = out["kv_samples"][:40]
     out["prefill_counters"] = await _counters(c, p.url)
-    killed = d if "decode" in name else p if "prefill" in name else None
-    if killed is not None:
-        rec = fleet._instances[killed.name].record
+    dead = d if "decode" in name else p if "prefill" in name else None
+    if dead is not None:
+        rec = fleet._instances[dead.name].record
         out["restarted"] = {"restarts": rec.restarts, "engine_id": rec.engine_id}
-        after = await _idle_kv(c, killed.url)
-        out["restarted_kv_vs_fresh"] = [after, baseline[killed.url]]
+        after = await _idle_kv(c, dead.url)
+        out["restarted_kv_vs_fresh"] = [after, baseline[dead.url]]
     print(
         f"  {name}: {rep.statuses} after fault {out.get('answers_after_fault_s')} "
         f"kv_back={rep.kv_back_s} service_back={rep.service_back_s}",
@@ -195,9 +208,11 @@ async def soak(arm: str, args: argparse.Namespace) -> dict[str, Any]:
     state = Path(os.environ["PDCTL_STATE_DIR"])
     switch = state / f"chaos-{arm}-delay-writes"
     overrides = [*ARMS[arm], f"fleet.name=chaos-{arm}", *RESTARTS, *port_overrides()]
+    cut = state / f"chaos-{arm}-cut-side-channel"
     overrides.append(
         f"fleet.connector_options.pdctl_failpoint_write_delay={args.write_delay_ms}:while:{switch}"
     )
+    overrides.append(f"fleet.connector_options.pdctl_failpoint_side_channel=refused:while:{cut}")
     spec = load_demo_spec(tiny_model_dir(), overrides).spec
     router = router_url(spec)
     max_len = spec.model.max_model_len or 1024
@@ -234,7 +249,7 @@ async def soak(arm: str, args: argparse.Namespace) -> dict[str, Any]:
                 for name in [f for f in faults if f in KILLS or f.startswith("side-channel")]:
                     reports.append(
                         await new_fault(
-                            name, fleet, c, router, switch, baseline, args.write_delay_ms / 1000
+                            name, fleet, c, router, (switch, cut), baseline, args.write_delay_ms
                         )
                     )
                     if name in KILLS:

@@ -51,11 +51,22 @@ def delay_switch(state_root: Path) -> Path:
 
 
 @pytest.fixture(scope="module")
-def fleet(tiny_model: Path, state_root: Path, delay_switch: Path) -> Iterator[Fleet]:
+def cut_switch(state_root: Path) -> Path:
+    """While this file exists, decode is cut off from every prefill's side channel (the
+    failpoint; the file says ``refused`` or ``blackholed``)."""
+    return state_root / "cut-side-channel"
+
+
+@pytest.fixture(scope="module")
+def fleet(
+    tiny_model: Path, state_root: Path, delay_switch: Path, cut_switch: Path
+) -> Iterator[Fleet]:
     spec = demo_spec(tiny_model, NAME)[0]
     spec.fleet.connector_options["pdctl_failpoint_write"] = f"match:{FAIL_TAG}"
     delay = f"1500:while:{delay_switch}"
     spec.fleet.connector_options["pdctl_failpoint_write_delay"] = delay
+    cut = f"refused:while:{cut_switch}"
+    spec.fleet.connector_options["pdctl_failpoint_side_channel"] = cut
     old = os.environ.get("PDCTL_ALLOW_FAILPOINTS")
     os.environ["PDCTL_ALLOW_FAILPOINTS"] = "1"
     try:
@@ -222,11 +233,42 @@ async def test_prefill_killed_between_finish_and_write(fleet, baseline, delay_sw
 
 
 @pytest.mark.parametrize("mode", ["refused", "blackholed"])
+async def test_side_channel_cut_both_sides_free_their_kv(fleet, baseline, cut_switch, mode):
+    """Decode cut off from the prefill's side channel (the failpoint: its registrations
+    fail, its release messages are lost) under traffic through the router: every client
+    gets an error within the handshake timeout, decode frees its blocks, and the prefill
+    frees the finished KV nobody will read because the router, which saw the requests
+    fail, asks it to over HTTP (it held it for the whole lease before)."""
+    p, _ = fleet.fleet.plan.instances
+
+    async def released(c: httpx.AsyncClient) -> float:
+        m = parse((await c.get(p.url + "/metrics")).text)
+        return total(m, rv.RELEASED + "_total", {"reason": "router_release"}) or 0.0
+
+    async with httpx.AsyncClient(timeout=None) as c:
+        before = await released(c)
+        rep = await sidechannel.side_channel_cut(
+            c, router(fleet), cut_switch, baseline, mode=mode, n=2
+        )
+        print(f"{rep.fault}: {rep.statuses} in {[round(a.seconds, 2) for a in rep.answers]} s;")
+        print(f"  KV back {rep.kv_back_s} s after the last answer")
+        assert all(a.status is not None and a.status >= 500 for a in rep.answers), rep.answers
+        assert rep.answer_p100_s < (HANDSHAKE_S if mode == "blackholed" else 0) + 3, rep.answers
+        stuck = {u: t for u, t in rep.kv_back_s.items() if t is None or t > IDLE_BACK_S}
+        assert not stuck, (stuck, rep.kv_samples)
+        assert await released(c) - before == 2  # one per request, none lost
+        assert await chaos.time_to_service(c, router(fleet), wait_s=30) is not None
+    assert gauge(p.url, rv.PREFILLS_WAITING) == 0
+
+
+@pytest.mark.parametrize("mode", ["refused", "blackholed"])
 async def test_side_channel_unreachable_is_a_clear_error_within_seconds(fleet, mode):
     """Decode cannot reach the prefill's side channel (first contact with a prefill
     engine): it answers an error within its 5 s handshake timeout and frees its blocks.
-    The prefill keeps that request's finished KV until its lease ends (no path is left
-    to tell it): last in the module, and checked on decode only."""
+    Both legs are sent directly (through pdctl's router the prefill's answer would heal
+    the address): with no router to send a release request, the prefill keeps that
+    request's finished KV until its lease ends: last in the module, and checked on
+    decode only."""
     p, d = fleet.fleet.plan.instances
     ident = PrefillIdentity.from_plan(p)
     async with httpx.AsyncClient(timeout=None) as c:

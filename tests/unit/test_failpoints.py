@@ -8,7 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from pdctl.connector.failpoints import WriteDelay, failing_transfer, failpoint_match
+from pdctl.connector.failpoints import (
+    HANDSHAKE_TIMEOUT_S,
+    SideChannelCut,
+    WriteDelay,
+    failing_transfer,
+    failpoint_match,
+)
 from pdctl.connector.peerwatch import FORGET_S, PeerWatch, tcp_accepts
 
 
@@ -48,6 +54,21 @@ def test_write_delay_selection(tmp_path: Path):
     assert not d.applies("cmpl-any-0")
     switch.write_text("on")
     assert d.applies("cmpl-any-0")
+
+
+def test_side_channel_cut_values_and_switch(tmp_path: Path):
+    assert SideChannelCut.parse("refused").fails_after_s() == 0.0
+    assert SideChannelCut.parse("blackholed").fails_after_s() == HANDSHAKE_TIMEOUT_S
+    for bad in ("sometimes", "refused:while:", "refused:match:x"):
+        with pytest.raises(ValueError, match="pdctl_failpoint_side_channel"):
+            SideChannelCut.parse(bad)
+    switch = tmp_path / "cut"
+    cut = SideChannelCut.parse(f"refused:while:{switch}")
+    assert cut.fails_after_s() is None  # off while the file is absent
+    switch.write_text("on\n")
+    assert cut.fails_after_s() == 0.0  # the configured mode
+    switch.write_text("blackholed\n")
+    assert cut.fails_after_s() == HANDSHAKE_TIMEOUT_S  # the file picks the mode
 
 
 def test_peer_watch_reports_an_address_after_consecutive_misses():

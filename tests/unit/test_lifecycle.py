@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import queue
 import threading
+import time
 from types import SimpleNamespace
 from typing import Any
 
@@ -204,3 +205,72 @@ def test_no_release_is_sent_to_a_prefill_whose_side_channel_just_failed():
     assert sent == []
     w._handshake_result("p-gone", SimpleNamespace(exception=lambda: None))
     assert w._pdctl_life.unreachable == {}  # reachable again: releases go as before
+
+
+def test_a_release_request_from_the_router_reaches_the_worker_and_frees_the_lease(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from vllm.distributed.kv_transfer.kv_connector.v1.nixl.push_worker import (
+        NixlPushConnectorWorker,
+    )
+
+    from pdctl.connector import pushsched
+    from pdctl.sdk import pd
+
+    assert pd.RELEASE_PARAM == pushsched.RELEASE_PARAM  # the two sides of one contract
+    s: Any = object.__new__(pushsched.PdctlPushScheduler)
+    s._pdctl_aborted, s._pdctl_dropped, s._pdctl_released = {}, set(), set()
+    rid = "pdctl-0123456789abcdef"
+    params = {pd.RELEASE_PARAM: [rid, "0", 7]}  # short and non-string ids are ignored
+    req = SimpleNamespace(kv_transfer_params=params, prompt_token_ids=[0], request_id="x")
+    assert s.get_num_new_matched_tokens(req, 0) == (0, False)  # an ordinary request
+    assert s._pdctl_released == {rid}
+    assert params == {}  # taken once, even if vLLM asks again
+    s.get_num_new_matched_tokens(req, 0)
+    assert s._pdctl_released == {rid}
+
+    held, other = f"cmpl-{rid}-0-1234abcd", "cmpl-pdctl-ffff-0-1234abcd"
+    w = worker(
+        _reqs_to_send={held: 99.0, other: 99.0},
+        _reg_send_inbox=queue.Queue(),
+        _push_writer_wake=threading.Event(),
+        _pending_d_registrations={f"cmpl-{rid}-0-bbbbbbbb": {}},
+    )
+    released: list[tuple[str, str]] = []
+    w._lease_released = lambda r, reason: released.append((r, reason))
+    meta = SimpleNamespace(
+        **{pushsched.META_ATTR: {"aborted": {}, "dropped": [], "expired": [], "released": [rid]}}
+    )
+    monkeypatch.setattr(NixlPushConnectorWorker, "start_load_kv", lambda self, m: None)
+    w.start_load_kv(meta)
+    assert w._push_writer_wake.is_set()
+    w._release_leases(now=time.perf_counter())
+    assert w._reqs_to_send == {held: 0.0, other: 99.0}
+    assert released == [(held, lc.ROUTER_RELEASE)]
+    w._unpark_released()  # a parked registration for it is never written
+    assert w._pending_d_registrations == {}
+
+
+def test_a_cut_side_channel_fails_registrations_and_loses_releases(tmp_path: Any) -> None:
+    from pdctl.connector.failpoints import SideChannelCut
+
+    switch = tmp_path / "cut"
+    w = worker(_reg_send_inbox=queue.Queue())
+    w._pdctl_life.cut = SideChannelCut.parse(f"refused:while:{switch}")
+    failures: list[str] = []
+    w._log_failure = lambda failure_type, req_id, error: failures.append(failure_type)
+    sent: list[str] = []
+    w._do_send_reg_notif = lambda rid, reg: sent.append(rid)
+    w._ensure_handshake = lambda *a, **kw: None  # handshaken: messages would go at once
+    reg = {"remote_engine_id": "p", "remote_host": "h", "remote_port": 1, "remote_tp_size": 1}
+    release = {**reg, lc.RELEASE_KEY: True}
+    switch.write_text("refused\n")
+    w._send_registration_to_p("cmpl-a-0-1", reg)
+    w._send_registration_to_p("cmpl-b-0-1", release)
+    assert w._failed_recv_reqs.get_nowait() == "cmpl-a-0-1"  # failed as vLLM fails it
+    assert failures == ["push_reg_handshake_failed"]
+    assert sent == []  # the release went nowhere
+    assert w._failed_recv_reqs.empty()
+    switch.unlink()
+    w._send_registration_to_p("cmpl-c-0-1", reg)  # the switch is off: as usual
+    assert sent == ["cmpl-c-0-1"]

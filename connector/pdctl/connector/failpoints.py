@@ -13,6 +13,13 @@ refused by lint rule PD042 outside tests (``PDCTL_ALLOW_FAILPOINTS=1``).
   "prefill finished" and the WRITE. The writer thread is not blocked: the WRITE goes back
   to vLLM's deferred-push queue when the delay ends, and is dropped if the request's
   lease was released meanwhile.
+* ``pdctl_failpoint_side_channel``: ``"refused"`` or ``"blackholed"``, optionally
+  ``":while:<path>"`` (a switch file holding ``refused`` or ``blackholed`` picks that
+  mode). On a decode, cuts it off from every prefill: its registrations
+  fail as a handshake to an unreachable side channel does (at once when refused, after
+  vLLM's 5 s handshake timeout when blackholed), and its release messages are dropped.
+  What is left to free the prefill's KV is what does not cross the side channel (the
+  router's release requests).
 
 Pure Python (no vLLM, no NIXL).
 """
@@ -26,6 +33,10 @@ from typing import Any
 
 FAILPOINT_WRITE = "pdctl_failpoint_write"
 FAILPOINT_WRITE_DELAY = "pdctl_failpoint_write_delay"
+FAILPOINT_SIDE_CHANNEL = "pdctl_failpoint_side_channel"
+HANDSHAKE_TIMEOUT_S = 5.0
+"""vLLM's side-channel handshake timeout (its ZMQ receive timeout): how long a blackholed
+side channel takes to fail."""
 
 
 def failpoint_match(spec: str) -> str:
@@ -67,6 +78,39 @@ class WriteDelay:
         if self.while_path and not os.path.exists(self.while_path):
             return False
         return self.match in request_id
+
+
+@dataclass(frozen=True)
+class SideChannelCut:
+    """``pdctl_failpoint_side_channel``: how decode's side channel to prefills fails."""
+
+    blackholed: bool
+    while_path: str = ""
+
+    @classmethod
+    def parse(cls, spec: str) -> SideChannelCut:
+        mode, _, sel = str(spec).strip().partition(":")
+        kind, _, path = sel.partition(":")
+        if mode not in ("refused", "blackholed") or (sel and (kind != "while" or not path)):
+            raise ValueError(
+                f"kv_connector_extra_config.{FAILPOINT_SIDE_CHANNEL} = {spec!r}: use "
+                "'refused' or 'blackholed', optionally followed by ':while:<path>'"
+            )
+        return cls(mode == "blackholed", path)
+
+    def fails_after_s(self) -> float | None:
+        """None while the cut is off; else how long a registration takes to fail (0:
+        refused at once; vLLM's handshake timeout: blackholed). A switch file holding
+        ``refused`` or ``blackholed`` picks that mode instead of the configured one."""
+        blackholed = self.blackholed
+        if self.while_path:
+            try:
+                with open(self.while_path) as f:
+                    said = f.read().strip()
+            except OSError:
+                return None
+            blackholed = {"refused": False, "blackholed": True}.get(said, blackholed)
+        return HANDSHAKE_TIMEOUT_S if blackholed else 0.0
 
 
 def failing_transfer(

@@ -48,34 +48,32 @@ import threading
 import time
 from typing import Any
 
-from vllm.distributed.kv_transfer.kv_connector.v1.nixl.push_scheduler import (
-    NixlPushConnectorScheduler,
-)
 from vllm.distributed.kv_transfer.kv_connector.v1.nixl.push_worker import (
     NixlPushConnectorWorker,
 )
 from vllm.distributed.kv_transfer.kv_connector.v1.nixl.utils import get_base_request_id
 
+from pdctl.connector.failpoints import FAILPOINT_SIDE_CHANNEL as FAILPOINT_SIDE_CHANNEL
 from pdctl.connector.failpoints import FAILPOINT_WRITE as FAILPOINT_WRITE
 from pdctl.connector.failpoints import FAILPOINT_WRITE_DELAY as FAILPOINT_WRITE_DELAY
-from pdctl.connector.failpoints import WriteDelay, failing_transfer
+from pdctl.connector.failpoints import SideChannelCut, WriteDelay, failing_transfer
 from pdctl.connector.failpoints import failpoint_match as failpoint_match
 from pdctl.connector.peerwatch import PeerWatch
+from pdctl.connector.pushsched import META_ATTR, RELEASE_KEY, PdctlPushScheduler
+
+__all__ = ["RELEASE_KEY", "LifecycleWorker", "PdctlPushScheduler"]
 
 _log = logging.getLogger("vllm.pdctl.connector")
 
 RELEASE = "pdctl-release|"
 FAILED = "pdctl-failed|"
-META_ATTR = "pdctl_lifecycle"
-"""Attribute of vLLM's connector metadata carrying the scheduler's decisions."""
-RELEASE_KEY = "pdctl_release"
-"""Marks a registration-shaped message as a release (sent on vLLM's registration path)."""
 ABORT_GRACE = "pdctl_abort_grace_s"
 PEER_WATCH = "pdctl_peer_watch_s"
 # why P let go of a finished request's KV before its lease ended (push_released_total)
 DECODE_ABORTED = "decode_aborted"
 WRITE_FAILED = "write_failed"
 HANDSHAKE_FAILED = "handshake_failed"
+ROUTER_RELEASE = "router_release"
 DRAIN = "pdctl-drain"
 """A writer-inbox entry that only makes the writer look at dropped prefills."""
 REMEMBER_S = 60.0
@@ -102,79 +100,6 @@ def _names(key: str, request_id: str) -> bool:
     return get_base_request_id(request_id) == key or f"-{key}-" in f"-{request_id}-"
 
 
-_NORMAL_FINISH = ("FINISHED_STOPPED", "FINISHED_LENGTH_CAPPED")
-
-
-def _finished_normally(request: Any) -> bool:
-    return getattr(request.status, "name", "") in _NORMAL_FINISH
-
-
-# ---------------------------------------------------------------------- scheduler
-
-
-class PdctlPushScheduler(NixlPushConnectorScheduler):
-    """vLLM's push scheduler that tells its worker which requests ended early."""
-
-    _pdctl_aborted: dict[str, dict[str, Any]]
-    _pdctl_dropped: set[str]
-
-    @classmethod
-    def attach(cls, scheduler: NixlPushConnectorScheduler) -> None:
-        scheduler.__class__ = cls
-        assert isinstance(scheduler, PdctlPushScheduler)
-        scheduler._pdctl_aborted = {}
-        scheduler._pdctl_dropped = set()
-
-    def request_finished(self, request: Any, block_ids: Any) -> tuple[bool, Any]:
-        params = request.kv_transfer_params or {}
-        rid = request.request_id
-        never_registered = bool(params.get("do_remote_prefill"))
-        if params and (never_registered or not _finished_normally(request)):
-            if params.get("do_remote_decode"):
-                self._pdctl_dropped.add(rid)  # P: a prefill D may be registered for
-            elif params.get("remote_engine_id"):
-                # D: aborted while awaiting KV, or done without ever registering (rejected
-                # by the serving layer, or served from its own prefix cache): P's KV for
-                # it will never be read
-                held = rid in self._push_registration_deadlines
-                if held or never_registered:
-                    self._pdctl_aborted[rid] = {
-                        "request_id": rid,
-                        # the id both legs were sent with (P's own id contains it)
-                        "prefill_request_id": str(params.get("remote_request_id") or ""),
-                        "remote_engine_id": params["remote_engine_id"],
-                        "remote_host": params.get("remote_host"),
-                        "remote_port": params.get("remote_port"),
-                        "remote_tp_size": params.get("tp_size", 1),
-                        "remote_pp_size": params.get("pp_size", 1),
-                        "held": held,
-                        RELEASE_KEY: True,
-                    }
-        return super().request_finished(request, block_ids)
-
-    def has_pending_push_work(self) -> bool:
-        # a request rejected before it was scheduled leaves nothing else that would make
-        # the engine step and ship its release
-        return bool(super().has_pending_push_work() or self._pdctl_aborted or self._pdctl_dropped)
-
-    def build_connector_meta(self, scheduler_output: Any) -> Any:
-        now = time.perf_counter()
-        expired = [r for r, t in self._push_registration_deadlines.items() if t <= now]
-        meta = super().build_connector_meta(scheduler_output)
-        if expired or self._pdctl_aborted or self._pdctl_dropped:
-            setattr(
-                meta,
-                META_ATTR,
-                {
-                    "aborted": self._pdctl_aborted,
-                    "dropped": sorted(self._pdctl_dropped),
-                    "expired": expired,
-                },
-            )
-            self._pdctl_aborted, self._pdctl_dropped = {}, set()
-        return meta
-
-
 # ---------------------------------------------------------------------- worker
 
 
@@ -198,6 +123,8 @@ class _State:
         self.writing = ""
         """P: the request whose WRITE the writer thread is posting."""
         self.delay: WriteDelay | None = None
+        self.cut: SideChannelCut | None = None
+        """D: the side-channel failpoint (off unless configured)."""
         self.delayed: set[str] = set()
         """P: requests whose WRITE the delay failpoint is holding back (writer thread)."""
         self.unreachable: dict[str, float] = {}
@@ -230,6 +157,10 @@ class LifecycleWorker(NixlPushConnectorWorker):
         if delay:
             life.delay = WriteDelay.parse(delay)
             _log.warning("pdctl: failpoint %s = %r is on", FAILPOINT_WRITE_DELAY, delay)
+        cut = str(cfg.get_from_extra_config(FAILPOINT_SIDE_CHANNEL, "") or "")
+        if cut:
+            life.cut = SideChannelCut.parse(cut)
+            _log.warning("pdctl: failpoint %s = %r is on", FAILPOINT_SIDE_CHANNEL, cut)
 
     # ------------------------------------------------------------------ engine thread
 
@@ -250,6 +181,8 @@ class LifecycleWorker(NixlPushConnectorWorker):
             if rid in self._recving_metadata:
                 _log.warning("pdctl: no KV for %s before the registration timeout", rid)
                 self._failed_recv_reqs.put(rid)
+        if life.get("released"):
+            self._release_asked(life["released"], ROUTER_RELEASE, now)
         if life["dropped"]:
             for rid in life["dropped"]:
                 self._pdctl_life.drops.put(rid)
@@ -274,14 +207,19 @@ class LifecycleWorker(NixlPushConnectorWorker):
                     self._failed_recv_reqs.put(rid)
                     self._pdctl_life.fail_at.pop(rid, None)
             else:
-                with self._pdctl_life.lock:
-                    for key in ids:
-                        self._pdctl_life.release[key] = (now, DECODE_ABORTED)
-                for key in ids:  # a parked registration must never be written
-                    self._pdctl_life.unpark.put(key)
-                self._reg_send_inbox.put((DRAIN, {}))
-                self._push_writer_wake.set()
+                self._release_asked(ids, DECODE_ABORTED, now)
         return super()._get_new_notifs()
+
+    def _release_asked(self, keys: list[str], reason: str, now: float) -> None:
+        """P: free the KV of the requests ``keys`` name (a release from D, or from the
+        router) as soon as no WRITE of theirs is in flight (:meth:`_release_leases`)."""
+        with self._pdctl_life.lock:
+            for key in keys:
+                self._pdctl_life.release.setdefault(key, (now, reason))
+        for key in keys:  # a parked registration must never be written
+            self._pdctl_life.unpark.put(key)
+        self._reg_send_inbox.put((DRAIN, {}))
+        self._push_writer_wake.set()
 
     def get_transfer_results(self) -> Any:
         now = time.perf_counter()
@@ -358,6 +296,11 @@ class LifecycleWorker(NixlPushConnectorWorker):
             self._fail_parked_dropped()
             self._unpark_released()
             return
+        cut = self._pdctl_life.cut
+        after_s = cut.fails_after_s() if cut is not None else None
+        if after_s is not None:
+            self._cut_off(req_id, reg_data, after_s)
+            return
         failed_at = self._pdctl_life.unreachable.get(reg_data["remote_engine_id"])
         recent = failed_at is not None and time.perf_counter() - failed_at < REMEMBER_S
         if reg_data.get(RELEASE_KEY) and recent:
@@ -366,6 +309,24 @@ class LifecycleWorker(NixlPushConnectorWorker):
             _log.info("pdctl: no release for %s: its prefill is unreachable", req_id)
             return
         super()._send_registration_to_p(req_id, reg_data)
+
+    def _cut_off(self, req_id: str, reg_data: dict[str, Any], after_s: float) -> None:
+        """The side-channel failpoint: this message cannot reach the prefill."""
+        if reg_data.get(RELEASE_KEY):
+            _log.info("pdctl: failpoint %s: release for %s lost", FAILPOINT_SIDE_CHANNEL, req_id)
+            return
+
+        def fail() -> None:  # as vLLM does when a registration's handshake fails
+            err = ConnectionError(f"pdctl failpoint {FAILPOINT_SIDE_CHANNEL}")
+            self._log_failure(failure_type="push_reg_handshake_failed", req_id=req_id, error=err)
+            self._failed_recv_reqs.put(req_id)
+
+        if after_s <= 0:
+            fail()
+            return
+        timer = threading.Timer(after_s, fail)
+        timer.daemon = True
+        timer.start()
 
     def _ensure_handshake(self, engine_id: str, *args: Any, **kw: Any) -> Any:
         fut = super()._ensure_handshake(engine_id, *args, **kw)

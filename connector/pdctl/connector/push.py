@@ -56,7 +56,8 @@ from vllm.distributed.kv_transfer.kv_connector.v1.nixl.stats import (
 
 from pdctl.connector.book import RendezvousBook, fold
 from pdctl.connector.events import FLIGHT_HOOKS, FlightConnector, FlightWorker, flight_ring
-from pdctl.connector.lifecycle import RELEASE_KEY, LifecycleWorker, PdctlPushScheduler
+from pdctl.connector.lifecycle import LifecycleWorker
+from pdctl.connector.pushsched import RELEASE_KEY, PdctlPushScheduler
 from pdctl.sdk.metrics import rendezvous as rv
 
 # a child of "vllm" so messages land in the instance log in vLLM's format

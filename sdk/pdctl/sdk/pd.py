@@ -84,6 +84,26 @@ def prefill_generate_body(gen: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+RELEASE_PARAM = "pdctl_release_ids"
+"""``kv_transfer_params`` key of a *release request*: pdctl's connector on a prefill
+frees the KV it holds for the requests named (ids the legs were sent with) instead of
+waiting out its lease. The router sends one when a disaggregated request ends without
+decode reading its KV, over HTTP, so the release does not depend on the P<->D side
+channel (which may be the very thing that failed). Keep equal to the connector's."""
+
+
+def release_body(served_name: str, request_ids: list[str]) -> dict[str, Any]:
+    """A release request: the smallest completion there is (one prompt token, one
+    output token) carrying the ids whose KV the prefill should let go of."""
+    return {
+        "model": served_name,
+        "prompt": [0],
+        "max_tokens": 1,
+        "stream": False,
+        "kv_transfer_params": {RELEASE_PARAM: list(request_ids)},
+    }
+
+
 def push_decode_body(
     body: dict[str, Any], prefill: PrefillIdentity, request_id: str
 ) -> dict[str, Any]:

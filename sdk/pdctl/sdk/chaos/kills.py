@@ -58,12 +58,13 @@ def sigkill(pids: Sequence[int]) -> int:
 
 
 @contextlib.contextmanager
-def switched_on(path: Path | None):  # type: ignore[no-untyped-def]
-    """A failpoint's ``while:<path>`` switch: the file exists inside the block."""
+def switched_on(path: Path | None, text: str = "on"):  # type: ignore[no-untyped-def]
+    """A failpoint's ``while:<path>`` switch: the file exists (holding ``text``) inside
+    the block."""
     if path is None:
         yield
         return
-    path.write_text("on\n")
+    path.write_text(text + "\n")
     try:
         yield
     finally:

@@ -7,22 +7,32 @@ request after the prefill (re)started). :func:`side_channel_unreachable` plays t
 contact with the address *refused* (nothing listens) or *blackholed* (a loopback
 listener that accepts and never answers, :class:`Blackhole`): both legs are sent
 directly, the prefill leg as usual, the decode leg naming an engine id decode has not
-met (as after a prefill restart) at the unreachable address. Loopback only.
+met (as after a prefill restart) at the unreachable address. Loopback only. (Through
+pdctl's router this fault heals itself: the prefill's answer names its real side channel
+and the router re-sends the decode leg there.)
+
+:func:`side_channel_cut` cuts decode off from every prefill for real traffic through the
+router: the connector's ``pdctl_failpoint_side_channel`` failpoint (``<mode>:while:<path>``
+on the fleet) makes decode's registrations fail as an unreachable side channel does and
+drops its release messages, while the switch file exists. Nothing then crosses the side
+channel, so the prefill's KV comes back only through the router's release requests.
 """
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
-import socket
 import time
 import uuid
+from pathlib import Path
 from typing import Literal
 
 import httpx
 
-from pdctl.sdk.chaos import Answer, FaultReport, _prompt, completion, kv_back_to_idle
+from pdctl.sdk.chaos import Answer, FaultReport, _prompt, completion, kv_back_to_idle, send
+from pdctl.sdk.chaos.kills import switched_on
 from pdctl.sdk.pd import PrefillIdentity, prefill_body, push_decode_body
+from pdctl.sdk.ports import free_port
 
 Mode = Literal["refused", "blackholed"]
 
@@ -52,11 +62,9 @@ class Blackhole:
 
 
 def refused_port() -> int:
-    """A loopback port nothing listens on (bound, then released)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-    return port
+    """A loopback port nothing listens on (outside the ephemeral range, so no outgoing
+    connection takes it meanwhile)."""
+    return free_port()
 
 
 async def _legs(
@@ -106,7 +114,6 @@ async def side_channel_unreachable(
     answers timed from the send, KV of both instances against ``baseline``."""
     prefill_url, real = prefill
     fresh = f"{real.engine_id}-unreached-{uuid.uuid4().hex[:6]}"
-    samples: list[tuple[float, dict[str, float | None]]] = []
     async with Blackhole() as hole:
         port = hole.port if mode == "blackholed" else refused_port()
         ident = dataclasses.replace(real, engine_id=fresh, host="127.0.0.1", port=port)
@@ -115,7 +122,44 @@ async def side_channel_unreachable(
                 *(_legs(client, prefill_url, decode_url, ident, i, timeout_s) for i in range(n))
             )
         )
+    return await _settled(f"side-channel-{mode}", client, answers, baseline, kv_wait_s)
+
+
+async def side_channel_cut(
+    client: httpx.AsyncClient,
+    router_url: str,
+    switch: Path,
+    baseline: dict[str, float],
+    *,
+    mode: Mode,
+    n: int = 2,
+    kv_wait_s: float = 15.0,
+    timeout_s: float = 60.0,
+) -> FaultReport:
+    """``n`` requests through the router while decode is cut off from every prefill
+    (the fleet runs with ``pdctl_failpoint_side_channel = "<mode>:while:<switch>"``);
+    answers timed from the send, KV of every instance in ``baseline`` timed from the
+    last answer."""
+    with switched_on(switch, mode):
+        answers = list(
+            await asyncio.gather(
+                *(
+                    send(client, router_url, completion(_prompt(5000 + i), 16), timeout_s=timeout_s)
+                    for i in range(n)
+                )
+            )
+        )
+    return await _settled(f"side-channel-cut-{mode}", client, answers, baseline, kv_wait_s)
+
+
+async def _settled(
+    name: str,
+    client: httpx.AsyncClient,
+    answers: list[Answer],
+    baseline: dict[str, float],
+    kv_wait_s: float,
+) -> FaultReport:
+    """The fault's report once its answers are in: KV back to ``baseline`` over time."""
+    samples: list[tuple[float, dict[str, float | None]]] = []
     back, last = await kv_back_to_idle(client, baseline, wait_s=kv_wait_s, samples=samples)
-    return FaultReport(
-        f"side-channel-{mode}", answers, back, last, None, fault_at_s=0.0, kv_samples=samples
-    )
+    return FaultReport(name, answers, back, last, None, fault_at_s=0.0, kv_samples=samples)

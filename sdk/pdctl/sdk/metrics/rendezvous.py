@@ -115,7 +115,8 @@ METRICS: tuple[MetricDef, ...] = (
         "prefill",
         "Finished prefills whose KV the connector released before the lease ended, by "
         "reason: decode_aborted (the decode let go), write_failed (the WRITE failed), "
-        "handshake_failed (no side channel to the decode). Not expiries: vLLM counts "
+        "handshake_failed (no side channel to the decode), router_release (the router saw "
+        "the request end without decode reading it). Not expiries: vLLM counts "
         "them in vllm:nixl_num_kv_expired_reqs_total too (its lease reaper frees them).",
         (REASON_LABEL,),
     ),

@@ -15,6 +15,7 @@ from pdctl.sdk.fleetplan import FleetPlan, InstancePlan
 from pdctl.sdk.pd import PrefillIdentity
 from pdctl.sdk.router import tracing
 from pdctl.sdk.router.instances import Breaker, Upstream, choose
+from pdctl.sdk.router.release import KvReleases
 from pdctl.sdk.router.replies import RouteError, RouterMode, mode_of
 from pdctl.sdk.router.timeline import RouterMetrics, Timeline
 from pdctl.sdk.router.upstream import Pools, UpstreamError
@@ -70,6 +71,11 @@ class RouterBase:
             self.settings.otlp_traces_url, **{"pdctl.fleet": spec.fleet.name}
         )
         self.registry = self.metrics.registry
+        self.releases: KvReleases | None = None
+        """Set for push fleets on pdctl's connector (router.release_kv_on_failure)."""
+        ours = spec.fleet.mode == "push" and spec.fleet.connector == "pdctl"
+        if ours and self.settings.release_kv_on_failure:
+            self.releases = KvReleases(self.served_name, self.registry)
         self.cache: CacheAware | None = None
         if self.settings.policy == "cache_aware":
             from pdctl.sdk.router.cacheaware import CacheAware
@@ -94,6 +100,8 @@ class RouterBase:
             self._health_task = None
         if self.cache is not None:
             await self.cache.stop()
+        if self.releases is not None:
+            await self.releases.close()
         self.pools.close()
         self.tracer.shutdown()
 
@@ -296,6 +304,11 @@ class RouterBase:
         self.metrics.finished(tl, self.mode, outcome)
         tracing.finished(tl)
         self.history.append(tl)
+        if outcome != "ok" and tl.kv_on is not None and self.releases is not None:
+            # decode did not read the KV a prefill may hold for this request: free it now
+            prefill, rid = tl.kv_on
+            self.releases.ask(prefill, (rid,))
+            tl.note(f"asked prefill {prefill.name} to free the request's KV")
 
     def recent(
         self, limit: int = 100, match: Callable[[Timeline], bool] | None = None

@@ -143,9 +143,14 @@ class Legs(RouterBase):
         data = json.dumps(make_body(body)).encode()
         tl.prefill_sent = tl.mark()
         tracing.open_leg(tl, "prefill", p.name)
+        push = self.mode != "pull"
         try:
             async with asyncio.timeout(self.settings.prefill_timeout_s):
+                if push:  # cancelled before its answer, it may still have finished
+                    tl.kv_on = (p, rid)
                 used, r = await self.send_leg(self.prefills, p, path, data, rid, tl, "prefill")
+                if push:
+                    tl.kv_on = (used, rid)
                 try:
                     raw = await r.read()
                 finally:

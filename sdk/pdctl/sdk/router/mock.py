@@ -20,6 +20,8 @@ from typing import Any, cast
 
 import httptools
 
+from pdctl.sdk.pd import RELEASE_PARAM
+
 
 @dataclass
 class MockConfig:
@@ -52,6 +54,8 @@ class MockState:
     completed: int = 0
     tokenized: int = 0
     """``POST /tokenize`` calls (answered at once, not counted as requests)."""
+    releases: list[dict[str, Any]] = field(default_factory=list)
+    """Release requests from the router (answered at once, not counted as requests)."""
 
 
 def _tokenize(req: dict[str, Any]) -> bytes:
@@ -166,9 +170,14 @@ class MockServer:
             st.tokenized += 1
             conn.write(_response(200, _tokenize(json.loads(body or b"{}"))))
             return
+        req = json.loads(body) if body else {}
+        if RELEASE_PARAM in (req.get("kv_transfer_params") or {}):
+            rid = headers.get(b"x-request-id", b"").decode()
+            st.releases.append({"path": path.decode(), "request_id": rid, "body": req})
+            conn.write(_response(200, self._decode(rid, req)))
+            return
         st.in_flight += 1
         try:
-            req = json.loads(body) if body else {}
             rid = headers.get(b"x-request-id", b"").decode()
             st.requests.append(
                 {

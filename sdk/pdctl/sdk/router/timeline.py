@@ -49,6 +49,9 @@ class Timeline:
     def note(self, text: str) -> None:
         self.notes.append(f"{self.mark() * 1000:.1f} ms: {text}")
 
+    kv_on: tuple[Upstream, str] | None = None
+    """The prefill that may hold KV for this request (push) and the id its leg carried."""
+
     trace: RequestTrace | None = None
     """The request's spans (W3C trace context); None for timelines made elsewhere."""
     flight: Any = None

@@ -100,6 +100,13 @@ class RouterSpec(_Strict):
         "decode from the prompt plus the tokens already sent, at most this many times per "
         "request (text path, one choice); 0 ends the stream with an error event.",
     )
+    release_kv_on_failure: bool = Field(
+        default=True,
+        description="Push fleets on pdctl's connector: when a disaggregated request ends "
+        "without decode reading its KV (decode failed, refused it or was cut off, the client "
+        "left), ask the prefill over HTTP to free that KV at once instead of holding it for "
+        "its lease. Independent of the P<->D side channel, which may be what failed.",
+    )
 
     @property
     def otlp_traces_url(self) -> str | None:
