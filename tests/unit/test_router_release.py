@@ -7,12 +7,14 @@ prefill's KV comes back on real vLLM.)"""
 from __future__ import annotations
 
 import asyncio
+import json
 from typing import Any
 
 import httpx
+import pytest
 
 from pdctl.sdk.metrics import parse, total
-from pdctl.sdk.pd import RELEASE_PARAM
+from pdctl.sdk.pd import RELEASE_PARAM, DispatchError, PrefillIdentity, push_request
 from pdctl.sdk.router.mock import MockConfig, MockServer
 from tests.unit.test_router import body, rig
 
@@ -108,3 +110,28 @@ async def test_a_prefill_that_cannot_be_reached_is_counted_not_retried():
                 break
             await asyncio.sleep(0.05)
         assert total(m, "pdctl_router_kv_releases_total", {"outcome": "failed"}) == 1
+
+
+async def test_the_sdk_dispatcher_releases_too_when_decode_fails():
+    """``pd.push_request`` (scripts that dispatch both legs themselves) asks the prefill
+    to free its KV when decode fails, and not when decode answered."""
+    seen: list[tuple[str, dict[str, Any]]] = []
+    decode_status = [500]
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        payload = json.loads(request.content)
+        seen.append((str(request.url.host), payload))
+        if request.url.host == "d":
+            return httpx.Response(decode_status[0], json={"choices": [{"text": "x"}]})
+        return httpx.Response(200, json={"choices": [{"text": "y"}]})
+
+    ident = PrefillIdentity("p-0", "127.0.0.1", 5600, 1, 1)
+    async with httpx.AsyncClient(transport=httpx.MockTransport(handler)) as c:
+        with pytest.raises(DispatchError, match="answered 500"):
+            await push_request(c, "http://p", "http://d", ident, body(), request_id="pdctl-r1")
+        rel = [p for host, p in seen if host == "p" and RELEASE_PARAM in p["kv_transfer_params"]]
+        assert [p["kv_transfer_params"][RELEASE_PARAM] for p in rel] == [["pdctl-r1"]]
+        seen.clear()
+        decode_status[0] = 200
+        await push_request(c, "http://p", "http://d", ident, body(), request_id="pdctl-r2")
+        assert sorted(h for h, _ in seen) == ["d", "p"]  # the two legs, no release

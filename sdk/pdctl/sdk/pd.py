@@ -167,11 +167,42 @@ async def push_request(
         p = await p_task
         if p.status_code != 200:
             raise DispatchError(f"prefill {prefill_url} answered {p.status_code}: {p.text[:300]}")
-        d = await d_task
+        try:
+            d = await d_task
+        except httpx.HTTPError as e:
+            await release_kv(client, prefill_url, str(body.get("model") or ""), [rid])
+            raise DispatchError(f"decode {decode_url} failed: {e!r}") from e
         if d.status_code != 200:
+            # decode will not read the KV prefill holds for it: free it now, not at the lease
+            await release_kv(client, prefill_url, str(body.get("model") or ""), [rid])
             raise DispatchError(f"decode {decode_url} answered {d.status_code}: {d.text[:300]}")
         return PDResult(rid, d.json(), p.json(), time.perf_counter() - t0)
     except BaseException:
         for t in (p_task, d_task):
             t.cancel()
         raise
+
+
+async def release_kv(
+    client: httpx.AsyncClient,
+    prefill_url: str,
+    served_name: str,
+    request_ids: list[str],
+    *,
+    path: str = "/v1/completions",
+    timeout_s: float = 10.0,
+) -> bool:
+    """Ask a prefill on pdctl's connector to free the KV it holds for ``request_ids``
+    (the ids the legs were sent with): what a dispatcher does when decode will not read
+    it. Best effort: False when the prefill could not be told (a stock connector ignores
+    the request and answers it as a one-token completion)."""
+    try:
+        r = await client.post(
+            prefill_url + path,
+            json=release_body(served_name, request_ids),
+            headers={"X-Request-Id": f"pdctl-release-{uuid.uuid4().hex}"},
+            timeout=timeout_s,
+        )
+    except httpx.HTTPError:
+        return False
+    return r.status_code == 200

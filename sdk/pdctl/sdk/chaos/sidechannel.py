@@ -140,15 +140,11 @@ async def side_channel_cut(
     (the fleet runs with ``pdctl_failpoint_side_channel = "<mode>:while:<switch>"``);
     answers timed from the send, KV of every instance in ``baseline`` timed from the
     last answer."""
+    tag = uuid.uuid4().hex[:8]  # prompts no earlier fault left in a prefix cache
     with switched_on(switch, mode):
-        answers = list(
-            await asyncio.gather(
-                *(
-                    send(client, router_url, completion(_prompt(5000 + i), 16), timeout_s=timeout_s)
-                    for i in range(n)
-                )
-            )
-        )
+        bodies = [completion(f"{tag} {_prompt(i)}", 16) for i in range(n)]
+        sends = [send(client, router_url, b, timeout_s=timeout_s) for b in bodies]
+        answers = list(await asyncio.gather(*sends))
     return await _settled(f"side-channel-cut-{mode}", client, answers, baseline, kv_wait_s)
 
 
