@@ -36,6 +36,11 @@ request id): a stock vLLM peer logs them as an unknown request and ignores them.
   the KV for the lease; P now releases it at once (D cannot be told: that is the path
   that failed; its watchdog answers).
 
+* **Nothing reaches P over the side channel** (decode cut off from it, a decode dead
+  before its release went out): pdctl's router, which saw the request end without decode
+  reading its KV, sends P a *release request* over HTTP
+  (:mod:`pdctl.connector.pushsched`); P releases those leases at once.
+
 Every early release on P is counted by reason (``pdctl:push_released_total``), not as an
 expired lease. Failpoints for the chaos suite: :mod:`pdctl.connector.failpoints`.
 """
