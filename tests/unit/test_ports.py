@@ -30,9 +30,9 @@ def test_a_listening_port_is_never_handed_out(monkeypatch: pytest.MonkeyPatch) -
 
 
 def test_span_is_the_larger_side(tmp_path: Path) -> None:
-    assert ports.candidate_span((32768, 60999)) == (10000, 32767)
-    assert ports.candidate_span((10000, 40000)) == (40001, 65535)
-    assert ports.candidate_span((1024, 65535)) == (10000, 65535)
+    assert ports.candidate_span((32768, 60999)) == (20000, 32767)
+    assert ports.candidate_span((20000, 40000)) == (40001, 65535)
+    assert ports.candidate_span((1024, 65535)) == (20000, 65535)
     f = tmp_path / "range"
     f.write_text("20000\t30000\n")
     assert ports.ephemeral_range(f) == (20000, 30000)

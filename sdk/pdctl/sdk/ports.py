@@ -18,8 +18,9 @@ from pathlib import Path
 
 #: Linux's default when the range cannot be read.
 DEFAULT_EPHEMERAL = (32768, 60999)
-#: Never hand out ports below this (well-known and registered services live there).
-LOWEST = 10000
+#: Never hand out ports below this: well-known and registered services live low, and
+#: Ray's workers take 10002-19999 by default (its ``--min/max-worker-port``).
+LOWEST = 20000
 HIGHEST = 65535
 
 _lock = threading.Lock()

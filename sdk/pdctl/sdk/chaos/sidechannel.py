@@ -139,13 +139,15 @@ async def side_channel_cut(
     """``n`` requests through the router while decode is cut off from every prefill
     (the fleet runs with ``pdctl_failpoint_side_channel = "<mode>:while:<switch>"``);
     answers timed from the send, KV of every instance in ``baseline`` timed from the
-    last answer."""
+    last answer, the cut still on."""
     tag = uuid.uuid4().hex[:8]  # prompts no earlier fault left in a prefix cache
     with switched_on(switch, mode):
         bodies = [completion(f"{tag} {_prompt(i)}", 16) for i in range(n)]
         sends = [send(client, router_url, b, timeout_s=timeout_s) for b in bodies]
         answers = list(await asyncio.gather(*sends))
-    return await _settled(f"side-channel-cut-{mode}", client, answers, baseline, kv_wait_s)
+        # the cut lasts while the KV is measured: decode's own release (sent once its
+        # request ended) must not slip through a channel that is back
+        return await _settled(f"side-channel-cut-{mode}", client, answers, baseline, kv_wait_s)
 
 
 async def _settled(
