@@ -169,13 +169,13 @@ async def push_request(
             raise DispatchError(f"prefill {prefill_url} answered {p.status_code}: {p.text[:300]}")
         try:
             d = await d_task
+            failed = None if d.status_code == 200 else f"answered {d.status_code}: {d.text[:300]}"
         except httpx.HTTPError as e:
-            await release_kv(client, prefill_url, str(body.get("model") or ""), [rid])
-            raise DispatchError(f"decode {decode_url} failed: {e!r}") from e
-        if d.status_code != 200:
+            failed = f"failed: {e!r}"
+        if failed is not None:
             # decode will not read the KV prefill holds for it: free it now, not at the lease
             await release_kv(client, prefill_url, str(body.get("model") or ""), [rid])
-            raise DispatchError(f"decode {decode_url} answered {d.status_code}: {d.text[:300]}")
+            raise DispatchError(f"decode {decode_url} {failed}")
         return PDResult(rid, d.json(), p.json(), time.perf_counter() - t0)
     except BaseException:
         for t in (p_task, d_task):
