@@ -1,0 +1,73 @@
+"""The ledger: every request's timeline from its start to its outcome — the recent
+history, the finished-request metrics and spans, and the KV release a request that ended
+without decode reading its KV owes its prefill."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+from pdctl.sdk.router import tracing
+from pdctl.sdk.router.release import KvReleases
+from pdctl.sdk.router.replies import RouterMode
+from pdctl.sdk.router.timeline import RouterMetrics, Timeline
+
+
+class Ledger:
+    """Opens and settles timelines; keeps the last ``history`` of them."""
+
+    def __init__(
+        self,
+        metrics: RouterMetrics,
+        tracer: tracing.Tracer,
+        mode: Callable[[], RouterMode],
+        releases: KvReleases | None = None,
+        history: int = 1000,
+    ) -> None:
+        self.metrics, self.tracer, self._mode, self.releases = metrics, tracer, mode, releases
+        self.history: deque[Timeline] = deque(maxlen=history)
+
+    def open(self, path: str, stream: bool, traceparent: str | None = None) -> Timeline:
+        """A new request's timeline (and its trace, continuing ``traceparent``)."""
+        tl = Timeline(
+            id=f"pdctl-{uuid.uuid4().hex}",
+            mode=self._mode(),
+            path=path,
+            stream=stream,
+            received=time.time(),
+            t0=time.perf_counter(),
+        )
+        tl.trace = self.tracer.begin(traceparent)
+        return tl
+
+    def finish(self, tl: Timeline, outcome: str, status: int, error: str | None = None) -> None:
+        """Settle ``tl`` (once: later calls are no-ops)."""
+        if tl.done is not None:
+            return
+        tl.done = tl.mark()
+        tl.outcome = outcome
+        tl.status = status
+        if error:
+            tl.error = error
+        self.metrics.finished(tl, self._mode(), outcome)
+        tracing.finished(tl)
+        self.history.append(tl)
+        if outcome != "ok" and tl.kv_on is not None and self.releases is not None:
+            # decode did not read the KV a prefill may hold for this request: free it now
+            prefill, rid = tl.kv_on
+            self.releases.ask(prefill, (rid,))
+            tl.note(f"asked prefill {prefill.name} to free the request's KV")
+
+    def recent(
+        self, limit: int = 100, match: Callable[[Timeline], bool] | None = None
+    ) -> list[dict[str, Any]]:
+        items = [t for t in reversed(self.history) if match is None or match(t)]
+        return [t.as_dict() for t in items[:limit]]
+
+    async def close(self) -> None:
+        if self.releases is not None:
+            await self.releases.close()
+        self.tracer.shutdown()
