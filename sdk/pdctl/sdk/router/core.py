@@ -32,7 +32,7 @@ from pdctl.sdk.router.replies import (
     error_body,
     mode_of,
 )
-from pdctl.sdk.router.timeline import RouterMetrics, Timeline
+from pdctl.sdk.router.timeline import Timeline
 from pdctl.sdk.spec import FleetSpec
 
 __all__ = [
@@ -67,18 +67,19 @@ class Router:
         self.instances = InstanceSet(spec, plan, mode=mode, health_interval_s=health_interval_s)
         self.settings = self.instances.settings
         self.served_name = self.instances.served_name
-        self.metrics = RouterMetrics(self.instances.upstreams)
+        self.metrics = self.instances.metrics
         self.registry = self.metrics.registry
-        self.cache = self.instances.index_prefixes(self.registry)
+        self.cache = self.instances.cache
         releases: KvReleases | None = None
         """For push fleets on pdctl's connector (router.release_kv_on_failure)."""
         ours = spec.fleet.mode == "push" and spec.fleet.connector == "pdctl"
         if ours and self.settings.release_kv_on_failure:
             releases = KvReleases(self.served_name, self.registry)
         self.releases = releases
-        tracer = tracing.Tracer(self.settings.otlp_traces_url, **{"pdctl.fleet": spec.fleet.name})
-        self.ledger = Ledger(self.metrics, tracer, lambda: self.instances.mode, releases, history)
-        self.dispatcher = Dispatcher(self.instances, self.ledger, self.metrics)
+        fleet = {"pdctl.fleet": spec.fleet.name}
+        self.tracer = tracing.Tracer(self.settings.otlp_traces_url, **fleet)
+        self.ledger = Ledger(self.metrics, lambda: self.instances.mode, releases, history)
+        self.dispatcher = Dispatcher(self.instances, self.ledger, self.metrics, self.tracer)
         # what readers of the router look at most, under their own names
         self.upstreams = self.instances.upstreams
         self.prefills = self.instances.prefills
@@ -96,3 +97,4 @@ class Router:
     async def stop(self) -> None:
         await self.ledger.close()  # sends the releases still pending first
         await self.instances.stop()
+        self.tracer.shutdown()

@@ -21,8 +21,11 @@ legs (closing their connections makes vLLM abort them).
 from __future__ import annotations
 
 import asyncio
+import time
+import uuid
 from typing import Any, Protocol
 
+from pdctl.sdk.router import tracing
 from pdctl.sdk.router.instanceset import InstanceSet
 from pdctl.sdk.router.ledger import Ledger
 from pdctl.sdk.router.legs import LegSender
@@ -45,11 +48,17 @@ class Strategy(Protocol):
 class Dispatcher:
     """Routes requests over the instance set; settles the ones that fail in the ledger."""
 
-    def __init__(self, instances: InstanceSet, ledger: Ledger, metrics: RouterMetrics) -> None:
-        self.instances, self.ledger = instances, ledger
+    def __init__(
+        self,
+        instances: InstanceSet,
+        ledger: Ledger,
+        metrics: RouterMetrics,
+        tracer: tracing.Tracer,
+    ) -> None:
+        self.instances, self.ledger, self.tracer = instances, ledger, tracer
         self.recovery = Recovery(instances, metrics)
         self.legs = LegSender(instances, self.recovery, metrics)
-        self.relay = Relay(instances, self.legs, self.recovery, ledger)
+        self.relay = Relay(instances, self.legs, ledger)
         self.text = TextPath(instances, self.legs, self.relay, self.recovery)
         self.tokens: Strategy | None = None
         if instances.settings.path == "tokens" and instances.renders:
@@ -59,13 +68,26 @@ class Dispatcher:
         """The strategy for the router's path."""
         return self.tokens if self.tokens is not None else self.text
 
+    def open(self, path: str, stream: bool, traceparent: str | None = None) -> Timeline:
+        """A new request's timeline (and its trace, continuing ``traceparent``)."""
+        tl = Timeline(
+            id=f"pdctl-{uuid.uuid4().hex}",
+            mode=self.instances.mode,
+            path=path,
+            stream=stream,
+            received=time.time(),
+            t0=time.perf_counter(),
+        )
+        tl.trace = self.tracer.begin(traceparent)
+        return tl
+
     async def dispatch(
         self, path: str, body: dict[str, Any], traceparent: str | None = None
     ) -> Reply | StreamReply:
         """Route one validated request: the entry every request passes (where admission
         belongs). A :class:`RouteError` becomes its OpenAI-style error reply; a request
         cancelled (its client gone) is settled as such."""
-        tl = self.ledger.open(path, bool(body.get("stream")), traceparent)
+        tl = self.open(path, bool(body.get("stream")), traceparent)
         try:
             return await self.strategy().route(path, body, tl)
         except RouteError as e:

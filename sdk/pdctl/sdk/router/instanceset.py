@@ -14,9 +14,8 @@ from pdctl.sdk.pd import PrefillIdentity
 from pdctl.sdk.router.instances import Breaker, Upstream
 from pdctl.sdk.router.policies import Policy, make_policy
 from pdctl.sdk.router.policies.cache_aware import CacheAware
-from pdctl.sdk.router.promreg import Registry
 from pdctl.sdk.router.replies import RouteError, RouterMode, mode_of
-from pdctl.sdk.router.timeline import Timeline
+from pdctl.sdk.router.timeline import RouterMetrics, Timeline
 from pdctl.sdk.router.upstream import Pools, UpstreamError
 from pdctl.sdk.spec import FleetSpec, RouterSpec
 
@@ -51,10 +50,13 @@ class InstanceSet:
             self.decodes = [u for u in self.upstreams if u.role != "render"]
         elif not self.prefills or not self.decodes:
             raise ValueError(f"{self.mode} mode needs at least one prefill and one decode")
+        self.metrics = RouterMetrics(self.upstreams)
+        """The router's metrics (per instance, and the decisions this set makes)."""
         self.policy: Policy = make_policy(self.settings.policy)
         self.cache: CacheAware | None = None
         """The prefix index, made when the router starts with ``cache_aware``."""
-        self._plan = plan
+        if self.settings.policy == "cache_aware":
+            self.cache = CacheAware(self, plan, self.metrics.registry)
         self._health_task: asyncio.Task[None] | None = None
         self._changed = asyncio.Event()
         """Set (and replaced) whenever an instance's health changes."""
@@ -63,13 +65,6 @@ class InstanceSet:
     def _upstream(self, inst: InstancePlan) -> Upstream:
         ident = PrefillIdentity.from_plan(inst) if inst.role == "prefill" else None
         return Upstream(inst.name, inst.role, inst.url, self.pools.get(inst.url), ident)
-
-    def index_prefixes(self, registry: Registry) -> CacheAware | None:
-        """Build the prefix index (for ``router.policy = 'cache_aware'``; its metrics go
-        to ``registry``)."""
-        if self.settings.policy == "cache_aware" and self.cache is None:
-            self.cache = CacheAware(self, self._plan, registry)
-        return self.cache
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -182,6 +177,44 @@ class InstanceSet:
         raise RouteError(
             503, f"{first} (waited {wait:g} s: router.unavailable_wait_s)", "service_unavailable"
         )
+
+    async def place(
+        self, tl: Timeline, keys: list[int] | None, prompt_len: int, decode_only: bool = False
+    ) -> tuple[Upstream, Upstream | None]:
+        """The request's decode and prefill (None: decode alone) by the policy, and the
+        decision recorded on ``tl``. ``keys``, the prompt's block keys (cache-aware with
+        the prompt's token ids only; ``prompt_len`` tokens long), score the instances by
+        prefix; a prompt with at most ``router.disaggregate_min_uncached_tokens`` tokens
+        not cached on the chosen decode goes to decode alone."""
+        cache = self.cache_aware if keys is not None else None
+        blocks = prompt_len // cache.block_size if cache is not None else 0
+        scores = cache.scores(self.decodes, keys or [], blocks) if cache is not None else None
+        d = await self.acquire(self.decodes, tl, scores=scores)
+        tl.decode = d.name
+        if cache is not None and self.mode != "colocated" and not decode_only:
+            limit = self.settings.disaggregate_min_uncached_tokens
+            uncached = prompt_len - cache.overlap(d, keys or []) * cache.block_size
+            if limit and uncached <= limit:
+                decode_only = True
+                tl.decision = "decode-only"
+                tl.note(f"{uncached} uncached tokens on {d.name}: decode alone")
+        if self.mode == "colocated":
+            tl.decision = "colocated"
+        elif decode_only:
+            tl.decision = "decode-only"
+        elif tl.decision is None:
+            tl.decision = "disaggregated"
+        self.metrics.decisions.inc(tl.decision, tl.route_path)
+        if self.mode == "colocated" or decode_only:
+            if cache is not None and keys is not None:
+                cache.routed(d, keys, tl)
+            return d, None
+        scores = cache.scores(self.prefills, keys or [], blocks) if cache is not None else None
+        p = await self.acquire(self.prefills, tl, scores=scores)
+        tl.prefill = p.name
+        if cache is not None and keys is not None:
+            cache.routed(p, keys, tl)
+        return d, p
 
     # ------------------------------------------------------------------ operator control
 

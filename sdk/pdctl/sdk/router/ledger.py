@@ -1,11 +1,9 @@
-"""The ledger: every request's timeline from its start to its outcome — the recent
-history, the finished-request metrics and spans, and the KV release a request that ended
-without decode reading its KV owes its prefill."""
+"""The ledger: how every request ended — the recent history, the finished-request
+metrics and spans, and the KV release a request that ended without decode reading its KV
+owes its prefill."""
 
 from __future__ import annotations
 
-import time
-import uuid
 from collections import deque
 from collections.abc import Callable
 from typing import Any
@@ -17,31 +15,17 @@ from pdctl.sdk.router.timeline import RouterMetrics, Timeline
 
 
 class Ledger:
-    """Opens and settles timelines; keeps the last ``history`` of them."""
+    """Settles timelines; keeps the last ``history`` of them."""
 
     def __init__(
         self,
         metrics: RouterMetrics,
-        tracer: tracing.Tracer,
         mode: Callable[[], RouterMode],
         releases: KvReleases | None = None,
         history: int = 1000,
     ) -> None:
-        self.metrics, self.tracer, self._mode, self.releases = metrics, tracer, mode, releases
+        self.metrics, self._mode, self.releases = metrics, mode, releases
         self.history: deque[Timeline] = deque(maxlen=history)
-
-    def open(self, path: str, stream: bool, traceparent: str | None = None) -> Timeline:
-        """A new request's timeline (and its trace, continuing ``traceparent``)."""
-        tl = Timeline(
-            id=f"pdctl-{uuid.uuid4().hex}",
-            mode=self._mode(),
-            path=path,
-            stream=stream,
-            received=time.time(),
-            t0=time.perf_counter(),
-        )
-        tl.trace = self.tracer.begin(traceparent)
-        return tl
 
     def finish(self, tl: Timeline, outcome: str, status: int, error: str | None = None) -> None:
         """Settle ``tl`` (once: later calls are no-ops)."""
@@ -70,4 +54,3 @@ class Ledger:
     async def close(self) -> None:
         if self.releases is not None:
             await self.releases.close()
-        self.tracer.shutdown()

@@ -306,40 +306,13 @@ class LegSender:
         inst = self.instances
         mode = inst.mode
         cache = inst.cache_aware if token_ids else None
-        n = prompt_len or len(token_ids or ())
-        keys = cache.keys(token_ids) if cache is not None and token_ids else []
-        blocks = n // cache.block_size if cache is not None else 0
-        d = await inst.acquire(
-            inst.decodes, tl, scores=cache.scores(inst.decodes, keys, blocks) if cache else None
-        )
-        tl.decode = d.name
-        if cache is not None and token_ids and mode != "colocated" and not decode_only:
-            limit = self.settings.disaggregate_min_uncached_tokens
-            uncached = n - cache.overlap(d, keys) * cache.block_size
-            if limit and uncached <= limit:
-                decode_only = True
-                tl.decision = "decode-only"
-                tl.note(f"{uncached} uncached tokens on {d.name}: decode alone")
-        if mode == "colocated":
-            tl.decision = "colocated"
-        elif decode_only:
-            tl.decision = "decode-only"
-        elif tl.decision is None:
-            tl.decision = "disaggregated"
-        self.metrics.decisions.inc(tl.decision, tl.route_path)
-        if mode == "colocated" or decode_only:
-            if cache is not None:
-                cache.routed(d, keys, tl)
+        keys = cache.keys(token_ids) if cache is not None and token_ids else None
+        d, p = await inst.place(tl, keys, prompt_len or len(token_ids or ()), decode_only)
+        if p is None:
             leg = await self.decode(d, path, body, tl.id, tl)
+        elif mode == "push":
+            leg = await self.push(p, d, path, body, tl.id, tl, make_prefill)
         else:
-            scores = cache.scores(inst.prefills, keys, blocks) if cache else None
-            p = await inst.acquire(inst.prefills, tl, scores=scores)
-            tl.prefill = p.name
-            if cache is not None:
-                cache.routed(p, keys, tl)
-            if mode == "push":
-                leg = await self.push(p, d, path, body, tl.id, tl, make_prefill)
-            else:
-                leg = await self._sequential(p, d, path, body, tl, make_prefill)
+            leg = await self._sequential(p, d, path, body, tl, make_prefill)
         tl.decode = leg.upstream.name
         return leg

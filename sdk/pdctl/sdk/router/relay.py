@@ -1,6 +1,7 @@
 """The relay: decode's answer back to the client — read whole or streamed through — and
 the request settled in the ledger. A decode failing mid-answer on a migratable request
-continues on another decode (:class:`Recovery` decides, the leg sender sends)."""
+continues on another decode (:class:`~pdctl.sdk.router.recovery.Recovery` decides, the
+leg sender sends)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,6 @@ from pdctl.sdk.router.lease import Lease
 from pdctl.sdk.router.ledger import Ledger
 from pdctl.sdk.router.legs import LegSender
 from pdctl.sdk.router.migrate import tracker_for
-from pdctl.sdk.router.recovery import Recovery
 from pdctl.sdk.router.replies import Reply, RouteError, StreamReply, error_body
 from pdctl.sdk.router.timeline import Timeline
 from pdctl.sdk.router.upstream import UpstreamError
@@ -26,10 +26,8 @@ USAGE_RE = re.compile(rb'"completion_tokens"\s*:\s*(\d+)')
 class Relay:
     """Relays decode's answers and settles their timelines."""
 
-    def __init__(
-        self, instances: InstanceSet, legs: LegSender, recovery: Recovery, ledger: Ledger
-    ) -> None:
-        self.instances, self.legs, self.recovery, self.ledger = instances, legs, recovery, ledger
+    def __init__(self, instances: InstanceSet, legs: LegSender, ledger: Ledger) -> None:
+        self.instances, self.legs, self.ledger = instances, legs, ledger
 
     async def read(self, leg: Lease) -> bytes:
         """Decode's whole answer; the leg's slot is given back."""
@@ -66,12 +64,13 @@ class Relay:
         stream: bool,
         body: dict[str, Any] | None = None,
         path: str = "",
+        migrate: bool = False,
     ) -> Reply | StreamReply:
         """Relay decode's answer (streamed, or read whole) and settle the timeline. With
-        ``body`` (the client's request) a decode that fails mid-answer is migrated."""
+        ``migrate`` (:meth:`Recovery.migrates` said so for ``body``, the client's request)
+        a decode that fails mid-answer is migrated."""
         assert leg.response is not None
         ctype = (leg.response.header(b"content-type") or b"application/json").decode()
-        migrate = body is not None and self.recovery.migrates(body)
         if stream and leg.status == 200:
             if migrate and body is not None:
                 return self.stream(leg, self._relay_migrating(leg, tl, path, body), ctype)

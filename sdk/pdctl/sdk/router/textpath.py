@@ -41,4 +41,6 @@ class TextPath:
             # decode died before answering: nothing reached the client, start it over
             # on another decode, which computes the prompt itself
             leg = await self.legs.migrate(path, sent, tl, (e.upstream,), str(e))
-        return await self.relay.reply(leg, tl, stream=stream, body=body, path=path)
+        return await self.relay.reply(
+            leg, tl, stream=stream, body=body, path=path, migrate=migrates
+        )
