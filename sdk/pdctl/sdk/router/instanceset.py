@@ -57,6 +57,8 @@ class InstanceSet:
         """The prefix index, made when the router starts with ``cache_aware``."""
         if self.settings.policy == "cache_aware":
             self.cache = CacheAware(self, plan, self.metrics.registry)
+        self.cache_aware = self.cache
+        """The prefix index while the policy scores by it (None otherwise)."""
         self._health_task: asyncio.Task[None] | None = None
         self._changed = asyncio.Event()
         """Set (and replaced) whenever an instance's health changes."""
@@ -128,11 +130,6 @@ class InstanceSet:
         return True, "ok"
 
     # ------------------------------------------------------------------ selection
-
-    @property
-    def cache_aware(self) -> CacheAware | None:
-        """The prefix index while the policy is ``cache_aware`` (None otherwise)."""
-        return self.cache if self.policy.uses_scores else None
 
     def select(
         self,
@@ -249,6 +246,7 @@ class InstanceSet:
                 "'cache_aware' at start)"
             )
         self.policy = make_policy(policy, self.policy.turns)
+        self.cache_aware = self.cache if self.policy.uses_scores else None
         return policy
 
     def upstream(self, name: str) -> Upstream:

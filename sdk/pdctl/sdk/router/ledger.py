@@ -6,12 +6,18 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 from pdctl.sdk.router import tracing
 from pdctl.sdk.router.release import KvReleases
 from pdctl.sdk.router.replies import RouterMode
 from pdctl.sdk.router.timeline import RouterMetrics, Timeline
+
+
+class HasMode(Protocol):
+    """What the ledger reads of the instance set: the mode requests end in."""
+
+    mode: RouterMode
 
 
 class Ledger:
@@ -20,11 +26,11 @@ class Ledger:
     def __init__(
         self,
         metrics: RouterMetrics,
-        mode: Callable[[], RouterMode],
+        instances: HasMode,
         releases: KvReleases | None = None,
         history: int = 1000,
     ) -> None:
-        self.metrics, self._mode, self.releases = metrics, mode, releases
+        self.metrics, self.instances, self.releases = metrics, instances, releases
         self.history: deque[Timeline] = deque(maxlen=history)
 
     def finish(self, tl: Timeline, outcome: str, status: int, error: str | None = None) -> None:
@@ -36,7 +42,7 @@ class Ledger:
         tl.status = status
         if error:
             tl.error = error
-        self.metrics.finished(tl, self._mode(), outcome)
+        self.metrics.finished(tl, self.instances.mode, outcome)
         tracing.finished(tl)
         self.history.append(tl)
         if outcome != "ok" and tl.kv_on is not None and self.releases is not None:
