@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -121,6 +122,8 @@ def main() -> int:
     ap.add_argument("--out", default="router_ab.json")
     args = ap.parse_args()
     args.baseline = Path(args.baseline).resolve()
+    # stopped from outside (a timeout): unwind, so that both routers are stopped too
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     import uvloop
 
     rec = uvloop.run(run(args))
