@@ -15,7 +15,8 @@ import pytest
 
 from pdctl.sdk.kvindex import BlockHasher, CacheIndex, event_key
 from pdctl.sdk.kvindex.index import InstanceIndex
-from pdctl.sdk.router.instances import Upstream, choose
+from pdctl.sdk.router.instances import Upstream
+from pdctl.sdk.router.policies.cache_aware import CacheAwarePolicy
 from pdctl.sdk.router.replies import RouteError
 from pdctl.sdk.router.upstream import Pools
 
@@ -177,18 +178,18 @@ def ups(*loads: int) -> list[Upstream]:
 
 def test_cache_aware_takes_the_best_score_ties_by_load():
     pool = ups(3, 0, 0)
-    rr = itertools.count()
-    assert choose(pool, "cache_aware", rr, scores={"p0": 0.9, "p1": 0.1, "p2": 0.1}).name == "p0"
+    policy = CacheAwarePolicy(itertools.count())
+    assert policy.choose(pool, scores={"p0": 0.9, "p1": 0.1, "p2": 0.1}).name == "p0"
     pool[2].outstanding = 1
-    assert choose(pool, "cache_aware", rr, scores={"p0": 0.0, "p1": 0.5, "p2": 0.5}).name == "p1"
+    assert policy.choose(pool, scores={"p0": 0.0, "p1": 0.5, "p2": 0.5}).name == "p1"
     # no scores (no token ids): least loaded
-    assert choose(pool, "cache_aware", rr).name == "p1"
+    assert policy.choose(pool).name == "p1"
     # the best one is excluded or unhealthy: the next best
-    assert choose(pool, "cache_aware", rr, (pool[0],), {"p0": 1, "p1": 0, "p2": 0.5}).name == "p2"
+    assert policy.choose(pool, (pool[0],), {"p0": 1, "p1": 0, "p2": 0.5}).name == "p2"
     pool[2].healthy = False
-    assert choose(pool, "cache_aware", rr, (pool[0],), {"p0": 1, "p1": 0, "p2": 0.5}).name == "p1"
+    assert policy.choose(pool, (pool[0],), {"p0": 1, "p1": 0, "p2": 0.5}).name == "p1"
     with pytest.raises(RouteError):
-        choose(pool, "cache_aware", rr, (pool[0], pool[1]), {"p0": 1})
+        policy.choose(pool, (pool[0], pool[1]), {"p0": 1})
 
 
 # ---------------------------------------------------------------- subscriber

@@ -322,7 +322,7 @@ async def test_dead_decode_is_retried_elsewhere_then_dropped_by_health_checks():
             r = await c.post(t.url + "/v1/completions", json=body())
             assert r.status_code == 200
         assert any(tl["retries"] == 1 for tl in t.router.recent())
-        await t.router._check(t.router.decodes[0])
+        await t.router.instances.check(t.router.decodes[0])
         assert t.router.decodes[0].healthy is False
         metrics = (await c.get(t.url + "/metrics")).text
         assert 'pdctl_router_instance_up{instance="decode-0",role="decode"} 0.0' in metrics

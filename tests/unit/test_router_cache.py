@@ -51,7 +51,7 @@ async def test_cache_aware_keeps_each_prefix_on_one_prefill():
         assert all(len(v) == 1 for v in used.values()), used
         # and the groups are spread, not piled on one prefill
         assert len(set().union(*used.values())) == 2
-        s = t.router.control_state()["kv_index"]["instances"]
+        s = t.router.instances.control_state()["kv_index"]["instances"]
         names = [u.name for u in t.router.prefills]
         assert {s[n]["state"] for n in names} == {"FALLBACK"}
         hit = [s[n]["predicted_hit_rate"] for n in names]
@@ -104,7 +104,7 @@ async def test_index_state_on_metrics_and_control():
         assert 'pdctl_router_kv_index_state{instance="prefill-0",state="FALLBACK"} 1' in text
         assert 'pdctl_router_kv_index_state{instance="prefill-0",state="EXACT"} 0' in text
         assert "pdctl_router_prefix_blocks_matched" in text
-        state = t.router.control_state()
+        state = t.router.instances.control_state()
         assert state["kv_index"]["block_size"] == BS
         assert state["kv_index"]["hash_algo"] == "sha256"
 
@@ -165,7 +165,7 @@ async def test_policy_switches_at_run_time():
     async with rig("push", prefills=PREFILLS, router={"policy": "cache_aware"}) as t:
         ctl = RouterControl(t.url)
         await ctl.set_policy("least_loaded")
-        assert t.router.settings.policy == "least_loaded"
+        assert t.router.instances.policy.name == "least_loaded"
         await send_all(t, prompts(1, 2))
         assert t.router.cache is not None
         assert t.router.cache.tokenize_calls == 0  # least_loaded: no lookups

@@ -102,7 +102,7 @@ async def test_waiting_rechecks_health_without_the_health_loop():
         rig("push", router={"unavailable_wait_s": 5}, health_interval_s=60) as t,
         httpx.AsyncClient() as c,
     ):
-        t.router.set_health("prefill-0", False)
+        t.router.instances.set_health("prefill-0", False)
         r = await c.post(t.url + "/v1/completions", json=body(), timeout=10)
         assert r.status_code == 200
 
@@ -120,7 +120,7 @@ async def test_notify_rejects_unknown_instances_and_events():
 
 async def test_dead_prefill_is_retried_on_another_with_a_fresh_registration():
     async with rig("push", prefills=two_prefills(status=500)) as t, httpx.AsyncClient() as c:
-        t.router.settings.policy = "round_robin"
+        t.router.instances.set_policy("round_robin")
         p0, p1 = t.mocks["prefill-0"], t.mocks["prefill1-0"]
         for _ in range(4):
             r = await c.post(t.url + "/v1/completions", json=body(), timeout=10)
@@ -184,8 +184,8 @@ def tokens_of(events: list[str]) -> list[str]:
 
 async def test_decode_dying_mid_stream_is_migrated_without_loss_or_repeat():
     async with rig("push", decodes=dying(3)) as t, httpx.AsyncClient() as c:
-        t.router.settings.policy = "round_robin"
-        t.router._rr = itertools.count(0, 2)  # always start on the dying decode
+        t.router.instances.set_policy("round_robin")
+        t.router.instances.policy.turns = itertools.count(0, 2)  # always start on the dying decode
         events = await read_stream(
             c, t.url + "/v1/completions", body(prompt="a b c", stream=True, max_tokens=8)
         )
@@ -212,7 +212,7 @@ async def test_decode_dying_mid_stream_is_migrated_without_loss_or_repeat():
 
 async def test_chat_stream_is_migrated_in_chat_shape():
     async with rig("push", decodes=dying(2)) as t, httpx.AsyncClient() as c:
-        t.router._rr = itertools.count(0, 2)
+        t.router.instances.policy.turns = itertools.count(0, 2)
         payload = {
             "model": "tiny",
             "messages": [{"role": "user", "content": "x y"}],
@@ -228,7 +228,7 @@ async def test_chat_stream_is_migrated_in_chat_shape():
 
 async def test_client_asking_for_token_ids_still_gets_them():
     async with rig("push", decodes=dying(2)) as t, httpx.AsyncClient() as c:
-        t.router._rr = itertools.count(0, 2)
+        t.router.instances.policy.turns = itertools.count(0, 2)
         events = await read_stream(
             c,
             t.url + "/v1/completions",
@@ -243,7 +243,7 @@ async def test_migration_limit_zero_keeps_the_clean_error():
         rig("push", decodes=dying(2), router={"migration_limit": 0}) as t,
         httpx.AsyncClient() as c,
     ):
-        t.router._rr = itertools.count(0, 2)
+        t.router.instances.policy.turns = itertools.count(0, 2)
         events = await read_stream(c, t.url + "/v1/completions", body(stream=True))
         assert json.loads(events[-2])["error"]["code"] == 502
         assert t.router.recent()[0]["migrations"] == []
@@ -255,7 +255,7 @@ async def test_decode_dying_before_answering_is_restarted_elsewhere():
         MockConfig(role="decode", chunk_delay_s=0.01),
     ]
     async with rig("push", decodes=decodes) as t, httpx.AsyncClient() as c:
-        t.router._rr = itertools.count(0, 2)
+        t.router.instances.policy.turns = itertools.count(0, 2)
         events = await read_stream(
             c, t.url + "/v1/completions", body(prompt="a b", stream=True, max_tokens=3)
         )

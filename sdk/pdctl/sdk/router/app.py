@@ -27,7 +27,7 @@ from typing import Any
 from urllib.parse import parse_qs
 
 from pdctl.sdk.router.control import read_api_key
-from pdctl.sdk.router.core import Reply, RouteError, Router, StreamReply, error_body
+from pdctl.sdk.router.core import Reply, Router, StreamReply, error_body
 from pdctl.sdk.router.flightrec import FlightRecorder
 
 Scope = MutableMapping[str, Any]
@@ -111,7 +111,7 @@ class RouterApp:
             )
             return
         if path == "/health":
-            ok, why = self.router.health()
+            ok, why = self.router.instances.health()
             await _send(send, 200 if ok else 503, json.dumps({"status": why}).encode())
         elif path == "/metrics":
             await _send(
@@ -128,7 +128,7 @@ class RouterApp:
         elif path == "/v1/pdctl/requests":
             await self._requests(scope, send)
         elif path == "/v1/pdctl/state":
-            await _send(send, 200, json.dumps(self.router.control_state()).encode())
+            await _send(send, 200, json.dumps(self.router.instances.control_state()).encode())
         else:
             await _send_error(send, 404, f"no route {path}", "not_found_error")
 
@@ -191,7 +191,7 @@ class RouterApp:
         if not isinstance(req, dict):
             await _send_error(send, 400, "send a JSON object", "invalid_request_error")
             return
-        router = self.router
+        router = self.router.instances
         setting = path.rsplit("/", 1)[-1]
         setter = {"policy": router.set_policy, "mode": router.set_mode}.get(setting)
         if setter is not None:
@@ -255,23 +255,14 @@ class RouterApp:
                 "not_found_error" if status == 404 else "invalid_request_error",
             )
             return
-        router = self.router
-        tl = router.new_timeline(path, bool(body.get("stream")), _header(scope, b"traceparent"))
         handler = asyncio.current_task()
         assert handler is not None
         answered = _Flag()
         watcher = asyncio.create_task(_cancel_on_disconnect(receive, handler, answered))
         try:
-            try:
-                reply = await router.route(path, body, tl)
-            except RouteError as e:
-                router.finish(tl, "error", e.status, str(e))
-                answered.set()
-                await _send_error(send, e.status, str(e), e.kind)
-                return
-            except asyncio.CancelledError:
-                router.finish(tl, "cancelled", 499, "client disconnected")
-                raise
+            reply = await self.router.dispatcher.dispatch(
+                path, body, _header(scope, b"traceparent")
+            )
             if isinstance(reply, Reply):
                 answered.set()
                 await _send(send, reply.status, reply.body, _hdrs(reply.headers))
@@ -281,7 +272,6 @@ class RouterApp:
             watcher.cancel()
 
     async def _stream(self, send: Send, reply: StreamReply, answered: _Flag) -> None:
-        chunks = reply.chunks
         try:
             await send(
                 {
@@ -290,12 +280,12 @@ class RouterApp:
                     "headers": _hdrs(reply.headers),
                 }
             )
-            async for chunk in chunks:
+            async for chunk in reply.chunks:
                 await send({"type": "http.response.body", "body": chunk, "more_body": True})
             answered.set()
             await send({"type": "http.response.body", "body": b"", "more_body": False})
         finally:
-            await chunks.aclose()  # type: ignore[attr-defined]
+            await reply.aclose()
 
     async def _read_body(self, receive: Receive) -> bytes:
         parts: list[bytes] = []

@@ -1,14 +1,11 @@
-"""Upstream instances as the router sees them: health, circuit breakers, selection."""
+"""An upstream instance as the router sees it, and its circuit breaker."""
 
 from __future__ import annotations
 
-import random
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from pdctl.sdk.pd import PrefillIdentity
-from pdctl.sdk.router.replies import RouteError
 from pdctl.sdk.router.upstream import Pool
 
 
@@ -63,34 +60,3 @@ class Upstream:
 
     def eligible(self) -> bool:
         return self.healthy and self.breaker.allows()
-
-
-def choose(
-    pool: list[Upstream],
-    policy: str,
-    rr: Iterator[int],
-    exclude: tuple[Upstream, ...] = (),
-    scores: dict[str, float] | None = None,
-) -> Upstream:
-    """Pick one eligible, undrained instance of ``pool`` by ``policy``; 503 when none.
-    ``cache_aware`` takes the best of ``scores`` (ties: least loaded), and without
-    scores is ``least_loaded``."""
-    cands = [u for u in pool if u.eligible() and not u.drained and u not in exclude]
-    if not cands:
-        role = pool[0].role if pool else "instance"
-        drained = [u.name for u in pool if u.drained]
-        why = f" (drained: {', '.join(drained)})" if drained else ""
-        raise RouteError(503, f"no healthy {role} instance available{why}", "service_unavailable")
-    if len(cands) == 1:
-        return cands[0]
-    if policy == "round_robin":
-        return cands[next(rr) % len(cands)]
-    if policy == "power_of_two":
-        a, b = random.sample(cands, 2)
-        return a if a.outstanding <= b.outstanding else b
-    if policy == "cache_aware" and scores:
-        top = max(scores.get(u.name, 0.0) for u in cands)
-        cands = [u for u in cands if scores.get(u.name, 0.0) == top]
-    low = min(u.outstanding for u in cands)
-    best = [u for u in cands if u.outstanding == low]
-    return best[next(rr) % len(best)]

@@ -1,5 +1,6 @@
-"""The router's legs: prefill and decode requests, both at once (push) or one after the
-other, with retries on another instance when one fails."""
+"""The leg sender: a request's prefill and decode legs, both at once (push) or one after
+the other (push-sequential, pull), or decode alone; each leg holds a :class:`Lease` on
+its instance. Where a failed leg goes next is :class:`Recovery`'s call."""
 
 from __future__ import annotations
 
@@ -9,57 +10,33 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from pdctl.sdk.pd import PrefillIdentity, prefill_body, push_decode_body
+from pdctl.sdk.pd import PrefillIdentity, push_decode_body
 from pdctl.sdk.router import tracing
-from pdctl.sdk.router.base import RouterBase
 from pdctl.sdk.router.instances import Upstream
-from pdctl.sdk.router.replies import RouteError, error_body
-from pdctl.sdk.router.timeline import Timeline
-from pdctl.sdk.router.upstream import Response, UpstreamError
+from pdctl.sdk.router.instanceset import InstanceSet
+from pdctl.sdk.router.lease import Lease
+from pdctl.sdk.router.recovery import LegFailed, Recovery, passthrough
+from pdctl.sdk.router.replies import RouteError
+from pdctl.sdk.router.timeline import RouterMetrics, Timeline
+from pdctl.sdk.router.upstream import UpstreamError
 
-_PROMPT_RE = re.compile(rb'"prompt_tokens"\s*:\s*(\d+)')
+PROMPT_RE = re.compile(rb'"prompt_tokens"\s*:\s*(\d+)')
+"""A response's prompt length (its usage block), without parsing the whole answer."""
 
-
-class LegFailed(RouteError):
-    """A leg's instance failed (connection lost, 5xx): worth another instance."""
-
-    def __init__(self, status: int, message: str, upstream: Upstream) -> None:
-        super().__init__(status, message)
-        self.upstream = upstream
-
-
-def passthrough(role: str, name: str, status: int, raw: bytes) -> RouteError:
-    """A 4xx from vLLM keeps its status and message (OpenAI's error shape): the client
-    sent something no instance will accept, and retrying it cannot help."""
-    message, kind = raw[:500].decode(errors="replace"), "invalid_request_error"
-    try:
-        err = json.loads(raw).get("error")
-        if isinstance(err, dict):
-            message = str(err.get("message") or message)
-            kind = str(err.get("type") or kind)
-        elif isinstance(err, str):
-            message = err
-    except (ValueError, AttributeError):
-        pass
-    return RouteError(status, f"{message} ({role} {name})", kind)
+MakeBody = Callable[[dict[str, Any]], dict[str, Any]]
+"""Turns the request's body into the prefill leg's."""
 
 
-_USAGE_RE = re.compile(rb'"completion_tokens"\s*:\s*(\d+)')
-_PROMPT_RE = re.compile(rb'"prompt_tokens"\s*:\s*(\d+)')
-
-
-async def _cancel(task: asyncio.Task[tuple[Upstream, Response]]) -> None:
+async def _cancel(task: asyncio.Task[Lease]) -> None:
     """Cancel a decode leg; if it had already got its response, drop it (closing the
     connection, so the upstream aborts the request)."""
     task.cancel()
     (res,) = await asyncio.gather(task, return_exceptions=True)
-    if isinstance(res, tuple):
-        u, r = res
-        u.outstanding -= 1
-        r.release()
+    if isinstance(res, Lease):
+        res.release()
 
 
-def _refused(d_task: asyncio.Task[tuple[Upstream, Response]]) -> bool:
+def _refused(d_task: asyncio.Task[Lease]) -> bool:
     """Decode's leg is done and refused the request itself (4xx: bad input). A 5xx is
     not a refusal: decode may have been told a prefill that has since restarted, and the
     prefill's answer is what lets the router re-send decode with the right identity."""
@@ -67,7 +44,7 @@ def _refused(d_task: asyncio.Task[tuple[Upstream, Response]]) -> bool:
         return False
     if d_task.exception() is not None:
         return False  # raised when awaited, after prefill settles
-    return 400 <= d_task.result()[1].status < 500
+    return 400 <= d_task.result().status < 500
 
 
 async def _cancel_prefill(task: asyncio.Task[tuple[Upstream, dict[str, Any]]]) -> None:
@@ -75,12 +52,14 @@ async def _cancel_prefill(task: asyncio.Task[tuple[Upstream, dict[str, Any]]]) -
     await asyncio.gather(task, return_exceptions=True)
 
 
-class Legs(RouterBase):
-    """Sends a request's legs."""
+class LegSender:
+    """Sends a request's legs over the instance set."""
 
-    # ------------------------------------------------------------------ legs
+    def __init__(self, instances: InstanceSet, recovery: Recovery, metrics: RouterMetrics) -> None:
+        self.instances, self.recovery, self.metrics = instances, recovery, metrics
+        self.settings = instances.settings
 
-    async def send_leg(
+    async def send(
         self,
         pool: list[Upstream],
         first: Upstream,
@@ -89,72 +68,45 @@ class Legs(RouterBase):
         rid: str,
         tl: Timeline,
         role: str,
-    ) -> tuple[Upstream, Response]:
-        """Send a leg and wait for its response head. The instance counts the leg as
-        outstanding until the caller drops it. A connection failure (nothing sent) is
-        retried on another instance of the same role, at most twice."""
+    ) -> Lease:
+        """Send a leg and wait for its response head; the returned lease holds the slot
+        until the caller releases it. A connection failure (nothing sent) is retried on
+        another instance of the same role (see :class:`Recovery`)."""
         u = first
         tried: tuple[Upstream, ...] = ()
         headers = [("Content-Type", "application/json"), ("X-Request-Id", rid)]
         if tl.trace is not None:
             headers.append((tracing.TRACEPARENT, tl.trace.header(role)))
+        timeout = self.settings.connect_timeout_s
         while True:
-            u.outstanding += 1
-            try:
-                r = await u.pool.request(
-                    "POST",
-                    path,
-                    body,
-                    headers,
-                    connect_timeout_s=self.settings.connect_timeout_s,
-                )
-            except BaseException as e:
-                u.outstanding -= 1
-                if not isinstance(e, UpstreamError):
-                    raise
-                u.breaker.failure()
-                tried += (u,)
-                if not e.connect or len(tried) > 2:
-                    raise
+            async with Lease(u) as sending:
                 try:
-                    u = self.select(pool, exclude=tried)
-                except RouteError:
-                    raise e from None
-                tl.retries += 1
-                self.metrics.retries.inc(role)
-                if role == "prefill":
-                    tl.prefill = u.name
+                    r = await u.pool.request("POST", path, body, headers, connect_timeout_s=timeout)
+                except UpstreamError as e:
+                    tried += (u,)
+                    failed = e
                 else:
-                    tl.decode = u.name
-                continue
-            u.breaker.success()
-            return u, r
+                    u.breaker.success()
+                    return sending.hand_over(r)
+            u = self.recovery.after_connect_failure(pool, tried, failed, role, tl)
 
-    async def _prefill(
-        self,
-        p: Upstream,
-        path: str,
-        body: dict[str, Any],
-        rid: str,
-        tl: Timeline,
-        make_body: Callable[[dict[str, Any]], dict[str, Any]] = prefill_body,
+    async def prefill(
+        self, p: Upstream, path: str, body: dict[str, Any], rid: str, tl: Timeline, make: MakeBody
     ) -> tuple[Upstream, dict[str, Any]]:
         """Run the prefill leg to completion; returns the instance used and its JSON."""
-        data = json.dumps(make_body(body)).encode()
+        data = json.dumps(make(body)).encode()
         tl.prefill_sent = tl.mark()
         tracing.open_leg(tl, "prefill", p.name)
-        push = self.mode != "pull"
+        push = self.instances.mode != "pull"
         try:
             async with asyncio.timeout(self.settings.prefill_timeout_s):
                 if push:  # cancelled before its answer, it may still have finished
                     tl.kv_on = (p, rid)
-                used, r = await self.send_leg(self.prefills, p, path, data, rid, tl, "prefill")
+                leg = await self.send(self.instances.prefills, p, path, data, rid, tl, "prefill")
+                used = leg.upstream
                 if push:
                     tl.kv_on = (used, rid)
-                try:
-                    raw = await r.read()
-                finally:
-                    used.outstanding -= 1
+                raw = await leg.read()
         except TimeoutError:
             raise RouteError(
                 504,
@@ -162,24 +114,24 @@ class Legs(RouterBase):
                 "timeout",
             ) from None
         except UpstreamError as e:
-            raise self._leg_failed(self.prefills, tl.prefill, p, e) from None
+            raise self.recovery.leg_failed(self.instances.prefills, tl.prefill, p, e) from None
         tl.prefill_done = tl.mark()
-        tracing.close_leg(tl, "prefill", used.name, r.status)
+        tracing.close_leg(tl, "prefill", used.name, leg.status)
         self.metrics.prefill_leg.observe(tl.prefill_done - tl.prefill_sent, used.name)
-        if 400 <= r.status < 500:
-            raise passthrough("prefill", used.name, r.status, raw)
-        if r.status != 200:
+        if 400 <= leg.status < 500:
+            raise passthrough("prefill", used.name, leg.status, raw)
+        if leg.status != 200:
             used.breaker.failure()
             raise LegFailed(
                 502,
-                f"prefill {used.name} answered {r.status}: {raw[:500].decode(errors='replace')}",
+                f"prefill {used.name} answered {leg.status}: {raw[:500].decode(errors='replace')}",
                 used,
             )
         try:
             resp = json.loads(raw)
         except ValueError:
             raise RouteError(502, f"prefill {used.name} sent a non-JSON answer") from None
-        m = _PROMPT_RE.search(raw)
+        m = PROMPT_RE.search(raw)
         if m and tl.prompt_tokens is None:  # the tokens path already knows it
             tl.prompt_tokens = int(m.group(1))
         return used, resp if isinstance(resp, dict) else {}
@@ -205,7 +157,7 @@ class Legs(RouterBase):
             return True
         return False
 
-    async def _decode(
+    async def decode(
         self,
         d: Upstream,
         path: str,
@@ -214,17 +166,17 @@ class Legs(RouterBase):
         tl: Timeline,
         *,
         first: bool = True,
-    ) -> tuple[Upstream, Response]:
-        """Send the decode leg; returns once its response head is in (still outstanding:
-        the answer is relayed by :meth:`reply`). ``first`` False: a continuation (the
-        request's own send and first-byte times stay)."""
+    ) -> Lease:
+        """Send the decode leg; returns once its response head is in (the lease still
+        held: the answer is relayed). ``first`` False: a continuation (the request's own
+        send and first-byte times stay)."""
         data = json.dumps(body).encode()
         if first:
             tl.decode_sent = tl.mark()
         tracing.open_leg(tl, "decode", d.name)
         try:
             async with asyncio.timeout(self.settings.request_timeout_s):
-                used, r = await self.send_leg(self.decodes, d, path, data, rid, tl, "decode")
+                leg = await self.send(self.instances.decodes, d, path, data, rid, tl, "decode")
         except TimeoutError:
             raise RouteError(
                 504,
@@ -233,22 +185,33 @@ class Legs(RouterBase):
                 "timeout",
             ) from None
         except UpstreamError as e:
-            raise self._leg_failed(self.decodes, tl.decode, d, e) from None
+            raise self.recovery.leg_failed(self.instances.decodes, tl.decode, d, e) from None
         if first:
             tl.decode_first_byte = tl.mark()
-        return used, r
+        return leg
 
-    def _leg_failed(
-        self, pool: list[Upstream], name: str | None, sent_to: Upstream, e: UpstreamError
-    ) -> LegFailed:
-        """A leg's connection failed after it was sent (``name``: the instance it ended
-        on, after any connect retries): count the instance as down until it answers a
-        health check again."""
-        failed = next((u for u in pool if u.name == name), sent_to)
-        self._set(failed, False)
-        return LegFailed(502, f"{failed.role} {failed.name} failed: {e}", failed)
+    async def migrate(
+        self,
+        path: str,
+        body: dict[str, Any],
+        tl: Timeline,
+        exclude: tuple[Upstream, ...],
+        why: str,
+        sent_tokens: int = 0,
+    ) -> Lease:
+        """Continue (or restart) a request on another decode, decode-only."""
+        d = await self.recovery.migration_target(tl, exclude, why, sent_tokens)
+        return await self.decode(d, path, body, tl.id, tl, first=False)
 
-    async def _push(
+    def _decode_task(
+        self, d: Upstream, p: Upstream, path: str, body: dict[str, Any], rid: str, tl: Timeline
+    ) -> asyncio.Task[Lease]:
+        assert p.identity is not None
+        return asyncio.create_task(
+            self.decode(d, path, push_decode_body(body, p.identity, rid), rid, tl)
+        )
+
+    async def push(
         self,
         p: Upstream,
         d: Upstream,
@@ -256,20 +219,17 @@ class Legs(RouterBase):
         body: dict[str, Any],
         rid: str,
         tl: Timeline,
-        make_prefill: Callable[[dict[str, Any]], dict[str, Any]] = prefill_body,
-    ) -> tuple[Upstream, Response]:
+        make: MakeBody,
+    ) -> Lease:
         """Both legs at once; re-send decode if prefill's identity turns out different.
         A decode that refuses the request (4xx) before prefill is done cancels prefill at
         once (so prefill never holds KV nobody will read); a prefill that fails before
         answering is retried on another prefill with a fresh decode registration."""
-        assert p.identity is not None
-        d_task = asyncio.create_task(
-            self._decode(d, path, push_decode_body(body, p.identity, rid), rid, tl)
-        )
+        d_task = self._decode_task(d, p, path, body, rid, tl)
         tried: tuple[Upstream, ...] = ()
         try:
             while True:
-                p_task = asyncio.create_task(self._prefill(p, path, body, rid, tl, make_prefill))
+                p_task = asyncio.create_task(self.prefill(p, path, body, rid, tl, make))
                 try:
                     await asyncio.wait({p_task, d_task}, return_when=asyncio.FIRST_COMPLETED)
                     if not p_task.done() and _refused(d_task):
@@ -280,13 +240,10 @@ class Legs(RouterBase):
                     break
                 except LegFailed as e:
                     tried += (e.upstream,)
-                    p = self._next_prefill(e, tried, tl)
+                    p = self.recovery.next_prefill(e, tried, tl)
                     await _cancel(d_task)
                     rid = f"{tl.id}-retry{len(tried)}"
-                    assert p.identity is not None
-                    d_task = asyncio.create_task(
-                        self._decode(d, path, push_decode_body(body, p.identity, rid), rid, tl)
-                    )
+                    d_task = self._decode_task(d, p, path, body, rid, tl)
                 finally:
                     if not p_task.done():
                         await _cancel_prefill(p_task)
@@ -295,134 +252,67 @@ class Legs(RouterBase):
                 await _cancel(d_task)
                 tl.redispatched = True
                 tracing.migrated(tl, "prefill identity changed")
-                assert used_p.identity is not None
-                d_task = asyncio.create_task(
-                    self._decode(d, path, push_decode_body(body, used_p.identity, rid), rid, tl)
-                )
+                d_task = self._decode_task(d, used_p, path, body, rid, tl)
             return await d_task
         except BaseException:
             await _cancel(d_task)
             raise
 
-    async def _prefill_retrying(
+    async def _sequential(
         self,
         p: Upstream,
+        d: Upstream,
         path: str,
         body: dict[str, Any],
         tl: Timeline,
-        make_prefill: Callable[[dict[str, Any]], dict[str, Any]],
-    ) -> tuple[Upstream, dict[str, Any]]:
-        """Sequential modes: the prefill leg, retried on another prefill if it fails."""
+        make: MakeBody,
+    ) -> Lease:
+        """Sequential modes: the prefill leg (retried on another prefill if it fails),
+        then decode with what prefill answered."""
         tried: tuple[Upstream, ...] = ()
         while True:
             rid = f"{tl.id}-retry{len(tried)}" if tried else tl.id
             try:
-                return await self._prefill(p, path, body, rid, tl, make_prefill)
+                p, presp = await self.prefill(p, path, body, rid, tl, make)
+                break
             except LegFailed as e:
                 tried += (e.upstream,)
-                p = self._next_prefill(e, tried, tl)
+                p = self.recovery.next_prefill(e, tried, tl)
+        if self.instances.mode == "pull":
+            d_body = dict(body)
+            d_body["kv_transfer_params"] = presp.get("kv_transfer_params")
+        else:
+            self._learn_identity(p, presp)
+            assert p.identity is not None
+            ktp = presp.get("kv_transfer_params") or {}
+            d_body = push_decode_body(body, p.identity, str(ktp.get("remote_request_id") or rid))
+        return await self.decode(d, path, d_body, tl.id, tl)
 
-    def _next_prefill(self, e: LegFailed, tried: tuple[Upstream, ...], tl: Timeline) -> Upstream:
-        """Another prefill for a request whose prefill failed (``tried``: those that
-        failed it); re-raises ``e`` when retries are used up or none is left."""
-        if len(tried) > self.settings.prefill_retries:
-            raise e
-        try:
-            p = self.select(self.prefills, exclude=tried)
-        except RouteError:
-            raise e from None
-        tl.retries += 1
-        tl.prefill = p.name
-        tl.note(f"{e}; retried on prefill {p.name}")
-        self.metrics.retries.inc("prefill")
-        return p
-
-    async def legs(
+    async def run(
         self,
         path: str,
         body: dict[str, Any],
         tl: Timeline,
-        make_prefill: Callable[[dict[str, Any]], dict[str, Any]],
+        make_prefill: MakeBody,
         *,
         decode_only: bool = False,
         token_ids: list[int] | None = None,
         prompt_len: int | None = None,
-    ) -> tuple[Upstream, Response]:
-        """Run the mode's legs; returns decode's instance and response head (still
-        outstanding). ``decode_only`` skips prefill (decode computes the prompt);
+    ) -> Lease:
+        """Choose the instances and run the mode's legs; returns decode's lease (its
+        response head in). ``decode_only`` skips prefill (decode computes the prompt);
         ``token_ids`` (the prompt's, or its head's when ``prompt_len`` says it is longer)
         let the cache-aware policy choose by prefix."""
-        rid = tl.id
-        cache = self.cache if token_ids and self.cache_aware else None
-        n = prompt_len or len(token_ids or ())
-        keys = cache.keys(token_ids) if cache is not None and token_ids else []
-        blocks = n // cache.block_size if cache is not None else 0
-        d = await self.acquire(
-            self.decodes, tl, scores=cache.scores(self.decodes, keys, blocks) if cache else None
-        )
-        tl.decode = d.name
-        if cache is not None and token_ids and self.mode != "colocated" and not decode_only:
-            limit = self.settings.disaggregate_min_uncached_tokens
-            uncached = n - cache.overlap(d, keys) * cache.block_size
-            if limit and uncached <= limit:
-                decode_only = True
-                tl.decision = "decode-only"
-                tl.note(f"{uncached} uncached tokens on {d.name}: decode alone")
-        if self.mode == "colocated":
-            tl.decision = "colocated"
-        elif decode_only:
-            tl.decision = "decode-only"
-        elif tl.decision is None:
-            tl.decision = "disaggregated"
-        self.metrics.decisions.inc(tl.decision, tl.route_path)
-        if self.mode == "colocated" or decode_only:
-            if cache is not None:
-                cache.routed(d, keys, tl)
-            d, r = await self._decode(d, path, body, rid, tl)
+        inst = self.instances
+        mode = inst.mode
+        cache = inst.cache_aware if token_ids else None
+        keys = cache.keys(token_ids) if cache is not None and token_ids else None
+        d, p = await inst.place(tl, keys, prompt_len or len(token_ids or ()), decode_only)
+        if p is None:
+            leg = await self.decode(d, path, body, tl.id, tl)
+        elif mode == "push":
+            leg = await self.push(p, d, path, body, tl.id, tl, make_prefill)
         else:
-            scores = cache.scores(self.prefills, keys, blocks) if cache else None
-            p = await self.acquire(self.prefills, tl, scores=scores)
-            tl.prefill = p.name
-            if cache is not None:
-                cache.routed(p, keys, tl)
-            if self.mode == "push":
-                d, r = await self._push(p, d, path, body, rid, tl, make_prefill)
-            else:
-                p, presp = await self._prefill_retrying(p, path, body, tl, make_prefill)
-                if self.mode == "pull":
-                    d_body = dict(body)
-                    d_body["kv_transfer_params"] = presp.get("kv_transfer_params")
-                else:
-                    self._learn_identity(p, presp)
-                    assert p.identity is not None
-                    ktp = presp.get("kv_transfer_params") or {}
-                    d_body = push_decode_body(
-                        body, p.identity, str(ktp.get("remote_request_id") or rid)
-                    )
-                d, r = await self._decode(d, path, d_body, rid, tl)
-        tl.decode = d.name
-        return d, r
-
-    async def read_decode(self, d: Upstream, r: Response) -> bytes:
-        """Decode's whole answer; the leg stops being outstanding."""
-        try:
-            return await r.read()
-        except UpstreamError as e:
-            raise RouteError(502, f"decode {d.name} failed mid-answer: {e}") from None
-        finally:
-            d.outstanding -= 1
-            r.release()
-
-    def stream_failed(self, tl: Timeline, msg: str) -> tuple[bytes, bytes]:
-        """Settle a stream that broke mid-answer; the two SSE events that end it cleanly
-        for the client (an OpenAI-style error, then ``[DONE]``)."""
-        self.finish(tl, "error", 502, msg)
-        return b"data: " + error_body(502, msg, "upstream_error") + b"\n\n", b"data: [DONE]\n\n"
-
-    def stream_closed(self, d: Upstream, r: Response, tl: Timeline, events: int) -> None:
-        """A relayed stream ended (or its client went away): release decode's leg."""
-        d.outstanding -= 1
-        r.release()
-        if tl.done is None:  # the client went away
-            tl.completion_tokens = events
-            self.finish(tl, "cancelled", 499, "client disconnected")
+            leg = await self._sequential(p, d, path, body, tl, make_prefill)
+        tl.decode = leg.upstream.name
+        return leg

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -47,5 +47,16 @@ class Reply:
 @dataclass
 class StreamReply:
     status: int
-    chunks: AsyncIterator[bytes]
+    chunks: AsyncGenerator[bytes, None]
     headers: list[tuple[str, str]]
+    release: Callable[[], None] | None = None
+    """Gives back the upstream slot the stream started on (a lease's ``release``)."""
+
+    async def aclose(self) -> None:
+        """The client's side is done (answered, gone, or never read): close the stream
+        and give back its slot, even when the stream never started."""
+        try:
+            await self.chunks.aclose()
+        finally:
+            if self.release is not None:
+                self.release()

@@ -19,15 +19,19 @@ With no render server answering, the request fails with 503, or — with
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any
+from collections.abc import AsyncGenerator, AsyncIterator
+from typing import Any, Protocol
 
 from pdctl.sdk.pd import prefill_generate_body
 from pdctl.sdk.router import tracing
 from pdctl.sdk.router.instances import Upstream
-from pdctl.sdk.router.legs import Legs
+from pdctl.sdk.router.instanceset import InstanceSet
+from pdctl.sdk.router.lease import Lease
+from pdctl.sdk.router.ledger import Ledger
+from pdctl.sdk.router.legs import LegSender
+from pdctl.sdk.router.relay import Relay
 from pdctl.sdk.router.replies import Reply, RouteError, StreamReply
-from pdctl.sdk.router.timeline import Timeline
+from pdctl.sdk.router.timeline import RouterMetrics, Timeline
 from pdctl.sdk.router.upstream import Response, UpstreamError
 
 GENERATE_ENDPOINT = "/inference/v1/generate"
@@ -43,59 +47,10 @@ class RenderUnavailable(Exception):
     """No render server could take the request."""
 
 
-async def _post_json(
-    router: Legs, u: Upstream, path: str, payload: dict[str, Any], tl: Timeline
-) -> tuple[int, Any]:
-    """POST to a render server; (status, parsed JSON). Connection failures raise
-    :class:`UpstreamError`."""
-    data = json.dumps(payload).encode()
-    used, r = await router.send_leg(router.renders, u, path, data, tl.id, tl, "render")
-    try:
-        raw = await r.read()
-    finally:
-        used.outstanding -= 1
-        r.release()
-    try:
-        return r.status, json.loads(raw)
-    except ValueError:
-        return r.status, {"error": {"message": raw[:300].decode(errors="replace")}}
+class Strategy(Protocol):
+    """A router path: what the tokens path hands what it cannot take to."""
 
-
-async def _render(
-    router: Legs, path: str, body: dict[str, Any], tl: Timeline
-) -> tuple[Upstream, dict[str, Any]]:
-    """The request's ``GenerateRequest`` and the render server that made it."""
-    try:
-        u = router.select(router.renders)
-    except RouteError as e:
-        raise RenderUnavailable(str(e)) from None
-    tl.render = u.name
-    t = tl.mark()
-    tracing.open_leg(tl, "render", u.name)
-    try:
-        status, data = await _post_json(router, u, ENDPOINTS[path][0], body, tl)
-    except UpstreamError as e:
-        raise RenderUnavailable(f"render server {u.name} failed: {e}") from None
-    tl.render_done = tl.mark()
-    tracing.close_leg(tl, "render", u.name, status)
-    router.metrics.render.observe(tl.render_done - t, u.name)
-    if status != 200:
-        # the request itself is bad (unknown model, too long, malformed): tell the client
-        msg = (data.get("error") or {}).get("message") if isinstance(data, dict) else None
-        raise RouteError(
-            status if status < 500 else 502,
-            f"render server {u.name} refused the request ({status}): {msg or data}",
-            "invalid_request_error" if status < 500 else "upstream_error",
-        )
-    gen = data[0] if isinstance(data, list) and len(data) == 1 else data
-    if not isinstance(gen, dict) or not isinstance(gen.get("token_ids"), list):
-        raise RouteError(
-            400,
-            "the tokens path takes one prompt per request (send a list of prompts as "
-            "separate requests, or use router.path = 'text')",
-            "invalid_request_error",
-        )
-    return u, gen
+    async def route(self, path: str, body: dict[str, Any], tl: Timeline) -> Reply | StreamReply: ...
 
 
 def _keep_max_tokens(gen: dict[str, Any], body: dict[str, Any]) -> None:
@@ -106,58 +61,6 @@ def _keep_max_tokens(gen: dict[str, Any], body: dict[str, Any]) -> None:
     sampling = gen.get("sampling_params")
     if isinstance(want, int) and isinstance(sampling, dict) and "max_tokens" not in sampling:
         gen["sampling_params"] = {**sampling, "max_tokens": want}
-
-
-TextPath = Callable[[str, dict[str, Any], Timeline], Awaitable[Reply | StreamReply]]
-"""Where requests the tokens path cannot take go (the router's text path)."""
-
-
-class TokensPath:
-    """The tokens path as a strategy the router is given: :meth:`route` renders,
-    decides and derenders over the router's legs; what it cannot take goes to
-    ``fallback``."""
-
-    def __init__(self, legs: Legs, fallback: TextPath) -> None:
-        self.legs, self.fallback = legs, fallback
-
-    async def route(self, path: str, body: dict[str, Any], tl: Timeline) -> Reply | StreamReply:
-        return await route_tokens(self.legs, path, body, tl, self.fallback)
-
-
-async def route_tokens(
-    router: Legs, path: str, body: dict[str, Any], tl: Timeline, fallback: TextPath
-) -> Reply | StreamReply:
-    if path not in ENDPOINTS:
-        return await fallback(path, body, tl)
-    try:
-        rs, gen = await _render(router, path, body, tl)
-    except RenderUnavailable as e:
-        if router.settings.render_fallback != "text":
-            raise RouteError(
-                503, f"no render server available: {e}", "service_unavailable"
-            ) from None
-        tl.route_path = "text-fallback"
-        return await fallback(path, body, tl)
-    tl.route_path = "tokens"
-    _keep_max_tokens(gen, body)
-    ids: list[int] = gen["token_ids"]
-    tl.prompt_tokens = len(ids)
-    stream = bool(body.get("stream"))
-    gen = {**gen, "request_id": tl.id, "stream": stream}
-    if stream:
-        gen["stream_options"] = {"include_usage": True}
-    decode_only = len(ids) < router.settings.disaggregate_min_tokens
-    d, r = await router.legs(
-        GENERATE_ENDPOINT, gen, tl, prefill_generate_body, decode_only=decode_only, token_ids=ids
-    )
-    context = {"prompt_token_ids": ids, "body": body, "path": path, "render": rs}
-    if stream and r.status == 200:
-        return StreamReply(
-            200,
-            _derender_stream(router, d, r, tl, context),
-            [("Content-Type", "text/event-stream"), ("Cache-Control", "no-cache")],
-        )
-    return await _derender_whole(router, d, r, tl, context)
 
 
 def _derender_payload(ctx: dict[str, Any], generated: dict[str, Any]) -> dict[str, Any]:
@@ -180,32 +83,6 @@ def _derender_payload(ctx: dict[str, Any], generated: dict[str, Any]) -> dict[st
     }
 
 
-async def _derender_whole(
-    router: Legs, d: Upstream, r: Response, tl: Timeline, ctx: dict[str, Any]
-) -> Reply:
-    raw = await router.read_decode(d, r)
-    if r.status != 200:
-        router.finish(tl, "error", r.status)
-        return Reply(r.status, raw)
-    try:
-        generated = json.loads(raw)
-    except ValueError:
-        raise RouteError(502, f"decode {d.name} sent a non-JSON answer") from None
-    usage = generated.get("usage") if isinstance(generated, dict) else None
-    if isinstance(usage, dict) and isinstance(usage.get("completion_tokens"), int):
-        tl.completion_tokens = usage["completion_tokens"]
-    try:
-        status, out = await _post_json(
-            router, ctx["render"], ENDPOINTS[ctx["path"]][1], _derender_payload(ctx, generated), tl
-        )
-    except UpstreamError as e:
-        raise RouteError(502, f"derender on {ctx['render'].name} failed: {e}") from None
-    if status != 200:
-        raise RouteError(502, f"derender on {ctx['render'].name} answered {status}: {out}")
-    router.finish(tl, "ok", 200)
-    return Reply(200, json.dumps(out).encode())
-
-
 async def _sse_events(r: Response) -> AsyncIterator[bytes]:
     """The ``data:`` payloads of an SSE stream, whatever its chunking."""
     buf = b""
@@ -218,45 +95,174 @@ async def _sse_events(r: Response) -> AsyncIterator[bytes]:
                     yield line[5:].strip()
 
 
-async def _derender_stream(
-    router: Legs, d: Upstream, r: Response, tl: Timeline, ctx: dict[str, Any]
-) -> AsyncIterator[bytes]:
-    """Decode's token chunks in, derendered OpenAI chunks out (one derender call per
-    chunk, carrying vLLM's detokenizer state between them)."""
-    ids: list[int] = ctx["prompt_token_ids"]
-    key = "completion_request" if ctx["path"] == "/v1/completions" else "chat_request"
-    state: Any = None
-    events = 0
-    try:
-        async for data in _sse_events(r):
-            if data == b"[DONE]":
-                break
-            chunk = json.loads(data)
-            if not events:
-                tl.decode_first_byte = tl.mark()
-            if chunk.get("choices"):
-                events += 1
-            payload = {
-                "stream": True,
-                "model": ctx["body"].get("model"),
-                "generate_chunk": chunk,
-                "stream_state": state,
-                "prompt_tokens": len(ids),
-                "prompt_token_ids": ids,
-                key: ctx["body"],
-            }
-            status, out = await _post_json(
-                router, ctx["render"], ENDPOINTS[ctx["path"]][1], payload, tl
+class TokensPath:
+    """The tokens path as a dispatch strategy: :meth:`route` renders, decides and
+    derenders over the instance set, the leg sender and the relay (their public
+    methods only); what it cannot take goes to ``fallback`` (the text path)."""
+
+    name = "tokens"
+
+    def __init__(
+        self,
+        instances: InstanceSet,
+        legs: LegSender,
+        relay: Relay,
+        ledger: Ledger,
+        metrics: RouterMetrics,
+        fallback: Strategy,
+    ) -> None:
+        self.instances, self.legs, self.relay = instances, legs, relay
+        self.ledger, self.metrics, self.fallback = ledger, metrics, fallback
+        self.settings = instances.settings
+
+    async def _post_json(
+        self, u: Upstream, path: str, payload: dict[str, Any], tl: Timeline
+    ) -> tuple[int, Any]:
+        """POST to a render server; (status, parsed JSON). Connection failures raise
+        :class:`UpstreamError`."""
+        data = json.dumps(payload).encode()
+        leg = await self.legs.send(self.instances.renders, u, path, data, tl.id, tl, "render")
+        raw = await leg.read()
+        try:
+            return leg.status, json.loads(raw)
+        except ValueError:
+            return leg.status, {"error": {"message": raw[:300].decode(errors="replace")}}
+
+    async def _render(
+        self, path: str, body: dict[str, Any], tl: Timeline
+    ) -> tuple[Upstream, dict[str, Any]]:
+        """The request's ``GenerateRequest`` and the render server that made it."""
+        try:
+            u = self.instances.select(self.instances.renders)
+        except RouteError as e:
+            raise RenderUnavailable(str(e)) from None
+        tl.render = u.name
+        t = tl.mark()
+        tracing.open_leg(tl, "render", u.name)
+        try:
+            status, data = await self._post_json(u, ENDPOINTS[path][0], body, tl)
+        except UpstreamError as e:
+            raise RenderUnavailable(f"render server {u.name} failed: {e}") from None
+        tl.render_done = tl.mark()
+        tracing.close_leg(tl, "render", u.name, status)
+        self.metrics.render.observe(tl.render_done - t, u.name)
+        if status != 200:
+            # the request itself is bad (unknown model, too long, malformed): tell the client
+            msg = (data.get("error") or {}).get("message") if isinstance(data, dict) else None
+            raise RouteError(
+                status if status < 500 else 502,
+                f"render server {u.name} refused the request ({status}): {msg or data}",
+                "invalid_request_error" if status < 500 else "upstream_error",
             )
-            if status != 200 or not isinstance(out, dict):
-                raise UpstreamError(f"derender answered {status}: {str(out)[:300]}")
-            state = out.get("stream_state")
-            yield b"data: " + json.dumps(out.get("chunk")).encode() + b"\n\n"
-        yield b"data: [DONE]\n\n"
-        tl.completion_tokens = events
-        router.finish(tl, "ok", 200)
-    except (UpstreamError, ValueError) as e:
-        for part in router.stream_failed(tl, f"tokens stream failed mid-answer: {e}"):
-            yield part
-    finally:
-        router.stream_closed(d, r, tl, events)
+        gen = data[0] if isinstance(data, list) and len(data) == 1 else data
+        if not isinstance(gen, dict) or not isinstance(gen.get("token_ids"), list):
+            raise RouteError(
+                400,
+                "the tokens path takes one prompt per request (send a list of prompts as "
+                "separate requests, or use router.path = 'text')",
+                "invalid_request_error",
+            )
+        return u, gen
+
+    async def route(self, path: str, body: dict[str, Any], tl: Timeline) -> Reply | StreamReply:
+        if path not in ENDPOINTS:
+            return await self.fallback.route(path, body, tl)
+        try:
+            rs, gen = await self._render(path, body, tl)
+        except RenderUnavailable as e:
+            if self.settings.render_fallback != "text":
+                raise RouteError(
+                    503, f"no render server available: {e}", "service_unavailable"
+                ) from None
+            tl.route_path = "text-fallback"
+            return await self.fallback.route(path, body, tl)
+        tl.route_path = "tokens"
+        _keep_max_tokens(gen, body)
+        ids: list[int] = gen["token_ids"]
+        tl.prompt_tokens = len(ids)
+        stream = bool(body.get("stream"))
+        gen = {**gen, "request_id": tl.id, "stream": stream}
+        if stream:
+            gen["stream_options"] = {"include_usage": True}
+        decode_only = len(ids) < self.settings.disaggregate_min_tokens
+        leg = await self.legs.run(
+            GENERATE_ENDPOINT,
+            gen,
+            tl,
+            prefill_generate_body,
+            decode_only=decode_only,
+            token_ids=ids,
+        )
+        context = {"prompt_token_ids": ids, "body": body, "path": path, "render": rs}
+        if stream and leg.status == 200:
+            return self.relay.stream(leg, self._derender_stream(leg, tl, context))
+        return await self._derender_whole(leg, tl, context)
+
+    async def _derender_whole(self, leg: Lease, tl: Timeline, ctx: dict[str, Any]) -> Reply:
+        raw = await self.relay.read(leg)
+        d = leg.upstream
+        if leg.status != 200:
+            self.ledger.finish(tl, "error", leg.status)
+            return Reply(leg.status, raw)
+        try:
+            generated = json.loads(raw)
+        except ValueError:
+            raise RouteError(502, f"decode {d.name} sent a non-JSON answer") from None
+        usage = generated.get("usage") if isinstance(generated, dict) else None
+        if isinstance(usage, dict) and isinstance(usage.get("completion_tokens"), int):
+            tl.completion_tokens = usage["completion_tokens"]
+        rs = ctx["render"]
+        try:
+            status, out = await self._post_json(
+                rs, ENDPOINTS[ctx["path"]][1], _derender_payload(ctx, generated), tl
+            )
+        except UpstreamError as e:
+            raise RouteError(502, f"derender on {rs.name} failed: {e}") from None
+        if status != 200:
+            raise RouteError(502, f"derender on {rs.name} answered {status}: {out}")
+        self.ledger.finish(tl, "ok", 200)
+        return Reply(200, json.dumps(out).encode())
+
+    async def _derender_stream(
+        self, leg: Lease, tl: Timeline, ctx: dict[str, Any]
+    ) -> AsyncGenerator[bytes, None]:
+        """Decode's token chunks in, derendered OpenAI chunks out (one derender call per
+        chunk, carrying vLLM's detokenizer state between them)."""
+        assert leg.response is not None
+        ids: list[int] = ctx["prompt_token_ids"]
+        key = "completion_request" if ctx["path"] == "/v1/completions" else "chat_request"
+        state: Any = None
+        events = 0
+        try:
+            async for data in _sse_events(leg.response):
+                if data == b"[DONE]":
+                    break
+                chunk = json.loads(data)
+                if not events:
+                    tl.decode_first_byte = tl.mark()
+                if chunk.get("choices"):
+                    events += 1
+                payload = {
+                    "stream": True,
+                    "model": ctx["body"].get("model"),
+                    "generate_chunk": chunk,
+                    "stream_state": state,
+                    "prompt_tokens": len(ids),
+                    "prompt_token_ids": ids,
+                    key: ctx["body"],
+                }
+                status, out = await self._post_json(
+                    ctx["render"], ENDPOINTS[ctx["path"]][1], payload, tl
+                )
+                if status != 200 or not isinstance(out, dict):
+                    raise UpstreamError(f"derender answered {status}: {str(out)[:300]}")
+                state = out.get("stream_state")
+                yield b"data: " + json.dumps(out.get("chunk")).encode() + b"\n\n"
+            yield b"data: [DONE]\n\n"
+            tl.completion_tokens = events
+            self.ledger.finish(tl, "ok", 200)
+        except (UpstreamError, ValueError) as e:
+            for part in self.relay.stream_failed(tl, f"tokens stream failed mid-answer: {e}"):
+                yield part
+        finally:
+            self.relay.closed(leg, tl, events)

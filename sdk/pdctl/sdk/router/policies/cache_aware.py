@@ -1,4 +1,4 @@
-"""The ``cache_aware`` policy: pick the instance that already holds most of the prompt.
+"""``cache_aware``: pick the instance that already holds most of the prompt.
 
 An instance's score is ``router.cache_weight_prefix`` times the share of the prompt's full
 blocks it holds (:mod:`pdctl.sdk.kvindex`) minus ``router.cache_weight_load`` times its
@@ -16,7 +16,6 @@ The text path needs the prompt's token ids to hash it: it asks an instance's
 
 from __future__ import annotations
 
-import itertools
 import json
 from collections import OrderedDict
 from collections.abc import Sequence
@@ -24,13 +23,16 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from pdctl.sdk.kvindex import BlockHasher, CacheIndex, IndexState, InstanceIndex
 from pdctl.sdk.kvindex.index import STATES
-from pdctl.sdk.router.instances import Upstream, choose
+from pdctl.sdk.router.instances import Upstream
+from pdctl.sdk.router.policies.base import Policy
+from pdctl.sdk.router.policies.least_loaded import LeastLoaded
 from pdctl.sdk.router.replies import RouteError
 
 if TYPE_CHECKING:
     from pdctl.sdk.fleetplan import FleetPlan
     from pdctl.sdk.kvindex.subscriber import EventSubscriber
-    from pdctl.sdk.router.timeline import RouterMetrics, Timeline
+    from pdctl.sdk.router.promreg import Registry
+    from pdctl.sdk.router.timeline import Timeline
     from pdctl.sdk.spec import FleetSpec, RouterSpec
 
 _CHAT_KEYS = (
@@ -58,9 +60,23 @@ def _head(prompt: str) -> str:
     return prompt[:n]
 
 
+class CacheAwarePolicy(Policy):
+    """The best of the scores :class:`CacheAware` gives (ties: least loaded); without
+    scores, least loaded."""
+
+    name = "cache_aware"
+    uses_scores = True
+
+    def pick(self, cands: list[Upstream], scores: dict[str, float] | None) -> Upstream:
+        if scores:
+            top = max(scores.get(u.name, 0.0) for u in cands)
+            cands = [u for u in cands if scores.get(u.name, 0.0) == top]
+        return self.least_loaded(cands)
+
+
 class RouterView(Protocol):
-    """What the cache-aware choice reads of the router (its base class has it; a
-    protocol so that this module does not import the router back)."""
+    """What the prefix index reads of the instance set (a protocol so that this module
+    does not import it back)."""
 
     spec: FleetSpec
     settings: RouterSpec
@@ -68,13 +84,14 @@ class RouterView(Protocol):
     upstreams: list[Upstream]
     prefills: list[Upstream]
     decodes: list[Upstream]
-    metrics: RouterMetrics
 
 
 class CacheAware:
     """The prefix index of a fleet and what the router does with it."""
 
-    def __init__(self, router: RouterView, plan: FleetPlan, tokenize_cache: int = 4096) -> None:
+    def __init__(
+        self, router: RouterView, plan: FleetPlan, registry: Registry, tokenize_cache: int = 4096
+    ) -> None:
         spec = router.spec
         self.router = router
         names = [u.name for u in router.upstreams if u.role != "render"]
@@ -89,13 +106,13 @@ class CacheAware:
         self._tokens: OrderedDict[str, list[int]] = OrderedDict()
         self._tokens_cap = tokenize_cache
         self.tokenize_calls = 0
-        self._rr = itertools.count()  # its own: sharing the router's would skew its turns
-        self.transitions = router.metrics.registry.counter(
+        self._least = LeastLoaded()  # its own turns: sharing the router's would skew them
+        self.transitions = registry.counter(
             "pdctl_router_kv_index_transitions_total",
             "cache_aware: KV index state changes per instance, by new state.",
             ("instance", "state"),
         )
-        reg = router.metrics.registry
+        reg = registry
         reg.gauge(
             "pdctl_router_kv_index_state",
             "cache_aware: 1 for the instance's KV index state (EXACT: from its KV events; "
@@ -197,7 +214,7 @@ class CacheAware:
     async def _tokenize(self, req: dict[str, Any], tl: Timeline) -> list[int] | None:
         r = self.router
         try:
-            u = choose(r.decodes + r.prefills, "least_loaded", self._rr)
+            u = self._least.choose(r.decodes + r.prefills)
         except RouteError:
             return None
         self.tokenize_calls += 1

@@ -1,38 +1,31 @@
-"""The router's state: instances, health, selection, operator control, bookkeeping."""
+"""The instance set: the fleet's instances as the router sees them — their pools, health
+checks and circuit breakers, the selection policy, and operator control (mode, drain,
+the supervisor's up/down word). Single event loop; no locks."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import itertools
 import time
-import uuid
-from collections import deque
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pdctl.sdk.fleetplan import FleetPlan, InstancePlan
 from pdctl.sdk.pd import PrefillIdentity
-from pdctl.sdk.router import tracing
-from pdctl.sdk.router.instances import Breaker, Upstream, choose
-from pdctl.sdk.router.release import KvReleases
+from pdctl.sdk.router.instances import Breaker, Upstream
+from pdctl.sdk.router.policies import Policy, make_policy
+from pdctl.sdk.router.policies.cache_aware import CacheAware
 from pdctl.sdk.router.replies import RouteError, RouterMode, mode_of
 from pdctl.sdk.router.timeline import RouterMetrics, Timeline
 from pdctl.sdk.router.upstream import Pools, UpstreamError
 from pdctl.sdk.spec import FleetSpec, RouterSpec
-
-if TYPE_CHECKING:
-    from pdctl.sdk.router.cacheaware import CacheAware
-
 
 UP_GRACE_S = 5.0
 """After the supervisor says an instance is up, failed health checks (other than a refused
 connection) do not mark it down for this long."""
 
 
-class RouterBase:
-    """The router's state: its instances and their health, selection, operator control
-    and bookkeeping. Single event loop; no locks."""
+class InstanceSet:
+    """The instances, their health and selection, and operator control."""
 
     def __init__(
         self,
@@ -40,7 +33,6 @@ class RouterBase:
         plan: FleetPlan,
         *,
         mode: RouterMode | None = None,
-        history: int = 1000,
         health_interval_s: float = 2.0,
     ) -> None:
         self.spec = spec
@@ -49,9 +41,7 @@ class RouterBase:
         self.served_name = spec.model.effective_served_name
         self.pools = Pools()
         self.health_interval_s = health_interval_s
-        self.upstreams: list[Upstream] = []
-        for inst in plan.instances:
-            self.upstreams.append(self._upstream(inst))
+        self.upstreams = [self._upstream(inst) for inst in plan.instances]
         self.prefills = [u for u in self.upstreams if u.role == "prefill"]
         self.decodes = [u for u in self.upstreams if u.role == "decode"]
         self.renders = [u for u in self.upstreams if u.role == "render"]
@@ -60,27 +50,19 @@ class RouterBase:
             self.decodes = [u for u in self.upstreams if u.role != "render"]
         elif not self.prefills or not self.decodes:
             raise ValueError(f"{self.mode} mode needs at least one prefill and one decode")
-        self._rr = itertools.count()
-        self.history: deque[Timeline] = deque(maxlen=history)
+        self.metrics = RouterMetrics(self.upstreams)
+        """The router's metrics (per instance, and the decisions this set makes)."""
+        self.policy: Policy = make_policy(self.settings.policy)
+        self.cache: CacheAware | None = None
+        """The prefix index, made when the router starts with ``cache_aware``."""
+        if self.settings.policy == "cache_aware":
+            self.cache = CacheAware(self, plan, self.metrics.registry)
+        self.cache_aware = self.cache
+        """The prefix index while the policy scores by it (None otherwise)."""
         self._health_task: asyncio.Task[None] | None = None
         self._changed = asyncio.Event()
         """Set (and replaced) whenever an instance's health changes."""
         self._checking: dict[str, asyncio.Task[None]] = {}
-        self.metrics = RouterMetrics(self.upstreams)
-        self.tracer = tracing.Tracer(
-            self.settings.otlp_traces_url, **{"pdctl.fleet": spec.fleet.name}
-        )
-        self.registry = self.metrics.registry
-        self.releases: KvReleases | None = None
-        """Set for push fleets on pdctl's connector (router.release_kv_on_failure)."""
-        ours = spec.fleet.mode == "push" and spec.fleet.connector == "pdctl"
-        if ours and self.settings.release_kv_on_failure:
-            self.releases = KvReleases(self.served_name, self.registry)
-        self.cache: CacheAware | None = None
-        if self.settings.policy == "cache_aware":
-            from pdctl.sdk.router.cacheaware import CacheAware
-
-            self.cache = CacheAware(self, plan)
 
     def _upstream(self, inst: InstancePlan) -> Upstream:
         ident = PrefillIdentity.from_plan(inst) if inst.role == "prefill" else None
@@ -88,7 +70,7 @@ class RouterBase:
 
     # ------------------------------------------------------------------ lifecycle
 
-    async def start(self) -> None:
+    def start(self) -> None:
         if self._health_task is None:
             self._health_task = asyncio.create_task(self._health_loop())
             if self.cache is not None:
@@ -100,17 +82,15 @@ class RouterBase:
             self._health_task = None
         if self.cache is not None:
             await self.cache.stop()
-        if self.releases is not None:
-            await self.releases.close()
         self.pools.close()
-        self.tracer.shutdown()
 
     async def _health_loop(self) -> None:
         while True:
-            await asyncio.gather(*(self._check(u) for u in self.upstreams))
+            await asyncio.gather(*(self.check(u) for u in self.upstreams))
             await asyncio.sleep(self.health_interval_s)
 
-    async def _check(self, u: Upstream) -> None:
+    async def check(self, u: Upstream) -> None:
+        """One health check of ``u`` (``GET /health``)."""
         refused = False
         try:
             async with asyncio.timeout(2.0):
@@ -125,15 +105,16 @@ class RouterBase:
             # the supervisor said "up" moments ago: a slow answer from a server that has
             # just started does not overrule it (a refused connection does)
             return
-        self._set(u, healthy)
+        self.mark(u, healthy)
 
     async def _recheck(self, u: Upstream) -> None:
         try:
-            await self._check(u)
+            await self.check(u)
         finally:
             self._checking.pop(u.name, None)
 
-    def _set(self, u: Upstream, healthy: bool) -> None:
+    def mark(self, u: Upstream, healthy: bool) -> None:
+        """Record ``u``'s health (down after a failed leg, up or down after a check)."""
         if u.healthy != healthy:
             u.healthy = healthy
             self._changed.set()
@@ -150,17 +131,13 @@ class RouterBase:
 
     # ------------------------------------------------------------------ selection
 
-    @property
-    def cache_aware(self) -> bool:
-        return self.cache is not None and self.settings.policy == "cache_aware"
-
     def select(
         self,
         pool: list[Upstream],
         exclude: tuple[Upstream, ...] = (),
         scores: dict[str, float] | None = None,
     ) -> Upstream:
-        return choose(pool, self.settings.policy, self._rr, exclude, scores)
+        return self.policy.choose(pool, exclude, scores)
 
     async def acquire(
         self,
@@ -198,19 +175,43 @@ class RouterBase:
             503, f"{first} (waited {wait:g} s: router.unavailable_wait_s)", "service_unavailable"
         )
 
-    # ------------------------------------------------------------------ entry point
-
-    def new_timeline(self, path: str, stream: bool, traceparent: str | None = None) -> Timeline:
-        tl = Timeline(
-            id=f"pdctl-{uuid.uuid4().hex}",
-            mode=self.mode,
-            path=path,
-            stream=stream,
-            received=time.time(),
-            t0=time.perf_counter(),
-        )
-        tl.trace = self.tracer.begin(traceparent)
-        return tl
+    async def place(
+        self, tl: Timeline, keys: list[int] | None, prompt_len: int, decode_only: bool = False
+    ) -> tuple[Upstream, Upstream | None]:
+        """The request's decode and prefill (None: decode alone) by the policy, and the
+        decision recorded on ``tl``. ``keys``, the prompt's block keys (cache-aware with
+        the prompt's token ids only; ``prompt_len`` tokens long), score the instances by
+        prefix; a prompt with at most ``router.disaggregate_min_uncached_tokens`` tokens
+        not cached on the chosen decode goes to decode alone."""
+        cache = self.cache_aware if keys is not None else None
+        blocks = prompt_len // cache.block_size if cache is not None else 0
+        scores = cache.scores(self.decodes, keys or [], blocks) if cache is not None else None
+        d = await self.acquire(self.decodes, tl, scores=scores)
+        tl.decode = d.name
+        if cache is not None and self.mode != "colocated" and not decode_only:
+            limit = self.settings.disaggregate_min_uncached_tokens
+            uncached = prompt_len - cache.overlap(d, keys or []) * cache.block_size
+            if limit and uncached <= limit:
+                decode_only = True
+                tl.decision = "decode-only"
+                tl.note(f"{uncached} uncached tokens on {d.name}: decode alone")
+        if self.mode == "colocated":
+            tl.decision = "colocated"
+        elif decode_only:
+            tl.decision = "decode-only"
+        elif tl.decision is None:
+            tl.decision = "disaggregated"
+        self.metrics.decisions.inc(tl.decision, tl.route_path)
+        if self.mode == "colocated" or decode_only:
+            if cache is not None and keys is not None:
+                cache.routed(d, keys, tl)
+            return d, None
+        scores = cache.scores(self.prefills, keys or [], blocks) if cache is not None else None
+        p = await self.acquire(self.prefills, tl, scores=scores)
+        tl.prefill = p.name
+        if cache is not None and keys is not None:
+            cache.routed(p, keys, tl)
+        return d, p
 
     # ------------------------------------------------------------------ operator control
 
@@ -244,7 +245,8 @@ class RouterBase:
                 f"{', '.join(self.policies())}; cache_aware needs router.policy = "
                 "'cache_aware' at start)"
             )
-        self.settings = self.settings.model_copy(update={"policy": policy})
+        self.policy = make_policy(policy, self.policy.turns)
+        self.cache_aware = self.cache if self.policy.uses_scores else None
         return policy
 
     def upstream(self, name: str) -> Upstream:
@@ -267,14 +269,14 @@ class RouterBase:
         if healthy:
             u.breaker = Breaker()
         u.trusted_until = time.monotonic() + UP_GRACE_S if healthy else 0.0
-        self._set(u, healthy)
+        self.mark(u, healthy)
         return u
 
     def control_state(self) -> dict[str, Any]:
         extra = {"kv_index": self.cache.summary()} if self.cache is not None else {}
         return {
             **extra,
-            "policy": self.settings.policy,
+            "policy": self.policy.name,
             "mode": self.mode,
             "modes": list(self.modes()),
             "instances": [
@@ -290,28 +292,3 @@ class RouterBase:
                 for u in self.upstreams
             ],
         }
-
-    # ------------------------------------------------------------------ bookkeeping
-
-    def finish(self, tl: Timeline, outcome: str, status: int, error: str | None = None) -> None:
-        if tl.done is not None:
-            return
-        tl.done = tl.mark()
-        tl.outcome = outcome
-        tl.status = status
-        if error:
-            tl.error = error
-        self.metrics.finished(tl, self.mode, outcome)
-        tracing.finished(tl)
-        self.history.append(tl)
-        if outcome != "ok" and tl.kv_on is not None and self.releases is not None:
-            # decode did not read the KV a prefill may hold for this request: free it now
-            prefill, rid = tl.kv_on
-            self.releases.ask(prefill, (rid,))
-            tl.note(f"asked prefill {prefill.name} to free the request's KV")
-
-    def recent(
-        self, limit: int = 100, match: Callable[[Timeline], bool] | None = None
-    ) -> list[dict[str, Any]]:
-        items = [t for t in reversed(self.history) if match is None or match(t)]
-        return [t.as_dict() for t in items[:limit]]

@@ -1,0 +1,98 @@
+"""The dispatcher: where every request enters routing, and the one owner of how it is
+routed — the strategy for the router's path (text or tokens), the leg sender, the relay,
+and the :class:`Recovery` that makes every retry and migration decision.
+
+Modes (the instance set's, switchable by an operator):
+
+* ``push`` — prefill and decode legs are sent **at once**. Decode's
+  ``kv_transfer_params`` name the prefill's identity (engine id, side channel, TP, PP)
+  known from the spec from the very first request and kept current from every prefill
+  response; if a response reveals a different identity (a restarted prefill), the decode
+  leg is cancelled and re-sent.
+* ``push-sequential`` — prefill first, then decode (the A/B baseline).
+* ``pull`` — prefill first; decode gets prefill's ``kv_transfer_params`` as returned.
+* ``colocated`` — plain load balancing over every instance.
+
+Both legs carry the same ``X-Request-Id`` on the same path. A failed prefill cancels
+decode (502), a leg past its timeout gives 504, and a client that goes away cancels both
+legs (closing their connections makes vLLM abort them).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from typing import Any, Protocol
+
+from pdctl.sdk.router import tracing
+from pdctl.sdk.router.instanceset import InstanceSet
+from pdctl.sdk.router.ledger import Ledger
+from pdctl.sdk.router.legs import LegSender
+from pdctl.sdk.router.recovery import Recovery
+from pdctl.sdk.router.relay import Relay
+from pdctl.sdk.router.replies import Reply, RouteError, StreamReply, error_body
+from pdctl.sdk.router.textpath import TextPath
+from pdctl.sdk.router.timeline import RouterMetrics, Timeline
+from pdctl.sdk.router.tokens import TokensPath
+
+
+class Strategy(Protocol):
+    """A router path: takes a validated request to its reply."""
+
+    name: str
+
+    async def route(self, path: str, body: dict[str, Any], tl: Timeline) -> Reply | StreamReply: ...
+
+
+class Dispatcher:
+    """Routes requests over the instance set; settles the ones that fail in the ledger."""
+
+    def __init__(
+        self,
+        instances: InstanceSet,
+        ledger: Ledger,
+        metrics: RouterMetrics,
+        tracer: tracing.Tracer,
+    ) -> None:
+        self.instances, self.ledger, self.tracer = instances, ledger, tracer
+        self.recovery = Recovery(instances, metrics)
+        self.legs = LegSender(instances, self.recovery, metrics)
+        self.relay = Relay(instances, self.legs, ledger)
+        self.text = TextPath(instances, self.legs, self.relay, self.recovery)
+        self.tokens: Strategy | None = None
+        if instances.settings.path == "tokens" and instances.renders:
+            self.tokens = TokensPath(instances, self.legs, self.relay, ledger, metrics, self.text)
+
+    def strategy(self) -> Strategy:
+        """The strategy for the router's path."""
+        return self.tokens if self.tokens is not None else self.text
+
+    def open(self, path: str, stream: bool, traceparent: str | None = None) -> Timeline:
+        """A new request's timeline (and its trace, continuing ``traceparent``)."""
+        tl = Timeline(
+            id=f"pdctl-{uuid.uuid4().hex}",
+            mode=self.instances.mode,
+            path=path,
+            stream=stream,
+            received=time.time(),
+            t0=time.perf_counter(),
+        )
+        tl.trace = self.tracer.begin(traceparent)
+        return tl
+
+    async def dispatch(
+        self, path: str, body: dict[str, Any], traceparent: str | None = None
+    ) -> Reply | StreamReply:
+        """Route one validated request: the entry every request passes (where admission
+        belongs). A :class:`RouteError` becomes its OpenAI-style error reply; a request
+        cancelled (its client gone) is settled as such."""
+        tl = self.open(path, bool(body.get("stream")), traceparent)
+        try:
+            return await self.strategy().route(path, body, tl)
+        except RouteError as e:
+            self.ledger.finish(tl, "error", e.status, str(e))
+            return Reply(e.status, error_body(e.status, str(e), e.kind))
+        except asyncio.CancelledError:
+            self.ledger.finish(tl, "cancelled", 499, "client disconnected")
+            raise

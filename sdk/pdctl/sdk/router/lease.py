@@ -1,0 +1,77 @@
+"""A lease on an upstream slot: one leg counted in its instance's ``outstanding``.
+
+The slot is taken when the lease is made and given back exactly once, by whichever
+comes first: leaving its ``async with`` (normally, by an exception, or cancelled), an
+explicit :meth:`Lease.release`, or — for a reply streamed through — the stream being
+closed, finished or never started (:class:`pdctl.sdk.router.replies.StreamReply`
+releases it too). Releasing also lets the response go: its connection returns to the pool
+when it was read to the end, and is closed otherwise (which makes vLLM abort the request).
+
+A leg whose response outlives the code that sent it (decode's, relayed later) is passed on
+with :meth:`Lease.hand_over`: the new lease holds the slot, the old one no longer does,
+so the ``async with`` around the send cannot release what the relay still uses.
+"""
+
+from __future__ import annotations
+
+from types import TracebackType
+
+from pdctl.sdk.router.instances import Upstream
+from pdctl.sdk.router.upstream import Response
+
+
+class Lease:
+    """One slot on ``upstream`` (and, once it came, the response holding it)."""
+
+    __slots__ = ("_held", "response", "upstream")
+
+    def __init__(self, upstream: Upstream, response: Response | None = None) -> None:
+        self.upstream = upstream
+        self.response = response
+        upstream.outstanding += 1
+        self._held = True
+
+    @property
+    def held(self) -> bool:
+        return self._held
+
+    @property
+    def status(self) -> int:
+        assert self.response is not None
+        return self.response.status
+
+    def release(self) -> None:
+        """Give the slot back (and let the response go). Idempotent."""
+        if self._held:
+            self._held = False
+            self.upstream.outstanding -= 1
+            if self.response is not None:
+                self.response.release()
+
+    def hand_over(self, response: Response) -> Lease:
+        """A lease holding this slot with ``response``; this one stops holding it."""
+        if not self._held:
+            raise RuntimeError(f"lease on {self.upstream.name} was already released")
+        new = Lease.__new__(Lease)
+        new.upstream, new.response, new._held = self.upstream, response, True
+        self._held = False
+        return new
+
+    async def read(self) -> bytes:
+        """The whole response body; the slot is given back whatever happens."""
+        assert self.response is not None
+        try:
+            return await self.response.read()
+        finally:
+            self.release()
+
+    async def __aenter__(self) -> Lease:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.release()

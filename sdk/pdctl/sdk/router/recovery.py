@@ -1,0 +1,138 @@
+"""Recovery: every retry and migration decision the router makes, in one place.
+
+* A leg that could not connect (nothing sent) is re-sent on another instance of its role,
+  at most twice.
+* A prefill that fails is retried on another prefill, at most ``router.prefill_retries``
+  times (the leg sender re-registers decode with it).
+* A decode that fails before or while answering a migratable request continues on another
+  decode, at most ``router.migration_limit`` times (:mod:`pdctl.sdk.router.migrate`).
+* An instance whose leg failed after it was sent counts as down until a health check says
+  otherwise.
+
+The dispatcher owns this object and gives it to the leg sender and the relay.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from pdctl.sdk.router import tracing
+from pdctl.sdk.router.instances import Upstream
+from pdctl.sdk.router.instanceset import InstanceSet
+from pdctl.sdk.router.migrate import migratable
+from pdctl.sdk.router.replies import RouteError
+from pdctl.sdk.router.timeline import RouterMetrics, Timeline
+from pdctl.sdk.router.upstream import UpstreamError
+
+
+class LegFailed(RouteError):
+    """A leg's instance failed (connection lost, 5xx): worth another instance."""
+
+    def __init__(self, status: int, message: str, upstream: Upstream) -> None:
+        super().__init__(status, message)
+        self.upstream = upstream
+
+
+def passthrough(role: str, name: str, status: int, raw: bytes) -> RouteError:
+    """A 4xx from vLLM keeps its status and message (OpenAI's error shape): the client
+    sent something no instance will accept, and retrying it cannot help."""
+    message, kind = raw[:500].decode(errors="replace"), "invalid_request_error"
+    try:
+        err = json.loads(raw).get("error")
+        if isinstance(err, dict):
+            message = str(err.get("message") or message)
+            kind = str(err.get("type") or kind)
+        elif isinstance(err, str):
+            message = err
+    except (ValueError, AttributeError):
+        pass
+    return RouteError(status, f"{message} ({role} {name})", kind)
+
+
+class Recovery:
+    """Decides where a request goes after a failure, and whether it may go at all."""
+
+    def __init__(self, instances: InstanceSet, metrics: RouterMetrics) -> None:
+        self.instances, self.metrics = instances, metrics
+        self.settings = instances.settings
+
+    def migrates(self, body: dict[str, Any]) -> bool:
+        """Whether a decode failing on this request continues it elsewhere."""
+        return (
+            self.settings.migration_limit > 0
+            and migratable(body)
+            and len(self.instances.decodes) > 1
+        )
+
+    def after_connect_failure(
+        self,
+        pool: list[Upstream],
+        tried: tuple[Upstream, ...],
+        e: UpstreamError,
+        role: str,
+        tl: Timeline,
+    ) -> Upstream:
+        """Where a leg goes after ``tried[-1]`` failed it with ``e``; re-raises ``e`` when
+        something was sent, the retries are used up, or no instance is left."""
+        tried[-1].breaker.failure()
+        if not e.connect or len(tried) > 2:
+            raise e
+        try:
+            u = self.instances.select(pool, exclude=tried)
+        except RouteError:
+            raise e from None
+        tl.retries += 1
+        self.metrics.retries.inc(role)
+        if role == "prefill":
+            tl.prefill = u.name
+        else:
+            tl.decode = u.name
+        return u
+
+    def leg_failed(
+        self, pool: list[Upstream], name: str | None, sent_to: Upstream, e: UpstreamError
+    ) -> LegFailed:
+        """A leg's connection failed after it was sent (``name``: the instance it ended
+        on, after any connect retries): count the instance as down until it answers a
+        health check again."""
+        failed = next((u for u in pool if u.name == name), sent_to)
+        self.instances.mark(failed, False)
+        return LegFailed(502, f"{failed.role} {failed.name} failed: {e}", failed)
+
+    def next_prefill(self, e: LegFailed, tried: tuple[Upstream, ...], tl: Timeline) -> Upstream:
+        """Another prefill for a request whose prefill failed (``tried``: those that
+        failed it); re-raises ``e`` when retries are used up or none is left."""
+        if len(tried) > self.settings.prefill_retries:
+            raise e
+        try:
+            p = self.instances.select(self.instances.prefills, exclude=tried)
+        except RouteError:
+            raise e from None
+        tl.retries += 1
+        tl.prefill = p.name
+        tl.note(f"{e}; retried on prefill {p.name}")
+        self.metrics.retries.inc("prefill")
+        return p
+
+    async def migration_target(
+        self, tl: Timeline, exclude: tuple[Upstream, ...], why: str, sent_tokens: int = 0
+    ) -> Upstream:
+        """The decode a request continues on after ``exclude[-1]`` failed it (recorded on
+        the timeline); 502 once ``router.migration_limit`` is reached."""
+        if len(tl.migrations) >= self.settings.migration_limit:
+            raise RouteError(502, f"{why} (router.migration_limit reached)")
+        d = await self.instances.acquire(self.instances.decodes, tl, exclude)
+        tl.migrations.append(
+            {
+                "from": exclude[-1].name,
+                "to": d.name,
+                "at_ms": round(tl.mark() * 1000, 3),
+                "tokens_sent": sent_tokens,
+                "why": why[:300],
+            }
+        )
+        self.metrics.migrations.inc(exclude[-1].name)
+        tracing.migrated(tl, why[:200])
+        tl.decode = d.name
+        return d

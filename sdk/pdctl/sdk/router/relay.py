@@ -1,0 +1,175 @@
+"""The relay: decode's answer back to the client — read whole or streamed through — and
+the request settled in the ledger. A decode failing mid-answer on a migratable request
+continues on another decode (:class:`~pdctl.sdk.router.recovery.Recovery` decides, the
+leg sender sends)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import AsyncGenerator
+from typing import Any
+
+from pdctl.sdk.router.instances import Upstream
+from pdctl.sdk.router.instanceset import InstanceSet
+from pdctl.sdk.router.lease import Lease
+from pdctl.sdk.router.ledger import Ledger
+from pdctl.sdk.router.legs import LegSender
+from pdctl.sdk.router.migrate import tracker_for
+from pdctl.sdk.router.replies import Reply, RouteError, StreamReply, error_body
+from pdctl.sdk.router.timeline import Timeline
+from pdctl.sdk.router.upstream import UpstreamError
+
+USAGE_RE = re.compile(rb'"completion_tokens"\s*:\s*(\d+)')
+"""An answer's completion length (its usage block), without parsing the whole answer."""
+
+
+class Relay:
+    """Relays decode's answers and settles their timelines."""
+
+    def __init__(self, instances: InstanceSet, legs: LegSender, ledger: Ledger) -> None:
+        self.instances, self.legs, self.ledger = instances, legs, ledger
+
+    async def read(self, leg: Lease) -> bytes:
+        """Decode's whole answer; the leg's slot is given back."""
+        try:
+            return await leg.read()
+        except UpstreamError as e:
+            raise RouteError(502, f"decode {leg.upstream.name} failed mid-answer: {e}") from None
+
+    def stream_failed(self, tl: Timeline, msg: str) -> tuple[bytes, bytes]:
+        """Settle a stream that broke mid-answer; the two SSE events that end it cleanly
+        for the client (an OpenAI-style error, then ``[DONE]``)."""
+        self.ledger.finish(tl, "error", 502, msg)
+        return b"data: " + error_body(502, msg, "upstream_error") + b"\n\n", b"data: [DONE]\n\n"
+
+    def closed(self, leg: Lease, tl: Timeline, events: int) -> None:
+        """A relayed stream ended (or its client went away): give back decode's slot."""
+        leg.release()
+        if tl.done is None:  # the client went away
+            tl.completion_tokens = events
+            self.ledger.finish(tl, "cancelled", 499, "client disconnected")
+
+    def stream(
+        self, leg: Lease, chunks: AsyncGenerator[bytes, None], ctype: str = "text/event-stream"
+    ) -> StreamReply:
+        """A streamed reply over ``chunks`` that gives back ``leg`` when it is closed."""
+        headers = [("Content-Type", ctype), ("Cache-Control", "no-cache")]
+        return StreamReply(200, chunks, headers, leg.release)
+
+    async def reply(
+        self,
+        leg: Lease,
+        tl: Timeline,
+        *,
+        stream: bool,
+        body: dict[str, Any] | None = None,
+        path: str = "",
+        migrate: bool = False,
+    ) -> Reply | StreamReply:
+        """Relay decode's answer (streamed, or read whole) and settle the timeline. With
+        ``migrate`` (:meth:`Recovery.migrates` said so for ``body``, the client's request)
+        a decode that fails mid-answer is migrated."""
+        assert leg.response is not None
+        ctype = (leg.response.header(b"content-type") or b"application/json").decode()
+        if stream and leg.status == 200:
+            if migrate and body is not None:
+                return self.stream(leg, self._relay_migrating(leg, tl, path, body), ctype)
+            return self.stream(leg, self._relay(leg, tl), ctype)
+        while True:
+            try:
+                raw = await self.read(leg)
+                break
+            except RouteError as e:
+                if not migrate or body is None:
+                    raise
+                self.instances.mark(leg.upstream, False)
+                leg = await self.legs.migrate(path, body, tl, (leg.upstream,), str(e))
+        m = USAGE_RE.search(raw)
+        if m:
+            tl.completion_tokens = int(m.group(1))
+        self.ledger.finish(tl, "ok" if leg.status == 200 else "error", leg.status)
+        return Reply(leg.status, raw, [("Content-Type", ctype)])
+
+    async def _relay(self, leg: Lease, tl: Timeline) -> AsyncGenerator[bytes, None]:
+        """Stream the decode answer through, counting events; settles the timeline. A
+        decode failure mid-stream ends the stream with an OpenAI-style error event."""
+        assert leg.response is not None
+        events = 0
+        try:
+            async for chunk in leg.response.iter_chunks():
+                if not events:  # a stream's first token, not its response head
+                    tl.decode_first_byte = tl.mark()
+                events += chunk.count(b"data: ") - chunk.count(b"data: [DONE]")
+                yield chunk
+            tl.completion_tokens = events
+            self.ledger.finish(tl, "ok", 200)
+        except UpstreamError as e:
+            for part in self.stream_failed(
+                tl, f"decode {leg.upstream.name} failed mid-answer: {e}"
+            ):
+                yield part
+        finally:
+            self.closed(leg, tl, events)
+
+    async def _relay_migrating(
+        self, leg: Lease, tl: Timeline, path: str, body: dict[str, Any]
+    ) -> AsyncGenerator[bytes, None]:
+        """:meth:`_relay`, one whole event at a time, knowing which tokens the client has:
+        when decode fails mid-stream the stream continues on another decode
+        (:mod:`pdctl.sdk.router.migrate`), at most ``router.migration_limit`` times."""
+        tr = tracker_for(path, body)
+        first = True
+        current: Lease | None = leg
+        tried: tuple[Upstream, ...] = ()
+        try:
+            while current is not None:
+                assert current.response is not None
+                d = current.upstream
+                try:
+                    async for chunk in current.response.iter_chunks():
+                        out = tr.feed(chunk)
+                        if out:
+                            if first:  # a stream's first token, not its response head
+                                tl.decode_first_byte, first = tl.mark(), False
+                            yield out
+                        if tr.failure is not None:
+                            raise UpstreamError(f"decode sent an error event: {tr.failure}")
+                    if not (tr.done or tr.finished):
+                        raise UpstreamError("the stream ended before its last event")
+                    if not tr.done:
+                        yield b"data: [DONE]\n\n"
+                    tl.completion_tokens = len(tr.sent_ids) or tr.events
+                    self.ledger.finish(tl, "ok", 200)
+                    return
+                except UpstreamError as e:
+                    why = f"decode {d.name} failed mid-answer: {e}"
+                    current.release()
+                    current = None
+                    self.instances.mark(d, False)
+                    tried += (d,)
+                    cont = tr.continuation(body) if tr.can_continue() else None
+                    if cont is None:
+                        for part in self.stream_failed(tl, why):
+                            yield part
+                        return
+                    cpath, cbody = cont
+                    try:
+                        current = await self.legs.migrate(
+                            cpath or path, cbody, tl, tried, why, len(tr.sent_ids)
+                        )
+                    except RouteError as e2:
+                        for part in self.stream_failed(tl, f"{why}; {e2}"):
+                            yield part
+                        return
+                    if current.status != 200:
+                        failed, current = current, None
+                        raw = await self.read(failed)
+                        msg = (
+                            f"{why}; {failed.upstream.name} answered {failed.status}: {raw[:300]!r}"
+                        )
+                        for part in self.stream_failed(tl, msg):
+                            yield part
+                        return
+        finally:
+            if current is not None:
+                self.closed(current, tl, tr.events)
