@@ -6,7 +6,7 @@ import copy
 import json
 import os
 import socket
-from collections.abc import Iterator
+from collections.abc import Generator
 from pathlib import Path
 from typing import Any
 
@@ -157,10 +157,11 @@ def _as_failure(reason: str) -> str:
     )
 
 
-@pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
-    outcome = yield
-    rep = outcome.get_result()
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    rep = yield
     if (
         rep.skipped
         and not hasattr(rep, "wasxfail")
@@ -169,12 +170,15 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     ):
         rep.outcome = "failed"
         rep.longrepr = _as_failure(_skip_reason(rep.longrepr))
+    return rep
 
 
-@pytest.hookimpl(hookwrapper=True)
-def pytest_make_collect_report(collector: pytest.Collector) -> Iterator[None]:
-    outcome = yield
-    rep = outcome.get_result()
+@pytest.hookimpl(wrapper=True)
+def pytest_make_collect_report(
+    collector: pytest.Collector,
+) -> Generator[None, pytest.CollectReport, pytest.CollectReport]:
+    rep = yield
     if rep.outcome == "skipped" and strict_skips(collector.config) and not _skip_allowed(collector):
         rep.outcome = "failed"
         rep.longrepr = _as_failure(_skip_reason(rep.longrepr))
+    return rep
