@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from pdctl.sdk.ports import free_ports as free_ports
+from pdctl.sdk.freeports import free_ports as free_ports
 from tests import goldens
 
 REPO = Path(__file__).resolve().parent.parent

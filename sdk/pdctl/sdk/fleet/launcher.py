@@ -235,7 +235,7 @@ class AsyncFleet(Supervisor):
                 plans.append(rp)
         if self.spec.observability.prometheus:
             from pdctl.sdk.fleetplan.prometheus import PrometheusFiles, local_prometheus_plan
-            from pdctl.sdk.observability.local import write_prometheus_files
+            from pdctl.sdk.observability.promfiles import write_prometheus_files
 
             files = PrometheusFiles.under(self.dir)
             pp = local_prometheus_plan(self.spec, files)

@@ -2,7 +2,7 @@
 binary, where its files live under the fleet's state directory, and its command line.
 
 Pure over the spec (the binary is looked up on ``PATH``); the files themselves are written
-by :func:`pdctl.sdk.observability.local.write_prometheus_files`.
+by :func:`pdctl.sdk.observability.promfiles.write_prometheus_files`.
 """
 
 from __future__ import annotations
