@@ -17,13 +17,8 @@ import pytest
 
 EXTRA_OF = {
     "vllm": "cpu",
-    "nixl": "cpu",
     "zmq": "cpu",  # pyzmq and msgspec come with vLLM
     "msgspec": "cpu",
-    "textual": "tui",
-    "yaml": "k8s",
-    "matplotlib": "bench",
-    "ray": "ray",
 }
 
 
