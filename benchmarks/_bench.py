@@ -6,7 +6,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from pdctl.sdk.ports import free_port as free_port
+from pdctl.sdk.freeports import free_port as free_port
 
 
 def find_vllm_router(given: str | None) -> str | None:

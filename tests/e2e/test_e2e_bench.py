@@ -1,10 +1,12 @@
 """`pdctl bench --preset cpu-smoke` end to end on the real CPU demo fleet: every request
-correct, push-concurrent TTFT below push-sequential TTFT, the outputs written."""
+correct, push-concurrent TTFT below push-sequential TTFT by a stated margin (the median
+of the per-cell ratios), the outputs written."""
 
 from __future__ import annotations
 
 import json
 import os
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -15,6 +17,10 @@ from tests.conftest import free_ports
 from tests.e2e.conftest import processes_mentioning
 
 pytestmark = pytest.mark.e2e
+
+MIN_SEQUENTIAL_OVER_PUSH = 1.05
+"""The claim, with its margin: push-sequential's median TTFT is at least 5 % above
+push's (concurrent dispatch), in the median over the preset's cells."""
 
 
 def test_cpu_smoke_preset(tiny_model: Path, state_root: Path, tmp_path: Path):
@@ -59,12 +65,14 @@ def test_cpu_smoke_preset(tiny_model: Path, state_root: Path, tmp_path: Path):
         assert r["mismatched"] == 0
         assert r["wrong_length"] == 0
         assert r["kv_bytes_moved"] > 0
-    ttft = {
-        m: sum(r["median_ttft_ms"] for r in recs if r["mode"] == m)
-        for m in ("push", "push-sequential")
-    }
-    assert ttft["push"] < ttft["push-sequential"], ttft
+    # each cell's median TTFT is over its requests (~10 at 1 req/s, ~20 at 2 req/s); the
+    # bench's ratios compare the arms cell by cell, and the claim is on their median
     assert len(doc["ratios"]) == 2  # push-sequential vs push, one per rate
+    cells = sorted(doc["ratios"], key=lambda r: r["request_rate"])
+    assert all(r["mode"] == "push-sequential" and r["vs"] == "push" for r in cells), cells
+    seq_over_push = [r["median_ttft_ratio"] for r in cells]
+    print(f"\nmedian TTFT push-sequential / push per rate: {seq_over_push}")
+    assert statistics.median(seq_over_push) >= MIN_SEQUENTIAL_OVER_PUSH, seq_over_push
     # sequential dispatch: prefill always finishes before decode registers
     seq = [r for r in recs if r["mode"] == "push-sequential"]
     assert all(r["registration_first_ratio"] == 0 for r in seq)

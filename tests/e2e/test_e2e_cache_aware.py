@@ -10,7 +10,8 @@ decode alone: the follow-ups of a prefix decode already received); and ``cache_a
 disaggregating every prompt (threshold 0), where the prefills serve the follow-ups from
 their own prefix caches.
 
-Measured: client-side TTFT (default cache_aware against least_loaded), the prefills' own
+Measured: client-side TTFT (default cache_aware against least_loaded, in alternating
+rounds, compared by the median of the rounds' ratios), the prefills' own
 prefix-cache hit rate (vLLM's ``prefix_cache_queries`` and ``prefix_cache_hits``
 counters) with every prompt disaggregated, greedy outputs against decode alone, and the
 index state when an instance's event stream stops and comes back."""
@@ -45,6 +46,8 @@ OVERRIDES = [
     "router.policy=cache_aware",
 ]
 GROUPS, PER_GROUP, PREFIX_WORDS, MAX_TOKENS = 3, 8, 260, 8
+ROUNDS = 4  # of GROUPS x PER_GROUP / ROUNDS = 6 requests per arm; the first holds the cold prefixes
+MAX_TTFT_RATIO = 0.7  # cache_aware / least_loaded TTFT p50, median over the rounds
 
 
 @pytest.fixture(scope="module")
@@ -82,8 +85,8 @@ async def prefix_counters(c: httpx.AsyncClient, urls: list[str]) -> tuple[float,
 async def run_phase(
     url: str, prefills: list[str], texts: list[str], decode: str | None = None
 ) -> dict[str, Any]:
-    """One request at a time (streamed): hit rate on the prefills (and on the whole
-    fleet when ``decode`` is given), TTFTs, texts."""
+    """One request at a time (streamed): the prefix-cache counters' deltas on the prefills
+    (and on the whole fleet when ``decode`` is given), TTFTs, texts."""
     ttfts, outs = [], []
     fleet = [*prefills, *([decode] if decode else [])]
     async with httpx.AsyncClient(timeout=120) as c:
@@ -109,11 +112,28 @@ async def run_phase(
         q1, h1 = await prefix_counters(c, prefills)
         fq1, fh1 = await prefix_counters(c, fleet)
     return {
-        "hit_rate": (h1 - h0) / (q1 - q0) if q1 > q0 else 0.0,
-        "fleet_hit_rate": (fh1 - fh0) / (fq1 - fq0) if fq1 > fq0 else 0.0,
+        "q": q1 - q0,
+        "h": h1 - h0,
+        "fq": fq1 - fq0,
+        "fh": fh1 - fh0,
+        "ttfts": ttfts,
+        "texts": outs,
+    }
+
+
+def summary(rounds: list[dict[str, Any]]) -> dict[str, Any]:
+    """The rounds of one arm together: hit rates over all of them, TTFT p50 of each round
+    and over all requests, the texts in order."""
+    q, h = sum(r["q"] for r in rounds), sum(r["h"] for r in rounds)
+    fq, fh = sum(r["fq"] for r in rounds), sum(r["fh"] for r in rounds)
+    ttfts = [t for r in rounds for t in r["ttfts"]]
+    return {
+        "hit_rate": h / q if q > 0 else 0.0,
+        "fleet_hit_rate": fh / fq if fq > 0 else 0.0,
+        "round_p50": [statistics.median(r["ttfts"]) for r in rounds],
         "ttft_p50": statistics.median(ttfts),
         "ttft_mean": statistics.mean(ttfts),
-        "texts": outs,
+        "texts": [t for r in rounds for t in r["texts"]],
     }
 
 
@@ -147,26 +167,35 @@ def test_cache_aware_beats_least_loaded_and_keeps_outputs(fleet: Fleet, state_ro
         assert all(v["state"] == "EXACT" for v in idx.values()), idx
 
     texts = {k: workload(k) for k in ("ll", "ca", "dis")}
+    size = len(texts["ca"]) // ROUNDS
+    chunks = [slice(k * size, (k + 1) * size) for k in range(ROUNDS)]
     with (
         extra_router(spec, state_root, "least-loaded", policy="least_loaded") as ll_url,
         extra_router(spec, state_root, "always", disaggregate_min_uncached_tokens=0) as dis_url,
     ):
         for u in (ll_url, dis_url, url):  # every router and instance warm before measuring
             asyncio.run(run_phase(u, prefills, workload("warm" + u[-5:])[:4]))
-        ll = asyncio.run(run_phase(ll_url, prefills, texts["ll"], decode=decode))
-        dis = asyncio.run(run_phase(dis_url, prefills, texts["dis"]))
+        # the two arms in alternating rounds on the same shared cores: what slows one round
+        # (another process, a compaction) slows both arms' rounds alike
+        ll_rounds, ca_rounds = [], []
+        for part in chunks:
+            ll_rounds.append(asyncio.run(run_phase(ll_url, prefills, texts["ll"][part], decode)))
+            ca_rounds.append(asyncio.run(run_phase(url, prefills, texts["ca"][part], decode)))
+        ll, ca = summary(ll_rounds), summary(ca_rounds)
+        dis = summary([asyncio.run(run_phase(dis_url, prefills, texts["dis"]))])
         with httpx.Client() as c:
             dis_reqs = c.get(dis_url + "/v1/pdctl/requests").json()["requests"]
-    ca = asyncio.run(run_phase(url, prefills, texts["ca"], decode=decode))
     with httpx.Client() as c:
         ca_reqs = c.get(url + "/v1/pdctl/requests").json()["requests"]
         idx = c.get(url + "/v1/pdctl/state").json()["kv_index"]["instances"]
-    ratio = ca["ttft_p50"] / ll["ttft_p50"]
+    round_ratios = [a / b for a, b in zip(ca["round_p50"], ll["round_p50"], strict=True)]
+    ratio = statistics.median(round_ratios)
     alone = sum(r.get("decision") == "decode-only" for r in ca_reqs[: len(texts["ca"])])
     print(
-        f"\nTTFT p50 cache_aware {ca['ttft_p50'] * 1000:.1f} ms vs least_loaded "
-        f"{ll['ttft_p50'] * 1000:.1f} ms (ratio {ratio:.2f}); mean ratio "
-        f"{ca['ttft_mean'] / ll['ttft_mean']:.2f}; cache_aware sent {alone}/"
+        f"\nTTFT p50 cache_aware / least_loaded per round "
+        f"{' '.join(f'{x:.2f}' for x in round_ratios)} (median {ratio:.2f}); over all "
+        f"requests {ca['ttft_p50'] * 1000:.1f} ms vs {ll['ttft_p50'] * 1000:.1f} ms; mean "
+        f"ratio {ca['ttft_mean'] / ll['ttft_mean']:.2f}; cache_aware sent {alone}/"
         f"{len(texts['ca'])} to decode alone, fleet prefix-cache hit rate (prefills and "
         f"decode) {ca['fleet_hit_rate']:.3f} vs least_loaded {ll['fleet_hit_rate']:.3f}\n"
         f"prefill prefix-cache hit rate, every prompt disaggregated: cache_aware "
@@ -175,7 +204,9 @@ def test_cache_aware_beats_least_loaded_and_keeps_outputs(fleet: Fleet, state_ro
     )
     # each prefix is pushed once, its follow-ups go to the decode that holds it
     assert alone == len(texts["ca"]) - GROUPS, [r.get("decision") for r in ca_reqs]
-    assert ratio <= 0.7
+    # the claim, with its margin: cache_aware's TTFT p50 is at most 0.7 of least_loaded's,
+    # in the median over the rounds (one slow round cannot make or break it)
+    assert ratio <= MAX_TTFT_RATIO, round_ratios
     # disaggregating every prompt, the prefills serve the follow-ups from their caches
     assert all(r.get("decision") != "decode-only" for r in dis_reqs)
     assert dis["hit_rate"] >= 0.8

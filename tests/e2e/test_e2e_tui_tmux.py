@@ -22,8 +22,9 @@ from tests.e2e.conftest import demo_spec, processes_mentioning
 
 pytestmark = [
     pytest.mark.e2e,
-    # tmux is a system package that pip cannot install; the CI machines have it, so there
-    # this test always runs (a machine without it skips only this module, and says why)
+    # tmux is a system package that pip cannot install; the CI machines have it. Elsewhere
+    # a machine without it skips only this module and says why; under --strict-skips (CI,
+    # ./run test) that skip is a failure (tests/conftest.py)
     pytest.mark.skipif(shutil.which("tmux") is None, reason="needs tmux (a system package)"),
 ]
 

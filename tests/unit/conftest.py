@@ -23,8 +23,6 @@ import pytest
 KEPT_PDCTL_VARIABLES = frozenset(
     {
         "PDCTL_REQUIRE_PROMETHEUS",
-        "PDCTL_UPDATE_SNAPSHOTS",
-        "PDCTL_UPDATE_GOLDENS",
         "PDCTL_TEST_WITHOUT",  # tests/fakes/no_extras
     }
 )

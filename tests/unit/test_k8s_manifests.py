@@ -1,13 +1,12 @@
 """Kubernetes manifests: goldens of every example, and the properties each must have.
 
 Regenerate the goldens after an intended change with
-``PDCTL_UPDATE_GOLDENS=1 pytest tests/unit/test_k8s_manifests.py``.
+``pytest tests/unit/test_k8s_manifests.py --update-goldens``.
 """
 
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
 
@@ -63,13 +62,8 @@ def flag(argv: list[str], name: str) -> str:
 
 @pytest.mark.usefixtures("yaml")  # to_yaml writes with PyYAML
 @pytest.mark.parametrize("path", EXAMPLE_FILES, ids=lambda p: p.stem)
-def test_golden(path: Path):
-    text = to_yaml(build_manifests(k8s_example(path)))
-    golden = GOLDENS / f"{path.stem}.yaml"
-    if os.environ.get("PDCTL_UPDATE_GOLDENS"):
-        golden.write_text(text)
-    assert golden.exists(), f"no golden for {path.name}: run with PDCTL_UPDATE_GOLDENS=1"
-    assert text == golden.read_text()
+def test_golden(path: Path, golden):
+    golden.check(GOLDENS / f"{path.stem}.yaml", to_yaml(build_manifests(k8s_example(path))))
 
 
 @pytest.mark.parametrize("path", EXAMPLE_FILES, ids=lambda p: p.stem)

@@ -19,6 +19,7 @@ from pdctl.sdk.router.instances import Upstream
 from pdctl.sdk.router.policies.cache_aware import CacheAwarePolicy
 from pdctl.sdk.router.replies import RouteError
 from pdctl.sdk.router.upstream import Pools
+from tests import extras
 
 PROMPT = [(i * 7919) % 32000 for i in range(1000)]
 
@@ -28,8 +29,8 @@ PROMPT = [(i * 7919) % 32000 for i in range(1000)]
 
 @pytest.fixture
 def vllm_hashing(monkeypatch: pytest.MonkeyPatch):
-    kcu = pytest.importorskip("vllm.v1.core.kv_cache_utils")
-    hashing = pytest.importorskip("vllm.utils.hashing")
+    kcu = extras.internal("vllm.v1.core.kv_cache_utils")
+    hashing = extras.internal("vllm.utils.hashing")
     monkeypatch.delenv("PYTHONHASHSEED", raising=False)
 
     def chain(algo: str, tokens: list[int], bs: int) -> list[bytes]:
@@ -222,8 +223,7 @@ async def until(cond: Callable[[], bool], limit_s: float = 10.0) -> None:
 
 @pytest.fixture
 async def fake_pub():
-    pytest.importorskip("zmq")
-    pytest.importorskip("msgspec")
+    extras.require("zmq", "msgspec")
     from tests.fakes.kvpub import FakePublisher
 
     pub = FakePublisher(free_port_pair())
@@ -337,9 +337,9 @@ async def test_subscriber_follows_a_restarted_publisher(fake_pub):
 async def test_subscriber_reads_vllms_own_publisher():
     """vLLM's ZmqEventPublisher (its wire format, replay socket and int hashes) into the
     index, with the keys the router computes for the same tokens."""
-    ke = pytest.importorskip("vllm.distributed.kv_events")
-    kcu = pytest.importorskip("vllm.v1.core.kv_cache_utils")
-    hashing = pytest.importorskip("vllm.utils.hashing")
+    ke = extras.internal("vllm.distributed.kv_events")
+    kcu = extras.internal("vllm.v1.core.kv_cache_utils")
+    hashing = extras.internal("vllm.utils.hashing")
     kcu.init_none_hash(hashing.sha256)
     toks = list(range(100, 164))
     digests = BlockHasher(32).digests(toks)

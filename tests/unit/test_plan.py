@@ -23,7 +23,7 @@ from pdctl.sdk.plan import (
     make_plan,
     transfers,
 )
-from pdctl.sdk.plan.model import GRID, mg1_wait_grid, poisson_quantile, quantile
+from pdctl.sdk.plan.latency import GRID, mg1_wait_grid, poisson_quantile, quantile
 from pdctl.sdk.plan.profile import DecodePoint, KvPath, KvShape, PrefillPoint, nnls
 from pdctl.sdk.plan.profiler import default_sweep, steady_gaps
 from pdctl.sdk.preflight.kvsize import kv_layout
@@ -260,8 +260,8 @@ def test_live_correction_factors_for_the_current_layout():
 
 
 def test_served_path_is_fitted_from_1p1d_ttft_and_preferred_to_the_probe():
-    from pdctl.sdk.plan.kvpath import served_path
     from pdctl.sdk.plan.profile import DisaggPoint
+    from pdctl.sdk.plan.transfer import served_path
 
     prof = seven_b("NVIDIA L40S", kv_path=SEED_PATH)
     c = fit(prof)

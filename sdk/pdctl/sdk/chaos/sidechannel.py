@@ -31,8 +31,8 @@ import httpx
 
 from pdctl.sdk.chaos import Answer, FaultReport, _prompt, completion, kv_back_to_idle, send
 from pdctl.sdk.chaos.kills import switched_on
+from pdctl.sdk.freeports import free_port
 from pdctl.sdk.pd import PrefillIdentity, prefill_body, push_decode_body
-from pdctl.sdk.ports import free_port
 
 Mode = Literal["refused", "blackholed"]
 

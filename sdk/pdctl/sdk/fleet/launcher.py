@@ -234,10 +234,13 @@ class AsyncFleet(Supervisor):
             if rp is not None:
                 plans.append(rp)
         if self.spec.observability.prometheus:
-            from pdctl.sdk.observability.local import local_prometheus
+            from pdctl.sdk.fleetplan.prometheus import PrometheusFiles, local_prometheus_plan
+            from pdctl.sdk.observability.promfiles import write_prometheus_files
 
-            pp = local_prometheus(self.spec, self.plan, self.dir)
+            files = PrometheusFiles.under(self.dir)
+            pp = local_prometheus_plan(self.spec, files)
             if pp is not None:
+                write_prometheus_files(self.spec, self.plan, files)
                 plans.append(pp)
         return plans
 

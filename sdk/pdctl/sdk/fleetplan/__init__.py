@@ -4,6 +4,8 @@ ports, devices and cores each gets.
 * :mod:`~pdctl.sdk.fleetplan.model` — :class:`InstancePlan`, :class:`FleetPlan`.
 * :mod:`~pdctl.sdk.fleetplan.build` — :func:`build_plan` and the router's and
   Prometheus' plans.
+* :mod:`~pdctl.sdk.fleetplan.prometheus` — the local Prometheus: its binary, files and
+  command line.
 * :mod:`~pdctl.sdk.fleetplan.ports` — ports per host; which host names share a port space.
 * :mod:`~pdctl.sdk.fleetplan.vllm_args` — vLLM's argv, environment, KV transfer and KV
   event configs.

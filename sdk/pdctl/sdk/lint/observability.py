@@ -10,7 +10,7 @@ from pdctl.sdk.lint.core import Finding, LintContext, _f, rule
 
 @rule("PD036", "local Prometheus asked for but not installed")
 def _prometheus_missing(ctx: LintContext) -> Iterator[Finding]:
-    from pdctl.sdk.observability.local import INSTALL_HINT, prometheus_binary
+    from pdctl.sdk.fleetplan.prometheus import INSTALL_HINT, prometheus_binary
 
     o = ctx.spec.observability
     if ctx.spec.backend.kind == "local" and o.prometheus and prometheus_binary(ctx.spec) is None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from pdctl.sdk import k8slabels
 from pdctl.sdk.fleetplan import FleetPlan
 from pdctl.sdk.spec import FleetSpec
 
@@ -101,9 +102,7 @@ def scrape_config(
 def pod_monitor(spec: FleetSpec) -> dict[str, Any]:
     """A Prometheus Operator ``PodMonitor`` for a fleet the k8s backend deploys: it
     selects the fleet's pods by pdctl's labels and maps them to the same four labels."""
-    from pdctl.sdk.backends.k8s import names
-
-    k8s = names.k8s_settings(spec)
+    k8s = k8slabels.k8s_settings(spec)
 
     def label(key: str) -> str:
         return "__meta_kubernetes_pod_label_" + "".join(c if c.isalnum() else "_" for c in key)
@@ -111,22 +110,22 @@ def pod_monitor(spec: FleetSpec) -> dict[str, Any]:
     relabel = [
         {"sourceLabels": [label(src)], "targetLabel": dst, "action": "replace"}
         for src, dst in (
-            (names.FLEET, "fleet"),
-            (names.ROLE, "role"),
-            (names.GROUP, "group"),
-            (names.INSTANCE, "instance"),
+            (k8slabels.FLEET, "fleet"),
+            (k8slabels.ROLE, "role"),
+            (k8slabels.GROUP, "group"),
+            (k8slabels.INSTANCE, "instance"),
         )
     ]
     return {
         "apiVersion": "monitoring.coreos.com/v1",
         "kind": "PodMonitor",
         "metadata": {
-            "name": names.object_name(spec, "metrics"),
+            "name": k8slabels.object_name(spec, "metrics"),
             "namespace": k8s.namespace,
-            "labels": {**k8s.labels, **names.fleet_labels(spec)},
+            "labels": {**k8s.labels, **k8slabels.fleet_labels(spec)},
         },
         "spec": {
-            "selector": {"matchLabels": names.fleet_labels(spec)},
+            "selector": {"matchLabels": k8slabels.fleet_labels(spec)},
             "podMetricsEndpoints": [
                 {
                     "port": "http",

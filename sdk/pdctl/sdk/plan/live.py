@@ -18,10 +18,10 @@ from typing import Any
 
 from pdctl.sdk.metrics.derive import Lengths
 from pdctl.sdk.metrics.monitor import Snapshot
-from pdctl.sdk.plan.kvpath import transfers
-from pdctl.sdk.plan.model import Correction, Workload
+from pdctl.sdk.plan.latency import Correction, Workload
 from pdctl.sdk.plan.planner import Layout, Plan, Slos, make_plan
 from pdctl.sdk.plan.profile import Profile, ProfileError
+from pdctl.sdk.plan.transfer import transfers
 from pdctl.sdk.spec import FleetSpec
 
 

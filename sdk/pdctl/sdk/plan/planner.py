@@ -13,7 +13,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from pdctl.sdk.plan.model import (
+from pdctl.sdk.plan.latency import (
     Correction,
     Prediction,
     Transfer,

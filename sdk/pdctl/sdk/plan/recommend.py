@@ -21,11 +21,11 @@ from typing import Any
 
 from pdctl.sdk.errors import PdctlError
 from pdctl.sdk.metrics.monitor import Snapshot
-from pdctl.sdk.plan.kvpath import transfers
+from pdctl.sdk.plan.latency import Correction, Workload
 from pdctl.sdk.plan.live import LiveFigures, correction_of, layout_of, live_figures
-from pdctl.sdk.plan.model import Correction, Workload
 from pdctl.sdk.plan.planner import Candidate, Layout, Plan, Slos, make_plan
 from pdctl.sdk.plan.profile import Profile, ProfileError, load_profile
+from pdctl.sdk.plan.transfer import transfers
 from pdctl.sdk.spec import FleetSpec
 
 MEASURED = "measured"

@@ -7,6 +7,7 @@ import time
 from collections.abc import Callable
 from typing import ClassVar
 
+from pdctl.sdk import k8slabels
 from pdctl.sdk.backends.base import DEFAULT_READY_TIMEOUT, BackendError, BackendStatus
 from pdctl.sdk.backends.k8s import names
 from pdctl.sdk.backends.k8s.kubectl import Kubectl, KubectlError
@@ -40,12 +41,12 @@ class K8sBackend:
     ) -> None:
         self.spec = spec
         self.source = source
-        self.settings = names.k8s_settings(spec)
+        self.settings = k8slabels.k8s_settings(spec)
         self.ready_timeout = ready_timeout
         self.kubectl = kubectl or Kubectl(self.settings.namespace, self.settings.context)
         self.clock = clock
         self.poll_s = poll_s
-        self.selector = names.fleet_selector(spec)
+        self.selector = k8slabels.fleet_selector(spec)
 
     @property
     def where(self) -> str:
@@ -156,7 +157,7 @@ class K8sBackend:
         """The command that shows an instance's log (the leader's, for a group)."""
         ns = self.settings.namespace
         ctx = f" --context {self.kubectl.context}" if self.kubectl.context else ""
-        sel = f"{names.FLEET}={self.spec.fleet.name},{names.INSTANCE}={instance}"
+        sel = f"{k8slabels.FLEET}={self.spec.fleet.name},{k8slabels.INSTANCE}={instance}"
         return f"kubectl{ctx} -n {ns} logs -l {sel} --tail=100"
 
     def endpoints(self) -> FleetPlan:

@@ -15,6 +15,7 @@ import hashlib
 import json
 from typing import Any
 
+from pdctl.sdk import k8slabels
 from pdctl.sdk.backends.k8s import names
 from pdctl.sdk.backends.k8s.pods import (
     env_from,
@@ -38,7 +39,7 @@ def spec_json(spec: FleetSpec) -> str:
 
 
 def _meta(spec: FleetSpec, name: str, labels: dict[str, str], **extra: Any) -> Obj:
-    meta: Obj = {"name": name, "namespace": names.k8s_settings(spec).namespace}
+    meta: Obj = {"name": name, "namespace": k8slabels.k8s_settings(spec).namespace}
     meta["labels"] = labels
     meta.update({k: v for k, v in extra.items() if v})
     return meta
@@ -48,14 +49,14 @@ def _identity(inst: InstancePlan) -> dict[str, str]:
     """Annotations that let anyone read an instance's KV-transfer identity off the API."""
     out: dict[str, str] = {}
     if inst.engine_id is not None:
-        out[names.ENGINE_ID] = inst.engine_id
+        out[k8slabels.ENGINE_ID] = inst.engine_id
     if inst.side_channel_port is not None:
-        out[names.SIDE_CHANNEL_PORT] = str(inst.side_channel_port)
+        out[k8slabels.SIDE_CHANNEL_PORT] = str(inst.side_channel_port)
     return out
 
 
 def _template(spec: FleetSpec, inst: InstancePlan, pod: Obj) -> Obj:
-    annotations = {**names.k8s_settings(spec).annotations, **_identity(inst)}
+    annotations = {**k8slabels.k8s_settings(spec).annotations, **_identity(inst)}
     meta: Obj = {"labels": names.plan_labels(spec, inst)}
     if annotations:
         meta["annotations"] = annotations
@@ -68,7 +69,7 @@ def deployment(spec: FleetSpec, inst: InstancePlan) -> Obj:
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
-        "metadata": _meta(spec, names.object_name(spec, inst.name), labels),
+        "metadata": _meta(spec, k8slabels.object_name(spec, inst.name), labels),
         "spec": {
             "replicas": 1,
             "strategy": {"type": "Recreate"},
@@ -79,7 +80,7 @@ def deployment(spec: FleetSpec, inst: InstancePlan) -> Obj:
 
 
 def leader_worker_set(spec: FleetSpec, inst: InstancePlan) -> Obj:
-    k8s = names.k8s_settings(spec)
+    k8s = k8slabels.k8s_settings(spec)
     nodes = k8s.nodes_for(inst.tp * inst.pp * inst.dp)
     leader = pod_spec(spec, [vllm_container(spec, inst, nodes=nodes)], shm=True)
     worker = pod_spec(spec, [vllm_container(spec, inst, nodes=nodes, leader=False)], shm=True)
@@ -87,7 +88,7 @@ def leader_worker_set(spec: FleetSpec, inst: InstancePlan) -> Obj:
     return {
         "apiVersion": names.LWS_API_VERSION,
         "kind": "LeaderWorkerSet",
-        "metadata": _meta(spec, names.object_name(spec, inst.name), labels),
+        "metadata": _meta(spec, k8slabels.object_name(spec, inst.name), labels),
         "spec": {
             "replicas": 1,
             "leaderWorkerTemplate": {
@@ -107,7 +108,7 @@ def instance_service(spec: FleetSpec, inst: InstancePlan) -> Obj:
         "apiVersion": "v1",
         "kind": "Service",
         "metadata": _meta(
-            spec, names.object_name(spec, inst.name), labels, annotations=_identity(inst)
+            spec, k8slabels.object_name(spec, inst.name), labels, annotations=_identity(inst)
         ),
         "spec": {
             "clusterIP": "None",
@@ -120,7 +121,7 @@ def instance_service(spec: FleetSpec, inst: InstancePlan) -> Obj:
 
 def router_objects(spec: FleetSpec, rp: RouterPlan) -> list[Obj]:
     """ConfigMap with the spec, the router Deployment and its Service."""
-    k8s = names.k8s_settings(spec)
+    k8s = k8slabels.k8s_settings(spec)
     text = spec_json(spec)
     labels = names.instance_labels(spec, names.ROUTER, names.ROUTER, names.ROUTER)
     config = names.spec_config_name(spec)
@@ -137,14 +138,14 @@ def router_objects(spec: FleetSpec, rp: RouterPlan) -> list[Obj]:
         container["envFrom"] = secrets
     pod = pod_spec(spec, [container], shm=False)
     pod["volumes"] = [{"name": "spec", "configMap": {"name": config}}]
-    annotations = {**k8s.annotations, names.SPEC_SHA: hashlib.sha256(text.encode()).hexdigest()}
+    annotations = {**k8s.annotations, k8slabels.SPEC_SHA: hashlib.sha256(text.encode()).hexdigest()}
     selector = names.selector_labels(spec, names.ROUTER)
-    name = names.object_name(spec, names.ROUTER)
+    name = k8slabels.object_name(spec, names.ROUTER)
     return [
         {
             "apiVersion": "v1",
             "kind": "ConfigMap",
-            "metadata": _meta(spec, config, names.fleet_labels(spec) | dict(k8s.labels)),
+            "metadata": _meta(spec, config, k8slabels.fleet_labels(spec) | dict(k8s.labels)),
             "data": {SPEC_FILE: text},
         },
         {

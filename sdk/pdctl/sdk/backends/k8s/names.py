@@ -1,56 +1,28 @@
-"""Names, labels and in-cluster addresses of a fleet's Kubernetes objects.
-
-Everything pdctl creates carries ``app.kubernetes.io/managed-by: pdctl`` and
-``pdctl.io/fleet: <fleet name>``, so one label selector finds (and deletes) it all again.
-"""
+"""Per-instance labels and in-cluster addresses of a fleet's Kubernetes objects (the label
+keys and fleet-wide names are plain data in :mod:`pdctl.sdk.k8slabels`)."""
 
 from __future__ import annotations
 
 from pdctl.sdk.fleetplan import InstancePlan
-from pdctl.sdk.spec import FleetSpec, K8sSpec
+from pdctl.sdk.k8slabels import (
+    COMPONENT,
+    FLEET,
+    GROUP,
+    INSTANCE,
+    ROLE,
+    fleet_labels,
+    k8s_settings,
+    object_name,
+)
+from pdctl.sdk.spec import FleetSpec
 
-MANAGED_BY = "app.kubernetes.io/managed-by"
-COMPONENT = "app.kubernetes.io/component"
-FLEET = "pdctl.io/fleet"
-ROLE = "pdctl.io/role"
-GROUP = "pdctl.io/group"
-INSTANCE = "pdctl.io/instance"
-ENGINE_ID = "pdctl.io/engine-id"
-SIDE_CHANNEL_PORT = "pdctl.io/side-channel-port"
-SPEC_SHA = "pdctl.io/spec-sha256"
 LWS_API_VERSION = "leaderworkerset.x-k8s.io/v1"
 LWS_RESOURCE = "leaderworkersets.leaderworkerset.x-k8s.io"
-LWS_WORKER_INDEX = "leaderworkerset.sigs.k8s.io/worker-index"
-"""Label LWS puts on every pod of a group: 0 on the leader, 1… on the workers."""
 ROUTER = "router"
-
-
-def k8s_settings(spec: FleetSpec) -> K8sSpec:
-    """The spec's ``[backend.k8s]`` table (a :class:`ValueError` naming it when absent)."""
-    if spec.backend.k8s is None:
-        raise ValueError(
-            "backend.k8s: the spec has no [backend.k8s] table; add one with at least "
-            "image = '<an image with vLLM and pdctl>'"
-        )
-    return spec.backend.k8s
-
-
-def object_name(spec: FleetSpec, instance: str) -> str:
-    """Name of an instance's workload and Service: ``<fleet>-<instance>``."""
-    return f"{spec.fleet.name}-{instance}"
 
 
 def spec_config_name(spec: FleetSpec) -> str:
     return f"{spec.fleet.name}-spec"
-
-
-def fleet_labels(spec: FleetSpec) -> dict[str, str]:
-    """The labels every object of the fleet carries (the selector pdctl uses)."""
-    return {MANAGED_BY: "pdctl", FLEET: spec.fleet.name}
-
-
-def fleet_selector(spec: FleetSpec) -> str:
-    return ",".join(f"{k}={v}" for k, v in sorted(fleet_labels(spec).items()))
 
 
 def instance_labels(spec: FleetSpec, role: str, group: str, name: str) -> dict[str, str]:

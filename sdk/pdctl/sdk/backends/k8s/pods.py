@@ -8,7 +8,7 @@ import os
 import sys
 from typing import Any
 
-from pdctl.sdk.backends.k8s import names
+from pdctl.sdk import k8slabels
 from pdctl.sdk.fleetplan import InstancePlan
 from pdctl.sdk.spec import FleetSpec
 
@@ -69,7 +69,7 @@ def env_list(inst: InstancePlan, *, multinode: bool, leader: bool) -> list[Obj]:
     if multinode:
         env.append({"name": "VLLM_HOST_IP", "valueFrom": POD_IP})
         if not leader:
-            label = f"metadata.labels['{names.LWS_WORKER_INDEX}']"
+            label = f"metadata.labels['{k8slabels.LWS_WORKER_INDEX}']"
             env.append({"name": NODE_RANK_ENV, "valueFrom": {"fieldRef": {"fieldPath": label}}})
     return sorted(env, key=lambda e: str(e["name"]))
 
@@ -100,7 +100,7 @@ def health_checks(spec: FleetSpec, port: str | int) -> Obj:
         return {"httpGet": {"path": HEALTH_ENDPOINT, "port": port}}
 
     startup_period = 10
-    k8s = names.k8s_settings(spec)
+    k8s = k8slabels.k8s_settings(spec)
     return {
         "startupProbe": {
             **check(),
@@ -133,11 +133,11 @@ def gpus_per_pod(spec: FleetSpec, inst: InstancePlan) -> int:
     if spec.fleet.platform != "gpu" or inst.role not in GPU_ROLES:
         return 0
     ranks = inst.tp * inst.pp * inst.dp
-    return -(-ranks // names.k8s_settings(spec).nodes_for(ranks))
+    return -(-ranks // k8slabels.k8s_settings(spec).nodes_for(ranks))
 
 
 def resources(spec: FleetSpec, inst: InstancePlan) -> Obj:
-    k8s = names.k8s_settings(spec)
+    k8s = k8slabels.k8s_settings(spec)
     limits: dict[str, str] = {}
     requests: dict[str, str] = {}
     gpus = gpus_per_pod(spec, inst)
@@ -159,7 +159,7 @@ def resources(spec: FleetSpec, inst: InstancePlan) -> Obj:
 
 
 def pod_spec(spec: FleetSpec, containers: list[Obj], *, shm: bool) -> Obj:
-    k8s = names.k8s_settings(spec)
+    k8s = k8slabels.k8s_settings(spec)
     pod: Obj = {
         "containers": containers,
         # a Service named e.g. 'vllm' would otherwise inject VLLM_PORT=tcp://… into vLLM
@@ -190,14 +190,14 @@ def _camel(snake: str) -> str:
 
 
 def env_from(spec: FleetSpec) -> list[Obj]:
-    return [{"secretRef": {"name": s}} for s in names.k8s_settings(spec).secret_env]
+    return [{"secretRef": {"name": s}} for s in k8slabels.k8s_settings(spec).secret_env]
 
 
 def vllm_container(
     spec: FleetSpec, inst: InstancePlan, *, nodes: int = 1, leader: bool = True
 ) -> Obj:
     """One vLLM container: the whole instance, or one node of a multi-node instance."""
-    k8s = names.k8s_settings(spec)
+    k8s = k8slabels.k8s_settings(spec)
     multinode = nodes > 1
     argv = pod_argv(spec, inst)
     if multinode:

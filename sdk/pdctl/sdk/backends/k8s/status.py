@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from pdctl.sdk.backends.k8s import names
+from pdctl.sdk import k8slabels
 from pdctl.sdk.fleet.events import InstanceStatus
 
 Obj = dict[str, Any]
@@ -168,7 +168,7 @@ def instance_status(
 def by_instance(objects: list[Obj]) -> dict[str, list[Obj]]:
     out: dict[str, list[Obj]] = {}
     for o in objects:
-        label = (o.get("metadata", {}).get("labels") or {}).get(names.INSTANCE)
+        label = (o.get("metadata", {}).get("labels") or {}).get(k8slabels.INSTANCE)
         if isinstance(label, str):
             out.setdefault(label, []).append(o)
     return out

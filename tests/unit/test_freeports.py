@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from pdctl.sdk import ports
+from pdctl.sdk import freeports as ports
 
 
 def test_ports_are_outside_the_ephemeral_range_and_distinct() -> None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
-from pdctl.sdk.plan.model import Transfer
+from pdctl.sdk.plan.latency import Transfer
 from pdctl.sdk.plan.profile import Profile, ProfileError, fit, nnls
 from pdctl.sdk.preflight.evidence import Evidence
 from pdctl.sdk.preflight.model import Inventory, PlannedPair
