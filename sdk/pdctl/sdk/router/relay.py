@@ -14,7 +14,7 @@ from pdctl.sdk.router.instanceset import InstanceSet
 from pdctl.sdk.router.lease import Lease
 from pdctl.sdk.router.ledger import Ledger
 from pdctl.sdk.router.legs import LegSender
-from pdctl.sdk.router.migrate import tracker_for
+from pdctl.sdk.router.migrate import StreamTracker, tracker_for
 from pdctl.sdk.router.replies import Reply, RouteError, StreamReply, error_body
 from pdctl.sdk.router.timeline import Timeline
 from pdctl.sdk.router.upstream import UpstreamError
@@ -147,29 +147,35 @@ class Relay:
                     current = None
                     self.instances.mark(d, False)
                     tried += (d,)
-                    cont = tr.continuation(body) if tr.can_continue() else None
-                    if cont is None:
-                        for part in self.stream_failed(tl, why):
+                    nxt = await self._next_decode(tr, tl, path, body, why, tried)
+                    if isinstance(nxt, str):
+                        for part in self.stream_failed(tl, nxt):
                             yield part
                         return
-                    cpath, cbody = cont
-                    try:
-                        current = await self.legs.migrate(
-                            cpath or path, cbody, tl, tried, why, len(tr.sent_ids)
-                        )
-                    except RouteError as e2:
-                        for part in self.stream_failed(tl, f"{why}; {e2}"):
-                            yield part
-                        return
-                    if current.status != 200:
-                        failed, current = current, None
-                        raw = await self.read(failed)
-                        msg = (
-                            f"{why}; {failed.upstream.name} answered {failed.status}: {raw[:300]!r}"
-                        )
-                        for part in self.stream_failed(tl, msg):
-                            yield part
-                        return
+                    current = nxt
         finally:
             if current is not None:
                 self.closed(current, tl, tr.events)
+
+    async def _next_decode(
+        self,
+        tr: StreamTracker,
+        tl: Timeline,
+        path: str,
+        body: dict[str, Any],
+        why: str,
+        tried: tuple[Upstream, ...],
+    ) -> Lease | str:
+        """The decode a failed stream continues on, or why it cannot continue."""
+        cont = tr.continuation(body) if tr.can_continue() else None
+        if cont is None:
+            return why
+        cpath, cbody = cont
+        try:
+            nxt = await self.legs.migrate(cpath or path, cbody, tl, tried, why, len(tr.sent_ids))
+        except RouteError as e:
+            return f"{why}; {e}"
+        if nxt.status != 200:
+            raw = await self.read(nxt)
+            return f"{why}; {nxt.upstream.name} answered {nxt.status}: {raw[:300]!r}"
+        return nxt
