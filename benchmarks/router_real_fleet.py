@@ -28,9 +28,9 @@ import httpx
 from _bench import find_vllm_router, free_port, vllm_router_argv
 
 from pdctl.cli.cmd_demo import DEMO_WORDS
+from pdctl.sdk.demo import load_demo_spec
 from pdctl.sdk.fleet import Fleet
 from pdctl.sdk.paths import tiny_model_dir
-from pdctl.sdk.specload import load_demo_spec
 from pdctl.sdk.urls import router_url
 
 

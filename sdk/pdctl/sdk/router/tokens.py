@@ -29,6 +29,7 @@ from pdctl.sdk.router.legs import Legs
 from pdctl.sdk.router.replies import Reply, RouteError, StreamReply
 from pdctl.sdk.router.timeline import Timeline
 from pdctl.sdk.router.upstream import Response, UpstreamError
+from pdctl.sdk.sse import DONE, EventParser
 
 GENERATE_ENDPOINT = "/inference/v1/generate"
 """The engines' token-in/token-out endpoint."""
@@ -206,16 +207,12 @@ async def _derender_whole(
     return Reply(200, json.dumps(out).encode())
 
 
-async def _sse_events(r: Response) -> AsyncIterator[bytes]:
-    """The ``data:`` payloads of an SSE stream, whatever its chunking."""
-    buf = b""
+async def _sse_events(r: Response) -> AsyncIterator[str]:
+    """The data of each event of an SSE stream, whatever its chunking."""
+    parser = EventParser()
     async for chunk in r.iter_chunks():
-        buf += chunk
-        while b"\n\n" in buf:
-            event, buf = buf.split(b"\n\n", 1)
-            for line in event.split(b"\n"):
-                if line.startswith(b"data:"):
-                    yield line[5:].strip()
+        for event in parser.feed(chunk):
+            yield event.data
 
 
 async def _derender_stream(
@@ -229,7 +226,7 @@ async def _derender_stream(
     events = 0
     try:
         async for data in _sse_events(r):
-            if data == b"[DONE]":
+            if data == DONE:
                 break
             chunk = json.loads(data)
             if not events:
