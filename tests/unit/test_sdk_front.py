@@ -23,6 +23,24 @@ __all__ = ["fake_python", "state_root"]  # fixtures shared with the launcher tes
 
 ROOT = Path(__file__).resolve().parents[2]
 QUICKSTART = ROOT / "examples" / "sdk_quickstart.py"
+TOUR = ROOT / "examples" / "sdk_tour.py"
+
+
+def mypy_strict(script: Path) -> None:
+    from mypy import api
+
+    out, err, rc = api.run(
+        [
+            "--config-file",
+            str(ROOT / "pyproject.toml"),
+            "--strict",
+            "--follow-imports=silent",
+            "--no-incremental",
+            str(script),
+        ]
+    )
+    assert rc == 0, out + err
+    assert "Success" in out
 
 
 # ---------------------------------------------------------------------- the front door
@@ -135,8 +153,6 @@ def test_readme_and_docs_show_the_quickstart_as_it_is():
 
 
 def test_quickstart_uses_only_pdctl_sdk_and_passes_mypy_strict(monkeypatch: pytest.MonkeyPatch):
-    from mypy import api
-
     # the SDK is typed for users' type checkers (PEP 561), and checked here from source
     assert (ROOT / "sdk" / "pdctl" / "sdk" / "py.typed").is_file()
     monkeypatch.chdir(ROOT)  # pyproject's mypy_path is relative to the working directory
@@ -145,18 +161,18 @@ def test_quickstart_uses_only_pdctl_sdk_and_passes_mypy_strict(monkeypatch: pyte
     imports = [ln for ln in text.splitlines() if ln.startswith(("import ", "from "))]
     assert imports == ["from pdctl.sdk import Fleet"]
     assert len([ln for ln in text.splitlines() if ln.strip()]) <= 10
-    out, err, rc = api.run(
-        [
-            "--config-file",
-            str(ROOT / "pyproject.toml"),
-            "--strict",
-            "--follow-imports=silent",
-            "--no-incremental",
-            str(QUICKSTART),
-        ]
-    )
-    assert rc == 0, out + err
-    assert "Success" in out
+    mypy_strict(QUICKSTART)
+
+
+def test_tour_uses_only_the_public_api_and_passes_mypy_strict(monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.chdir(ROOT)
+    text = TOUR.read_text()
+    imports = [ln for ln in text.splitlines() if ln.startswith(("import ", "from "))]
+    assert [ln for ln in imports if "pdctl" in ln] == [
+        "from pdctl.sdk import Fleet, RouterClient, lint, load_demo_spec, require_clean"
+    ]
+    assert all("pdctl" in ln or ln in ("import json", "from typing import Any") for ln in imports)
+    mypy_strict(TOUR)
 
 
 # ---------------------------------------------------------------------- helpers
