@@ -84,7 +84,7 @@ async def one(c: httpx.AsyncClient, url: str, prompt: str, stream: bool) -> floa
     t0 = time.perf_counter()
     if stream:
         async with c.stream("POST", url + "/v1/completions", json=body) as r:
-            async for _ in r.aiter_lines():
+            async for _ in r.aiter_bytes():
                 pass
             ok = r.status_code == 200
     else:
