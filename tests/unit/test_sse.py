@@ -92,7 +92,14 @@ def test_lines_end_at_cr_lf_and_crlf_only(lines: list[str], eols: list[str], cut
     assert got == ([lines[0][1:], *lines[1:]] if first_bom else lines)
 
 
-@given(st.builds(Event, line_text, st.text(alphabet="abc", min_size=1, max_size=4)))
+@given(
+    st.builds(
+        Event,
+        st.lists(line_text, min_size=1, max_size=3).map("\n".join),
+        st.text(alphabet="abc", min_size=1, max_size=4),
+        st.text(alphabet="0123456789", max_size=3),
+    )
+)
 def test_encoded_events_read_back_equal(event: Event):
     assert EventParser().feed(encode_event(event)) == [event]
 

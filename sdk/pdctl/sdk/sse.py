@@ -27,7 +27,7 @@ so a chunk boundary may fall anywhere, even inside a character or between CR and
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from typing import NamedTuple
 
 __all__ = ["DONE", "Event", "EventParser", "LineDecoder", "encode_event"]
 
@@ -56,18 +56,25 @@ class LineDecoder:
             if data.startswith(b"\n"):
                 data = data[1:]
         buf = self._tail + data
-        parts = _EOL.split(buf)
-        self._tail = parts.pop()
-        self._after_cr = buf.endswith(b"\r")
-        lines = [p.decode("utf-8", "replace") for p in parts]
+        if b"\r" in buf:
+            parts = _EOL.split(buf)
+            self._tail = parts.pop()
+            self._after_cr = buf.endswith(b"\r")
+            lines = [p.decode("utf-8", "replace") for p in parts]
+        else:  # LF only (what vLLM sends): one split, one decode
+            cut = buf.rfind(b"\n")
+            if cut < 0:
+                self._tail = buf
+                return []
+            self._tail = buf[cut + 1 :]
+            lines = buf[:cut].decode("utf-8", "replace").split("\n")
         if lines and self._first:
             self._first = False
             lines[0] = lines[0].removeprefix(_BOM)
         return lines
 
 
-@dataclass(frozen=True)
-class Event:
+class Event(NamedTuple):
     """One dispatched event."""
 
     data: str
@@ -91,17 +98,24 @@ class EventParser:
 
     def feed(self, data: bytes) -> list[Event]:
         out: list[Event] = []
+        lines = self._data
         for line in self._lines.feed(data):
-            event = self._line(line)
-            if event is not None:
-                out.append(event)
+            if line.startswith("data:"):  # the common case first, inline
+                lines.append(line[6:] if line.startswith(" ", 5) else line[5:])
+            elif line:
+                self._field(line)
+            elif lines:  # a blank line dispatches the event
+                out.append(Event("\n".join(lines), self._type or "message", self._last_id))
+                lines.clear()
+                self._type = ""
+            else:  # nothing to dispatch: the buffers start again
+                self._type = ""
         return out
 
-    def _line(self, line: str) -> Event | None:
-        if not line:
-            return self._dispatch()
+    def _field(self, line: str) -> None:
+        """A line other than ``data`` or a blank one."""
         if line.startswith(":"):
-            return None
+            return
         name, colon, value = line.partition(":")
         if colon and value.startswith(" "):
             value = value[1:]
@@ -114,14 +128,6 @@ class EventParser:
                 self._last_id = value
         elif name == "retry" and value.isascii() and value.isdigit():
             self.retry_ms = int(value)
-        return None
-
-    def _dispatch(self) -> Event | None:
-        data, self._data = self._data, []
-        kind, self._type = self._type, ""
-        if not data:
-            return None
-        return Event("\n".join(data), kind or "message", self._last_id)
 
 
 def encode_event(event: Event) -> bytes:
