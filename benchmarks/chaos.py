@@ -56,6 +56,7 @@ import httpx
 
 from pdctl.sdk import chaos
 from pdctl.sdk.chaos import kills, sidechannel
+from pdctl.sdk.demo import load_demo_spec
 from pdctl.sdk.fleet import AsyncFleet
 from pdctl.sdk.fleet.procs import cpu_seconds, instance_pids
 from pdctl.sdk.freeports import free_ports
@@ -63,7 +64,6 @@ from pdctl.sdk.metrics import parse, total
 from pdctl.sdk.metrics import rendezvous as rv
 from pdctl.sdk.paths import tiny_model_dir
 from pdctl.sdk.pd import PrefillIdentity
-from pdctl.sdk.specload import load_demo_spec
 from pdctl.sdk.urls import router_url
 
 ARMS: dict[str, list[str]] = {

@@ -24,11 +24,11 @@ from typing import Any
 
 import httpx
 
+from pdctl.sdk.demo import load_demo_spec
 from pdctl.sdk.fleet import AsyncFleet
 from pdctl.sdk.fleet.procs import cpu_seconds, instance_pids
 from pdctl.sdk.paths import tiny_model_dir
 from pdctl.sdk.pd import PrefillIdentity, push_request
-from pdctl.sdk.specload import load_demo_spec
 
 
 async def measure(tuning: bool, args: argparse.Namespace) -> dict[str, Any]:

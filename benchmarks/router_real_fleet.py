@@ -28,9 +28,10 @@ import httpx
 from _bench import find_vllm_router, free_port, vllm_router_argv
 
 from pdctl.cli.cmd_demo import DEMO_WORDS
+from pdctl.sdk.demo import load_demo_spec
 from pdctl.sdk.fleet import Fleet
 from pdctl.sdk.paths import tiny_model_dir
-from pdctl.sdk.specload import load_demo_spec
+from pdctl.sdk.sse import DONE, EventParser
 from pdctl.sdk.urls import router_url
 
 
@@ -61,11 +62,13 @@ def one(c: httpx.Client, url: str, prompt: str, max_tokens: int) -> tuple[float,
     with c.stream("POST", url + "/v1/completions", json=body) as r:
         if r.status_code != 200:
             raise RuntimeError(f"{url}: {r.status_code} {r.read()[:200]!r}")
-        for line in r.iter_lines():
-            if line.startswith("data: ") and line != "data: [DONE]":
-                if ttft is None:
-                    ttft = time.perf_counter() - t0
-                text += json.loads(line[6:])["choices"][0].get("text", "")
+        parser = EventParser()
+        for data in r.iter_bytes():
+            for event in parser.feed(data):
+                if event.data != DONE:
+                    if ttft is None:
+                        ttft = time.perf_counter() - t0
+                    text += json.loads(event.data)["choices"][0].get("text", "")
     return ttft or float("nan"), time.perf_counter() - t0, text
 
 

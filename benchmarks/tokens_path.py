@@ -31,11 +31,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _bench import free_port
 
 from pdctl.cli.cmd_demo import DEMO_WORDS
+from pdctl.sdk.demo import load_demo_spec
 from pdctl.sdk.fleet import AsyncFleet
 from pdctl.sdk.fleet.procs import cpu_seconds, instance_pids
 from pdctl.sdk.paths import tiny_model_dir
 from pdctl.sdk.spec import FleetSpec
-from pdctl.sdk.specload import load_demo_spec
 from pdctl.sdk.urls import router_url
 
 
@@ -84,7 +84,7 @@ async def one(c: httpx.AsyncClient, url: str, prompt: str, stream: bool) -> floa
     t0 = time.perf_counter()
     if stream:
         async with c.stream("POST", url + "/v1/completions", json=body) as r:
-            async for _ in r.aiter_lines():
+            async for _ in r.aiter_bytes():
                 pass
             ok = r.status_code == 200
     else:

@@ -25,11 +25,11 @@ from typing import Any
 import httpx
 
 from pdctl.cli.cmd_demo import DEMO_WORDS
+from pdctl.sdk.demo import load_demo_spec
 from pdctl.sdk.fleet import Fleet
 from pdctl.sdk.metrics.flight import segment_stats
 from pdctl.sdk.paths import tiny_model_dir
 from pdctl.sdk.router import flightrec as fr
-from pdctl.sdk.specload import load_demo_spec
 from pdctl.sdk.urls import router_url
 
 OWNER = {

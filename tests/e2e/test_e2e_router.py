@@ -22,6 +22,7 @@ from pdctl.sdk.metrics.derive import Scrape
 from pdctl.sdk.metrics.monitor import FleetMonitor
 from pdctl.sdk.metrics.promtext import parse_text
 from pdctl.sdk.metrics.rendezvous import Rendezvous
+from pdctl.sdk.sse import DONE, EventParser
 from tests.e2e.conftest import WORDS, demo_spec, extra_router, running_fleet
 
 pytestmark = pytest.mark.e2e
@@ -200,9 +201,11 @@ def test_streaming_gives_the_same_text(fleet: Fleet):
         text = ""
         with c.stream("POST", url + "/v1/completions", json=body(PROMPTS[3], stream=True)) as r:
             assert r.status_code == 200
-            for line in r.iter_lines():
-                if line.startswith("data: ") and line != "data: [DONE]":
-                    text += json.loads(line[6:])["choices"][0]["text"]
+            parser = EventParser()
+            for data in r.iter_bytes():
+                for event in parser.feed(data):
+                    if event.data != DONE:
+                        text += json.loads(event.data)["choices"][0]["text"]
     assert text == whole["choices"][0]["text"]
 
 
@@ -239,15 +242,15 @@ def test_decode_killed_mid_stream(fleet: Fleet, state_root: Path):
             "POST", url + "/v1/completions", json=body(PROMPTS[0], stream=True, max_tokens=900)
         ) as r:
             assert r.status_code == 200
-            for line in r.iter_lines():
-                if not line.startswith("data: "):
-                    continue
-                events.append(line)
-                if len(events) == 3:
-                    os.kill(api, signal.SIGKILL)
+            parser = EventParser()
+            for data in r.iter_bytes():
+                for event in parser.feed(data):
+                    events.append(event.data)
+                    if len(events) == 3:
+                        os.kill(api, signal.SIGKILL)
         # a clean end for the client: an OpenAI-style error event, then [DONE]
-        assert events[-1] == "data: [DONE]"
-        err = json.loads(events[-2][6:])
+        assert events[-1] == DONE
+        err = json.loads(events[-2])
         assert err["error"]["code"] == 502
         # the router itself is fine: it answers, and says no decode is available
         for _ in range(50):

@@ -325,7 +325,9 @@ def test_dp_side_channel_ranges_collide_with_explicit_ports():
 
 def test_exit_codes(monkeypatch):
     # PD041 warns unless the vLLM installed here has the fix: not what this test is about
-    monkeypatch.setattr("pdctl.sdk.lint.cache.push_prefix_fix_present", lambda: True)
+    from pdctl.sdk.lint import cache as cache_rules
+
+    monkeypatch.setattr(cache_rules, "push_prefix_fix_present", lambda: True)
     clean = lint(FleetSpec(**_gpu()), check_bound_ports=False)
     assert clean.exit_code() == 0
     assert clean.exit_code(strict=True) == 0

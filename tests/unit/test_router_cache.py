@@ -138,13 +138,13 @@ async def test_long_prompts_share_one_tokenize_per_head():
 
 async def test_state_client_and_fleet_view_carry_the_index():
     pytest.importorskip("textual", reason="the fleet view needs the tui extra")
-    from pdctl.sdk.router.control import RouterControl
+    from pdctl.sdk.client import AsyncRouterClient
     from pdctl.tui.views.fleet import cache_cell
 
     router = {"policy": "cache_aware"}
     async with rig("push", prefills=PREFILLS, router=router, fleet=NO_EVENTS) as t:
         await send_all(t, prompts(1, 3))
-        st = await RouterControl(t.url).state()
+        st = await AsyncRouterClient(t.url, pool=False).state()
         used = t.router.history[-1].prefill
         assert used is not None
         i = st.instance(used)
@@ -154,16 +154,16 @@ async def test_state_client_and_fleet_view_carry_the_index():
         cell = cache_cell(i.kv_index, i.prefix_hit_rate)
         assert str(cell).startswith("FALLBACK ")
     async with rig("push", prefills=PREFILLS) as t:
-        st = await RouterControl(t.url).state()
+        st = await AsyncRouterClient(t.url, pool=False).state()
         assert all(i.kv_index is None for i in st.instances)
     assert cache_cell(None, None) == "-"
 
 
 async def test_policy_switches_at_run_time():
-    from pdctl.sdk.router.control import RouterControl, RouterControlError
+    from pdctl.sdk.client import AsyncRouterClient, RouterError
 
     async with rig("push", prefills=PREFILLS, router={"policy": "cache_aware"}) as t:
-        ctl = RouterControl(t.url)
+        ctl = AsyncRouterClient(t.url, pool=False)
         await ctl.set_policy("least_loaded")
         assert t.router.instances.policy.name == "least_loaded"
         await send_all(t, prompts(1, 2))
@@ -173,8 +173,8 @@ async def test_policy_switches_at_run_time():
         await send_all(t, prompts(1, 1))
         assert t.router.cache.tokenize_calls == 1
     async with rig("push", prefills=PREFILLS, router={"policy": "least_loaded"}) as t:
-        with pytest.raises(RouterControlError, match="cache_aware needs"):
-            await RouterControl(t.url).set_policy("cache_aware")
+        with pytest.raises(RouterError, match="cache_aware needs"):
+            await AsyncRouterClient(t.url, pool=False).set_policy("cache_aware")
 
 
 async def test_monitor_reads_the_index_state_from_the_router():

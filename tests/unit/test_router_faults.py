@@ -19,7 +19,7 @@ from typing import Any
 
 import httpx
 
-from pdctl.sdk.router.control import RouterControl
+from pdctl.sdk.client import AsyncRouterClient
 from pdctl.sdk.router.migrate import StreamTracker
 from pdctl.sdk.router.mock import MockConfig
 from tests.unit.test_router import body, rig
@@ -77,7 +77,7 @@ async def test_request_waits_for_an_instance_to_come_back():
         rig("push", router={"unavailable_wait_s": 5}, health_interval_s=30) as t,
         httpx.AsyncClient() as c,
     ):
-        ctl = RouterControl(t.url)
+        ctl = AsyncRouterClient(t.url, pool=False)
         t.p.config.healthy = False
         await ctl.notify("prefill-0", "down")
         pending = asyncio.create_task(c.post(t.url + "/v1/completions", json=body(), timeout=10))
@@ -97,7 +97,7 @@ async def test_wait_ends_in_503_naming_the_setting():
         httpx.AsyncClient() as c,
     ):
         t.d.config.healthy = False
-        await RouterControl(t.url).notify("decode-0", "down")
+        await AsyncRouterClient(t.url, pool=False).notify("decode-0", "down")
         r = await c.post(t.url + "/v1/completions", json=body(), timeout=10)
         assert r.status_code == 503
         assert "router.unavailable_wait_s" in r.json()["error"]["message"]

@@ -1,51 +1,149 @@
-"""The SDK's front door: one import, the quickstart type-checks, RouterClient (sync and
-async) against the real router app over mock workers, typed metrics, the tiny-model
-builder's errors and the one router-URL helper."""
+"""The SDK's front door: one import, every export the object its name promises, the
+functions take what the loaders give, the quickstart type-checks, typed metrics, the
+tiny-model builder's errors and the one router-URL helper. (The router client's own
+tests are test_client.py.)"""
 
 from __future__ import annotations
 
-import asyncio
+import ast
+import importlib
+import inspect
+import re
+import subprocess
+import sys
 import textwrap
+import types
 from pathlib import Path
 
-import httpx
 import pytest
 
-from pdctl.sdk.router.mock import MockConfig
-from pdctl.sdk.router.results import Chunk, Completion, RequestTimeline
 from tests.unit.test_launcher import fake_python, make_spec, state_root
-from tests.unit.test_router import rig
 
 __all__ = ["fake_python", "state_root"]  # fixtures shared with the launcher tests
 
 ROOT = Path(__file__).resolve().parents[2]
 QUICKSTART = ROOT / "examples" / "sdk_quickstart.py"
+TOUR = ROOT / "examples" / "sdk_tour.py"
 
 
-@pytest.fixture(scope="module")
-def event_loop_policy() -> asyncio.AbstractEventLoopPolicy:
-    """The router app runs on uvloop (as in production and in test_router)."""
-    import uvloop
+def mypy_strict(script: Path) -> None:
+    from mypy import api
 
-    policy: asyncio.AbstractEventLoopPolicy = uvloop.EventLoopPolicy()
-    return policy
+    out, err, rc = api.run(
+        [
+            "--config-file",
+            str(ROOT / "pyproject.toml"),
+            "--strict",
+            "--follow-imports=silent",
+            "--no-incremental",
+            str(script),
+        ]
+    )
+    assert rc == 0, out + err
+    assert "Success" in out
 
 
 # ---------------------------------------------------------------------- the front door
 
 
-def test_front_door_names_resolve_and_all_matches_exports():
+def _type_checking_imports() -> dict[str, str]:
+    """name -> module, from the front door's ``if TYPE_CHECKING:`` block."""
+    tree = ast.parse((ROOT / "sdk" / "pdctl" / "sdk" / "__init__.py").read_text())
+    block = next(
+        n for n in tree.body if isinstance(n, ast.If) and ast.unparse(n.test) == "TYPE_CHECKING"
+    )
+    return {
+        alias.name: str(imp.module)
+        for imp in block.body
+        if isinstance(imp, ast.ImportFrom)
+        for alias in imp.names
+    }
+
+
+def test_every_export_is_the_object_its_name_promises():
     import pdctl.sdk as sdk
 
-    for name in ("Fleet", "AsyncFleet", "RouterClient", "FleetMonitor", "Snapshot"):
-        assert name in sdk.__all__
-    for name in sdk.__all__:
-        assert getattr(sdk, name) is not None
-    assert set(sdk.__all__) - {"__version__"} == set(sdk._EXPORTS)
+    importlib.import_module("pdctl.sdk.lint")  # a subpackage named like an export
+    typed = _type_checking_imports()
+    assert set(sdk.__all__) - {"__version__"} == set(sdk._EXPORTS) == set(typed)
+    for name in sdk._EXPORTS:
+        obj = getattr(sdk, name)
+        assert not isinstance(obj, types.ModuleType), name
+        # the object mypy is told about (TYPE_CHECKING) is the one a script gets
+        assert obj is getattr(importlib.import_module(typed[name]), name), name
+        assert f"pdctl.sdk.{sdk._EXPORTS[name]}" == typed[name], name
+        if name[0].isupper():
+            assert inspect.isclass(obj), name
+        else:
+            assert inspect.isfunction(obj), name
     from pdctl.sdk.fleet import AsyncFleet, Fleet
+    from pdctl.sdk.lint.core import lint
 
     assert sdk.Fleet is Fleet
     assert sdk.AsyncFleet is AsyncFleet
+    assert sdk.lint is lint
+    assert isinstance(sdk.__version__, str)
+
+
+def test_lint_is_the_function_whatever_was_imported_first():
+    code = (
+        "import pdctl.sdk.lint.core\n"  # the subpackage first: Python binds it to the parent
+        "from pdctl.sdk import lint\n"
+        "from pdctl.sdk.lint import RULES, core\n"  # the subpackage itself still imports
+        "import pdctl.sdk\n"
+        "print(type(lint).__name__, pdctl.sdk.lint is core.lint, len(RULES) > 0)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["function", "True", "True"]
+
+
+def test_the_functions_take_what_the_loaders_give(tmp_path: Path, fake_python: str):
+    from pdctl.sdk import AsyncFleet, LintReport, build_plan, lint, load_spec
+
+    loaded = load_spec(ROOT / "examples" / "cpu-1p1d.toml", ["model.path=" + str(tmp_path)])
+    report = lint(loaded, check_bound_ports=False)
+    assert isinstance(report, LintReport)
+    assert report.plan is not None
+    assert report.plan == lint(loaded.spec, check_bound_ports=False).plan
+    assert build_plan(loaded) == build_plan(loaded.spec)
+    spec = make_spec(fake_python)
+    from pdctl.sdk import LoadedSpec
+
+    fleet = AsyncFleet(LoadedSpec(spec=spec, source="mine.toml", path=None))
+    assert (fleet.spec, fleet.source) == (spec, "mine.toml")
+    assert AsyncFleet(spec).source == "<spec>"
+
+
+def test_load_demo_spec_finds_the_tiny_model_by_itself(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    from pdctl import sdk
+    from pdctl.sdk import demo
+
+    built: list[bool] = []
+
+    def ensure() -> Path:
+        built.append(True)
+        return tmp_path / "tiny"
+
+    monkeypatch.setattr(demo, "ensure_tiny_model", ensure)
+    assert sdk.load_demo_spec().spec.model.path == str(tmp_path / "tiny")
+    assert sdk.load_demo_spec("/m", ["router.port=9123"]).spec.router is not None
+    assert built == [True]  # a given model is used as it is
+
+
+def test_docs_list_every_export():
+    import pdctl.sdk as sdk
+
+    text = (ROOT / "docs" / "sdk.md").read_text()
+    table = text.split("## What is exported", 1)[1].split("\n## ", 1)[0]
+    listed = set(
+        re.findall(
+            r"`([A-Za-z_]+)`",
+            "".join(row.split("|")[1] for row in table.splitlines() if row.startswith("| `")),
+        )
+    )
+    assert listed == set(sdk.__all__) - {"__version__"}
 
 
 def test_readme_and_docs_show_the_quickstart_as_it_is():
@@ -55,8 +153,6 @@ def test_readme_and_docs_show_the_quickstart_as_it_is():
 
 
 def test_quickstart_uses_only_pdctl_sdk_and_passes_mypy_strict(monkeypatch: pytest.MonkeyPatch):
-    from mypy import api
-
     # the SDK is typed for users' type checkers (PEP 561), and checked here from source
     assert (ROOT / "sdk" / "pdctl" / "sdk" / "py.typed").is_file()
     monkeypatch.chdir(ROOT)  # pyproject's mypy_path is relative to the working directory
@@ -65,176 +161,18 @@ def test_quickstart_uses_only_pdctl_sdk_and_passes_mypy_strict(monkeypatch: pyte
     imports = [ln for ln in text.splitlines() if ln.startswith(("import ", "from "))]
     assert imports == ["from pdctl.sdk import Fleet"]
     assert len([ln for ln in text.splitlines() if ln.strip()]) <= 10
-    out, err, rc = api.run(
-        [
-            "--config-file",
-            str(ROOT / "pyproject.toml"),
-            "--strict",
-            "--follow-imports=silent",
-            "--no-incremental",
-            str(QUICKSTART),
-        ]
-    )
-    assert rc == 0, out + err
-    assert "Success" in out
+    mypy_strict(QUICKSTART)
 
 
-# ---------------------------------------------------------------------- RouterClient
-
-
-async def test_router_client_completes_streams_and_reads_timelines():
-    from pdctl.sdk import RouterClient
-
-    async with rig("push") as t:
-
-        def script() -> tuple[Completion, Completion, list[Chunk], list[RequestTimeline]]:
-            with RouterClient(t.url) as router:
-                done = router.complete("hello world", max_tokens=4)
-                chat = router.chat([{"role": "user", "content": "hi"}], max_tokens=4)
-                chunks = list(router.stream("hello world", max_tokens=4))
-                return done, chat, chunks, router.requests(limit=10)
-
-        done, chat, chunks, reqs = await asyncio.to_thread(script)
-    assert done.text == "echo:hello world"
-    assert done.completion_tokens == 4
-    assert done.finish_reason == "length"
-    assert chat.text.startswith("echo:")
-    assert [c.text for c in chunks] == [" t0", " t1", " t2", " t3"]
-    assert len(reqs) == 3
-    newest = reqs[0]
-    assert newest.stream
-    assert newest.outcome == "ok"
-    assert (newest.prefill, newest.decode) == ("prefill-0", "decode-0")
-    assert newest.ttft_ms is not None
-    assert newest.ttft_ms > 0
-    assert reqs[2].path == "/v1/completions"
-    assert not reqs[2].stream
-
-
-async def test_router_client_switches_mode_drains_and_resumes():
-    from pdctl.sdk import RouterClient
-
-    async with rig("push") as t:
-
-        def script() -> tuple[str, str, bool, bool]:
-            router = RouterClient(t.url)
-            before = router.mode
-            router.mode = "push-sequential"
-            drained = router.drain("decode-0").instance("decode-0").drained
-            router.wait_drained("decode-0", poll_s=0.01)
-            resumed = router.resume("decode-0").instance("decode-0").drained
-            after = router.mode
-            router.close()
-            return before, after, drained, resumed
-
-        assert await asyncio.to_thread(script) == ("push", "push-sequential", True, False)
-
-
-async def test_router_client_errors_name_status_and_message():
-    from pdctl.sdk import RouterClient, RouterError
-
-    async with rig("push", api_key=b"sekret") as t:
-
-        def refused() -> RouterError:
-            with pytest.raises(RouterError) as e:
-                RouterClient(t.url).complete("hi")
-            return e.value
-
-        err = await asyncio.to_thread(refused)
-        assert err.status == 401
-        assert "API key" in err.message
-        assert "401" in str(err)
-        assert "/v1/completions" in str(err)
-
-        def unknown() -> RouterError:
-            with pytest.raises(RouterError) as e:
-                RouterClient(t.url, api_key="sekret").drain("nope")
-            return e.value
-
-        err = await asyncio.to_thread(unknown)
-        assert err.status == 404
-        assert "no instance named 'nope'" in err.message
-        ok = await asyncio.to_thread(
-            lambda: RouterClient(t.url, api_key="sekret").complete("hi", max_tokens=2).text
-        )
-        assert ok == "echo:hi"
-    with pytest.raises(RouterError, match="cannot reach the router") as e:
-        RouterClient("http://127.0.0.1:9").state()
-    assert e.value.status is None
-    with pytest.raises(ValueError, match="http://"):
-        RouterClient("127.0.0.1:8000")
-
-
-async def test_async_router_client_is_the_same_client_awaited():
-    from pdctl.sdk import AsyncRouterClient, RouterError
-
-    slow = MockConfig(role="prefill", engine_id="prefill-0", delay_s=0.3)
-    async with rig("push", prefill=slow) as t, AsyncRouterClient(t.url) as router:
-        assert (await router.complete("hello", max_tokens=3)).text == "echo:hello"
-        chunks = [c.text async for c in router.stream(messages=[{"role": "user", "content": "x"}])]
-        assert chunks
-        assert all(c.startswith(" t") for c in chunks)
-        assert await router.get_mode() == "push"
-        assert (await router.set_mode("push-sequential")).mode == "push-sequential"
-        pending = asyncio.create_task(router.complete("slow one"))
-        for _ in range(100):  # wait for the prefill leg to be in flight
-            if (await router.state()).instance("prefill-0").in_flight:
-                break
-            await asyncio.sleep(0.02)
-        await router.drain("prefill-0")
-        with pytest.raises(RouterError, match=r"1 request\(s\) in flight"):
-            await router.wait_drained("prefill-0", timeout_s=0.05, poll_s=0.01)
-        assert (await router.wait_drained("prefill-0", poll_s=0.01)).in_flight == 0
-        assert (await pending).text == "echo:slow one"
-        timelines = await router.requests(outcome="ok", instance="prefill-0")
-        assert [(r.path, r.stream) for r in timelines] == [
-            ("/v1/completions", False),
-            ("/v1/chat/completions", True),
-            ("/v1/completions", False),
-        ]
-        with pytest.raises(ValueError, match="exactly one"):
-            [c async for c in router.stream()]
-
-
-def test_router_client_over_a_mock_transport_sends_the_key_and_reads_errors():
-    from pdctl.sdk import RouterClient, RouterError
-
-    seen: list[httpx.Request] = []
-
-    def handler(request: httpx.Request) -> httpx.Response:
-        seen.append(request)
-        if request.url.path == "/v1/pdctl/mode":
-            return httpx.Response(
-                400,
-                json={"error": {"message": "mode 'pull' is not available", "type": "x"}},
-            )
-        return httpx.Response(200, json={"mode": "push", "modes": ["push"], "instances": []})
-
-    router = RouterClient("http://r:1/", api_key="k", transport=httpx.MockTransport(handler))
-    assert router.mode == "push"
-    with pytest.raises(RouterError) as e:
-        router.mode = "pull"
-    assert (e.value.status, e.value.message) == (400, "mode 'pull' is not available")
-    assert [str(r.url) for r in seen] == ["http://r:1/v1/pdctl/state", "http://r:1/v1/pdctl/mode"]
-    assert all(r.headers["authorization"] == "Bearer k" for r in seen)
-
-
-def test_sse_lines_become_chunks():
-    from pdctl.sdk.router.results import parse_sse_line
-
-    assert parse_sse_line("") is None
-    assert parse_sse_line(": keep-alive") is None
-    assert parse_sse_line("data: [DONE]") is None
-    c = parse_sse_line('data: {"choices": [{"delta": {"content": "hi"}, "finish_reason": null}]}')
-    assert c is not None
-    assert (c.text, c.finish_reason) == ("hi", None)
-    c = parse_sse_line('data: {"choices": [{"text": " x", "finish_reason": "stop"}]}')
-    assert c is not None
-    assert (c.text, c.finish_reason) == (" x", "stop")
-    usage = parse_sse_line('data: {"choices": [], "usage": {"completion_tokens": 3}}')
-    assert usage is not None
-    assert usage.text == ""
-    assert usage.raw["usage"]["completion_tokens"] == 3
+def test_tour_uses_only_the_public_api_and_passes_mypy_strict(monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.chdir(ROOT)
+    text = TOUR.read_text()
+    imports = [ln for ln in text.splitlines() if ln.startswith(("import ", "from "))]
+    assert [ln for ln in imports if "pdctl" in ln] == [
+        "from pdctl.sdk import Fleet, RouterClient, lint, load_demo_spec, require_clean"
+    ]
+    assert all("pdctl" in ln or ln in ("import json", "from typing import Any") for ln in imports)
+    mypy_strict(TOUR)
 
 
 # ---------------------------------------------------------------------- helpers

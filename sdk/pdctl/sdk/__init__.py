@@ -16,6 +16,8 @@ pull in pydantic and the rest.
 from __future__ import annotations
 
 import importlib
+import sys
+import types
 from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0.dev0"
@@ -23,16 +25,17 @@ __version__ = "0.1.0.dev0"
 _EXPORTS: dict[str, str] = {
     "Fleet": "fleet.sync",
     "AsyncFleet": "fleet.launcher",
-    "RouterClient": "router.client",
-    "AsyncRouterClient": "router.client",
-    "Completion": "router.results",
-    "Chunk": "router.results",
-    "RequestTimeline": "router.results",
+    "RouterClient": "client",
+    "AsyncRouterClient": "client",
+    "Completion": "client",
+    "Chunk": "client",
+    "RequestTimeline": "client",
+    "RouterState": "client",
     "FleetMonitor": "metrics.monitor",
     "Snapshot": "metrics.snapshot",
     "Summary": "metrics.snapshot",
     "ensure_tiny_model": "demo",
-    "load_demo_spec": "specload",
+    "load_demo_spec": "demo",
     "PdctlError": "errors",
     "SpecError": "errors",
     "SpecProblem": "errors",
@@ -52,7 +55,15 @@ _EXPORTS: dict[str, str] = {
 }
 
 if TYPE_CHECKING:
-    from pdctl.sdk.demo import ensure_tiny_model
+    from pdctl.sdk.client import (
+        AsyncRouterClient,
+        Chunk,
+        Completion,
+        RequestTimeline,
+        RouterClient,
+        RouterState,
+    )
+    from pdctl.sdk.demo import ensure_tiny_model, load_demo_spec
     from pdctl.sdk.errors import (
         LaunchError,
         LintFailed,
@@ -67,17 +78,33 @@ if TYPE_CHECKING:
     from pdctl.sdk.lint import Finding, LintReport, lint, require_clean
     from pdctl.sdk.metrics.monitor import FleetMonitor
     from pdctl.sdk.metrics.snapshot import Snapshot, Summary
-    from pdctl.sdk.router.client import AsyncRouterClient, RouterClient
-    from pdctl.sdk.router.results import Chunk, Completion, RequestTimeline
     from pdctl.sdk.spec import FleetSpec
-    from pdctl.sdk.specload import LoadedSpec, load_demo_spec, load_spec
+    from pdctl.sdk.specload import LoadedSpec, load_spec
 
 
 def __getattr__(name: str) -> Any:
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module 'pdctl.sdk' has no attribute {name!r}")
-    return getattr(importlib.import_module(f"pdctl.sdk.{module}"), name)
+    value = getattr(importlib.import_module(f"pdctl.sdk.{module}"), name)
+    globals()[name] = value  # resolved once
+    return value
+
+
+class _FrontDoor(types.ModuleType):
+    """``pdctl.sdk`` itself. Python binds a subpackage to its parent's attribute of the
+    same name when it first imports it (``import pdctl.sdk.lint`` sets ``pdctl.sdk.lint``
+    to the package), which would make ``from pdctl.sdk import lint`` give the package
+    instead of the function. An export whose name is also a subpackage keeps the export;
+    the subpackage stays importable by its full name (``from pdctl.sdk.lint import …``)."""
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if isinstance(value, types.ModuleType) and _EXPORTS.get(name, "").split(".")[0] == name:
+            value = getattr(value, name)
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _FrontDoor
 
 
 __all__ = [
@@ -99,6 +126,7 @@ __all__ = [
     "RequestTimeline",
     "RouterClient",
     "RouterError",
+    "RouterState",
     "Snapshot",
     "SpecError",
     "SpecProblem",

@@ -13,8 +13,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from pdctl.sdk.errors import LaunchError
-from pdctl.sdk.paths import tiny_model_dir, tiny_model_ready
-from pdctl.sdk.specload import LoadedSpec, load_demo_spec
+from pdctl.sdk.paths import demo_spec_text, tiny_model_dir, tiny_model_ready
+from pdctl.sdk.specload import LoadedSpec, load_spec
 
 BUILDER = "pdctl.connector.tinymodel"
 MISSING_EXTRA = (
@@ -53,7 +53,11 @@ def ensure_tiny_model(
     return path
 
 
-def demo_spec(overrides: Sequence[str] = (), *, model: str | Path | None = None) -> LoadedSpec:
-    """The embedded CPU demo spec on ``model`` (default: the tiny model, built first
-    when missing), with ``PDCTL_`` environment variables and ``overrides`` on top."""
-    return load_demo_spec(model if model is not None else ensure_tiny_model(), overrides)
+def load_demo_spec(model: str | Path | None = None, overrides: Sequence[str] = ()) -> LoadedSpec:
+    """The embedded CPU demo spec (``examples/cpu-1p1d.toml``) on ``model`` (default: the
+    tiny model, built first when missing, as :meth:`Fleet.demo` does), with ``PDCTL_``
+    environment variables and ``overrides`` (``KEY=VALUE``) on top."""
+    path = model if model is not None else ensure_tiny_model()
+    return load_spec(
+        "<embedded demo spec>", [f"model.path={path}", *overrides], text=demo_spec_text()
+    )

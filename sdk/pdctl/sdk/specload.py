@@ -45,6 +45,15 @@ class LoadedSpec:
         return router_url(self.spec, self.source)
 
 
+SpecLike = FleetSpec | LoadedSpec
+"""A spec as the SDK's functions take it: validated, or as a loader gave it."""
+
+
+def spec_of(spec: SpecLike) -> FleetSpec:
+    """The validated spec of what :func:`load_spec` (or a caller) gave."""
+    return spec.spec if isinstance(spec, LoadedSpec) else spec
+
+
 def load_spec(
     path: str | Path | None = None,
     overrides: Sequence[str] = (),
@@ -320,13 +329,3 @@ def _inner_model(annotation: Any) -> type[BaseModel] | None:
         if found is not None:
             return found
     return None
-
-
-def load_demo_spec(model: str | Path, overrides: Sequence[str] = ()) -> LoadedSpec:
-    """The embedded CPU demo spec (``examples/cpu-1p1d.toml``) with ``model.path`` set to
-    ``model`` and ``overrides`` (``KEY=VALUE``) on top."""
-    from pdctl.sdk.paths import demo_spec_text
-
-    return load_spec(
-        "<embedded demo spec>", [f"model.path={model}", *overrides], text=demo_spec_text()
-    )

@@ -285,8 +285,8 @@ async def _main(args: argparse.Namespace, model: str) -> int:
     from rich.console import Console
 
     from pdctl.cli.supervise import supervise
+    from pdctl.sdk.demo import load_demo_spec
     from pdctl.sdk.fleet import AsyncFleet
-    from pdctl.sdk.specload import load_demo_spec
 
     loaded = load_demo_spec(model, spec_overrides(args))
     fleet = AsyncFleet(loaded.spec, source=loaded.source, ready_timeout=args.ready_timeout)

@@ -21,7 +21,7 @@ __all__ = ["ensure_tiny_model", "spec_or_demo"]
 def spec_or_demo(args: argparse.Namespace) -> tuple[FleetSpec, str]:
     """The spec of ``-f`` (or ./pdctl.toml); without one the embedded CPU demo spec on
     the tiny model (built if needed). ``--set``/``--fleet`` apply to either."""
-    from pdctl.sdk.specload import load_demo_spec
+    from pdctl.sdk.demo import load_demo_spec
 
     if args.file or os.path.exists("pdctl.toml"):
         loaded = load(args)

@@ -93,7 +93,7 @@ async def perform(action: Action, source: Source) -> str:
         await router.wait_drained(t)
         return f"{t} drained: no request in flight; stop or restart it safely"
     if action.kind == "resume":
-        await router.drain(t, drain=False)
+        await router.resume(t)
         return f"{t} receives requests again"
     if action.kind == "mode":
         st = await router.set_mode(t)

@@ -21,13 +21,13 @@ from typing import Any
 
 import httpx
 
+from pdctl.sdk.client import AsyncRouterClient
 from pdctl.sdk.fleet import InstanceStatus
 from pdctl.sdk.fleetplan import FleetPlan
 from pdctl.sdk.lint import lint
 from pdctl.sdk.metrics.monitor import FleetMonitor, targets_for
 from pdctl.sdk.plan.recommend import HOW_TO, LivePlanner
 from pdctl.sdk.router import Router, RouterApp
-from pdctl.sdk.router.control import RouterControl
 from pdctl.sdk.router.core import Timeline
 from pdctl.sdk.spec import FleetSpec
 from pdctl.tui.source import Clock, PreflightResult, Source, Update
@@ -148,7 +148,7 @@ class ReplaySource(Source):
             interval_s=interval_s,
             spec=spec,
             fleet_name=None,
-            router=RouterControl(router_url, transport=self.transport),
+            router=AsyncRouterClient(router_url, transport=self.transport, pool=False),
             clock=clock or Clock(),
             planner=planner(spec) if planner is not None else None,
             planner_note="" if planner is not None else HOW_TO,
@@ -224,7 +224,7 @@ class ReplaySource(Source):
         self._timelines()
         snap = await self.monitor.poll(self._client)
         assert self.router is not None
-        reqs = tuple(await self.router.requests(200))
+        reqs = tuple(t.raw for t in await self.router.requests(200))
         state = await self.router.state()
         fleet = {
             i.name: InstanceStatus(

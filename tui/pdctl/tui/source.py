@@ -18,6 +18,7 @@ from typing import Any
 
 import httpx
 
+from pdctl.sdk.client import AsyncRouterClient, RouterState
 from pdctl.sdk.errors import PdctlError
 from pdctl.sdk.fleet import (
     FleetStatus,
@@ -31,7 +32,6 @@ from pdctl.sdk.fleet import (
 from pdctl.sdk.fleetplan import FleetPlan
 from pdctl.sdk.metrics.monitor import FleetMonitor, Snapshot
 from pdctl.sdk.plan.recommend import PROFILE_ENV, LivePlanner, LiveRecommendation
-from pdctl.sdk.router.control import RouterControl, RouterState
 from pdctl.sdk.spec import FleetSpec
 from pdctl.sdk.urls import router_url
 
@@ -79,7 +79,8 @@ class Source(ABC):
     spec: FleetSpec | None = None
     fleet_name: str | None = None
     """The launcher's name for the fleet (restart/stop/logs need it)."""
-    router: RouterControl | None = None
+    router: AsyncRouterClient | None = None
+    """The router's client (``pool=False``: polls and actions run on different loops)."""
     expected_bps: float | None = None
     """Expected KV throughput (``--expect-gbps`` or the preflight report)."""
     clock: Clock = field(default_factory=Clock)
@@ -168,7 +169,7 @@ class LiveSource(Source):
         (``PDCTL_PLAN_PROFILE``, else ./pdctl-profile.json)."""
         router = None
         if spec.router is not None:
-            router = RouterControl(router_url(spec), timeout_s=timeout_s)
+            router = AsyncRouterClient(router_url(spec), control_timeout_s=timeout_s, pool=False)
         super().__init__(
             title=title or f"fleet {spec.fleet.name}",
             interval_s=interval_s,
@@ -219,7 +220,7 @@ class LiveSource(Source):
         if self.router is None:
             return None
         try:
-            return tuple(await self.router.requests(self.request_limit))
+            return tuple(t.raw for t in await self.router.requests(self.request_limit))
         except PdctlError as e:
             notes.append(str(e))
             return None

@@ -23,6 +23,7 @@ import httpx
 
 from pdctl.sdk.bench.stats import RequestResult
 from pdctl.sdk.errors import PdctlError
+from pdctl.sdk.sse import DONE, EventParser
 
 RESERVED_IDS = 4
 """Token ids 0..3 are special in most vocabularies (unk, bos, eos, pad): never sampled."""
@@ -153,33 +154,19 @@ async def stream_one(
                 raw = (await resp.aread()).decode(errors="replace")
                 result.error = f"HTTP {resp.status_code}: {raw[:200]}"
                 return tokens
-            async for line in resp.aiter_lines():
-                if not line.startswith("data:"):
-                    continue
-                data = line[5:].strip()
-                if data == "[DONE]":
+            parser, done = EventParser(), False
+            async for data in resp.aiter_bytes():
+                for event in parser.feed(data):
+                    done = done or event.data == DONE
+                    if done:
+                        break
+                    chunk = json.loads(event.data)
+                    if "error" in chunk and not chunk.get("choices"):
+                        result.error = str(chunk["error"])[:200]
+                        return tokens
+                    last = _take(chunk, result, tokens, t0, last)
+                if done:
                     break
-                chunk = json.loads(data)
-                if "error" in chunk and not chunk.get("choices"):
-                    result.error = str(chunk["error"])[:200]
-                    return tokens
-                now = time.monotonic()
-                for choice in chunk.get("choices") or ():
-                    ids = choice.get("token_ids") or []
-                    if not ids and not choice.get("text"):
-                        continue
-                    if last is None:
-                        result.ttft_s = now - t0
-                    else:
-                        result.itl_s.append(now - last)
-                    last = now
-                    tokens.extend(int(t) for t in ids)
-                    result.text += choice.get("text") or ""
-                usage = chunk.get("usage")
-                if isinstance(usage, dict) and usage.get("completion_tokens") is not None:
-                    result.output_tokens = int(usage["completion_tokens"])
-                    if usage.get("prompt_tokens") is not None:
-                        result.prompt_tokens = int(usage["prompt_tokens"])
     except (httpx.HTTPError, ValueError, OSError) as e:
         result.error = f"{type(e).__name__}: {e}"[:200]
         return tokens
@@ -190,6 +177,30 @@ async def stream_one(
     if not result.ok and result.error is None:
         result.error = "no tokens streamed"
     return tokens
+
+
+def _take(
+    chunk: dict[str, Any], result: RequestResult, tokens: list[int], t0: float, last: float | None
+) -> float | None:
+    """One streamed event into ``result`` and ``tokens``; the time of its last token."""
+    now = time.monotonic()
+    for choice in chunk.get("choices") or ():
+        ids = choice.get("token_ids") or []
+        if not ids and not choice.get("text"):
+            continue
+        if last is None:
+            result.ttft_s = now - t0
+        else:
+            result.itl_s.append(now - last)
+        last = now
+        tokens.extend(int(t) for t in ids)
+        result.text += choice.get("text") or ""
+    usage = chunk.get("usage")
+    if isinstance(usage, dict) and usage.get("completion_tokens") is not None:
+        result.output_tokens = int(usage["completion_tokens"])
+        if usage.get("prompt_tokens") is not None:
+            result.prompt_tokens = int(usage["prompt_tokens"])
+    return last
 
 
 @dataclass

@@ -21,7 +21,8 @@ from typing import Any, BinaryIO
 
 import httpx
 
-from pdctl.sdk.demo import demo_spec
+from pdctl.sdk.client import AsyncRouterClient
+from pdctl.sdk.demo import load_demo_spec
 from pdctl.sdk.errors import FleetRunningError, LaunchError
 from pdctl.sdk.fleet import control
 from pdctl.sdk.fleet.events import FleetEvent, InstanceStatus
@@ -48,10 +49,8 @@ from pdctl.sdk.fleet.supervisor import RouterNotifier, Supervisor, _Instance, ro
 from pdctl.sdk.fleetplan import InstancePlan, router_plan
 from pdctl.sdk.lint import lint, require_clean
 from pdctl.sdk.metrics.monitor import FleetMonitor, Snapshot
-from pdctl.sdk.router.client import AsyncRouterClient
 from pdctl.sdk.shepherd import group_members
-from pdctl.sdk.spec import FleetSpec
-from pdctl.sdk.specload import load_spec
+from pdctl.sdk.specload import LoadedSpec, SpecLike, load_spec, spec_of
 from pdctl.sdk.urls import router_url
 
 POLL_INTERVAL = 0.5
@@ -67,9 +66,9 @@ class AsyncFleet(Supervisor):
 
     def __init__(
         self,
-        spec: FleetSpec,
+        spec: SpecLike,
         *,
-        source: str = "<spec>",
+        source: str | None = None,
         state_root: Path | None = None,
         ready_timeout: float = DEFAULT_READY_TIMEOUT,
         grace: float = DEFAULT_GRACE,
@@ -77,7 +76,9 @@ class AsyncFleet(Supervisor):
         with_router: bool = True,
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
-        self.spec = spec
+        if source is None:
+            source = spec.source if isinstance(spec, LoadedSpec) else "<spec>"
+        self.spec = spec = spec_of(spec)
         self.source = source
         self.plan = require_clean(lint(spec, check_bound_ports=False))
         self.dir = fleet_dir(spec.fleet.name, state_root)
@@ -119,7 +120,7 @@ class AsyncFleet(Supervisor):
     ) -> AsyncFleet:
         """The embedded CPU demo fleet (one prefill, one decode, the router); builds the
         tiny model first when ``model`` is not given and it is missing (blocking)."""
-        loaded = demo_spec(overrides, model=model)
+        loaded = load_demo_spec(model, overrides)
         return cls(loaded.spec, source=loaded.source, **kw)
 
     @property

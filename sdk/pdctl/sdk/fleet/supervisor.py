@@ -31,13 +31,14 @@ from dataclasses import dataclass, field
 
 import httpx
 
+from pdctl.sdk.apikey import ApiKeyError, read_api_key
+from pdctl.sdk.client import AsyncRouterClient, InstanceEvent
 from pdctl.sdk.errors import PdctlError
 from pdctl.sdk.fleet.events import EventKind, FleetEvent
 from pdctl.sdk.fleet.policy import Liveness, RestartPolicy, RestartTracker
 from pdctl.sdk.fleet.readiness import check_ready, health_status
 from pdctl.sdk.fleet.state import InstanceRecord, read_exit, tail
 from pdctl.sdk.fleetplan import InstancePlan, with_engine_id
-from pdctl.sdk.router.control import ApiKeyError, RouterControl, read_api_key
 from pdctl.sdk.spec import FleetSpec
 
 log = logging.getLogger("pdctl.fleet")
@@ -94,7 +95,8 @@ def router_api_key(spec: FleetSpec) -> str | None:
 
 
 class RouterNotifier:
-    """Tells the router an instance is up or down; failures are logged, never raised."""
+    """Tells the router an instance is up or down; failures are logged, never raised.
+    One short connection per call, so one notifier serves any event loop."""
 
     def __init__(
         self,
@@ -102,14 +104,20 @@ class RouterNotifier:
         api_key: str | None = None,
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
-        self._ctl = RouterControl(
-            url, api_key=api_key, timeout_s=NOTIFY_TIMEOUT_S, transport=transport
-        )
+        self._url = url
+        self._api_key = api_key
+        self._transport = transport
         self.failures = 0
 
-    async def __call__(self, instance: str, event: str) -> bool:
+    async def __call__(self, instance: str, event: InstanceEvent) -> bool:
         try:
-            await self._ctl.notify(instance, event)
+            async with AsyncRouterClient(
+                self._url,
+                api_key=self._api_key,
+                control_timeout_s=NOTIFY_TIMEOUT_S,
+                transport=self._transport,
+            ) as router:
+                await router.notify(instance, event)
         except PdctlError as e:
             self.failures += 1
             log.warning("could not tell the router %s is %s: %s", instance, event, e)
@@ -161,7 +169,7 @@ class Supervisor:
 
     # ------------------------------------------------------------------ router
 
-    async def _notify(self, inst: _Instance, event: str) -> None:
+    async def _notify(self, inst: _Instance, event: InstanceEvent) -> None:
         if self._notifier is None or inst.plan.role in ("router", "prometheus"):
             return
         if event == "down" and inst.told == "down":

@@ -16,12 +16,13 @@ from collections.abc import Coroutine, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
+from pdctl.sdk.client import RouterClient
 from pdctl.sdk.fleet.events import InstanceStatus
 from pdctl.sdk.fleet.launcher import AsyncFleet
 from pdctl.sdk.fleet.supervisor import router_api_key
 from pdctl.sdk.metrics.snapshot import Snapshot
-from pdctl.sdk.router.client import RouterClient
 from pdctl.sdk.spec import FleetSpec
+from pdctl.sdk.specload import SpecLike
 
 T = TypeVar("T")
 
@@ -31,7 +32,7 @@ class Fleet:
     it up (waiting until every instance is ready) and always takes it down on the way
     out. ``kw`` are :class:`AsyncFleet`'s options (``ready_timeout``, ``grace``, …)."""
 
-    def __init__(self, spec: FleetSpec, **kw: Any) -> None:
+    def __init__(self, spec: SpecLike, **kw: Any) -> None:
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(
             target=self._loop.run_forever, daemon=True, name="pdctl-fleet"
@@ -57,9 +58,9 @@ class Fleet:
     ) -> Fleet:
         """The embedded CPU demo fleet (one prefill, one decode, the router); builds the
         tiny model first when ``model`` is not given and it is missing."""
-        from pdctl.sdk.demo import demo_spec
+        from pdctl.sdk.demo import load_demo_spec
 
-        loaded = demo_spec(overrides, model=model)
+        loaded = load_demo_spec(model, overrides)
         return cls(loaded.spec, source=loaded.source, **kw)
 
     @property

@@ -33,11 +33,13 @@ from pdctl.sdk.spec import (
     group_name,
     render_group_name,
 )
+from pdctl.sdk.specload import SpecLike, spec_of
 
 
-def build_plan(spec: FleetSpec) -> FleetPlan:
-    """Every instance of the spec as a launch plan: prefill groups, decode groups, then
-    render servers."""
+def build_plan(spec: SpecLike) -> FleetPlan:
+    """Every instance of the spec (a :class:`FleetSpec`, or what :func:`load_spec` gives)
+    as a launch plan: prefill groups, decode groups, then render servers."""
+    spec = spec_of(spec)
     book = PortBook()
     for r in spec.render:  # explicit render ports are kept clear of automatic ones
         if r.http_port is not None:

@@ -29,6 +29,7 @@ from pdctl.sdk.spec import (
     InstanceGroup,
     Role,
 )
+from pdctl.sdk.specload import SpecLike, spec_of
 
 Severity = Literal["error", "warning", "info"]
 SEVERITY_ORDER: dict[str, int] = {"error": 0, "warning": 1, "info": 2}
@@ -139,12 +140,14 @@ pdctl runs on: each actor checks the model path on its node before starting."""
 
 
 def lint(
-    spec: FleetSpec,
+    spec: SpecLike,
     *,
     check_bound_ports: bool = True,
     environ: dict[str, str] | None = None,
 ) -> LintReport:
-    """Run every rule. Never raises for problems in the spec; they become findings."""
+    """Run every rule over ``spec`` (a :class:`FleetSpec`, or what :func:`load_spec`
+    gives). Never raises for problems in the spec; they become findings."""
+    spec = spec_of(spec)
     try:
         plan = build_plan(spec)
     except ValueError as e:

@@ -26,7 +26,7 @@ from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 from urllib.parse import parse_qs
 
-from pdctl.sdk.router.control import read_api_key
+from pdctl.sdk.apikey import read_api_key
 from pdctl.sdk.router.core import Reply, Router, StreamReply, error_body
 from pdctl.sdk.router.flightrec import FlightRecorder
 

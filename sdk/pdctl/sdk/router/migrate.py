@@ -2,7 +2,8 @@
 
 The router asks vLLM for the token ids of every streamed event (``return_token_ids``;
 removed again before the client sees the event unless the client asked for them) and
-relays the stream one whole SSE event at a time, so at any moment it knows exactly which
+relays the stream one whole SSE event at a time (:mod:`pdctl.sdk.sse`; comments and
+events without data are not relayed), so at any moment it knows exactly which
 tokens the client has received. When the decode fails mid-stream, the request continues
 on another decode as a plain completion whose prompt is the original prompt's token ids
 plus the tokens already sent, with ``max_tokens`` reduced by as many; the new decode
@@ -21,6 +22,8 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from typing import Any
+
+from pdctl.sdk.sse import DONE, Event, EventParser, encode_event
 
 CONTINUE_ENDPOINT = "/v1/completions"
 """Continuations are token-id completions, whatever the original endpoint."""
@@ -91,43 +94,29 @@ class StreamTracker:
     """The events now come from a continuation (a token-id completion)."""
     _sent_before: int = 0
     """Tokens sent before the current continuation started (for usage)."""
-    _buf: bytes = b""
+    _parser: EventParser = field(default_factory=EventParser, repr=False)
 
     def feed(self, chunk: bytes) -> bytes:
-        self._buf += chunk
-        out: list[bytes] = []
-        while True:
-            end = self._buf.find(b"\n\n")
-            if end < 0:
-                break
-            event, self._buf = self._buf[:end], self._buf[end + 2 :]
-            rewritten = self._event(event)
-            if rewritten is not None:
-                out.append(rewritten)
-        return b"".join(out)
+        out = (self._event(event) for event in self._parser.feed(chunk))
+        return b"".join(e for e in out if e is not None)
 
-    def _event(self, event: bytes) -> bytes | None:
-        data = b"\n".join(
-            line[5:].lstrip() for line in event.split(b"\n") if line.startswith(b"data:")
-        )
-        if not data:
-            return event + b"\n\n"
-        if data == b"[DONE]":
+    def _event(self, event: Event) -> bytes | None:
+        if event.data == DONE:
             self.done = True
             return b"data: [DONE]\n\n"
         try:
-            obj = json.loads(data)
+            obj = json.loads(event.data)
         except ValueError:
-            return event + b"\n\n"
+            return encode_event(event)
         if not isinstance(obj, dict):
-            return event + b"\n\n"
+            return encode_event(event)
         if "error" in obj and "choices" not in obj:
             err = obj.get("error")
             code = err.get("code") if isinstance(err, dict) else None
             if not isinstance(code, int) or code >= 500:
                 self.failure = json.dumps(err)[:300]
                 return None  # the caller decides: continue elsewhere or end the stream
-            return event + b"\n\n"
+            return encode_event(event)
         return self._tokens_event(obj)
 
     def _tokens_event(self, obj: dict[str, Any]) -> bytes:

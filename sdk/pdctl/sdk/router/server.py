@@ -6,10 +6,10 @@ import asyncio
 import contextlib
 import signal
 
+from pdctl.sdk.apikey import ApiKeyError
 from pdctl.sdk.errors import PdctlError
 from pdctl.sdk.lint import lint, require_clean
 from pdctl.sdk.router.app import DEFAULT_MAX_BODY, RouterApp, load_api_key
-from pdctl.sdk.router.control import ApiKeyError
 from pdctl.sdk.router.core import Router, RouterMode
 from pdctl.sdk.spec import FleetSpec
 

@@ -33,6 +33,7 @@ from pdctl.sdk.router.relay import Relay
 from pdctl.sdk.router.replies import Reply, RouteError, StreamReply
 from pdctl.sdk.router.timeline import RouterMetrics, Timeline
 from pdctl.sdk.router.upstream import Response, UpstreamError
+from pdctl.sdk.sse import DONE, EventParser
 
 GENERATE_ENDPOINT = "/inference/v1/generate"
 """The engines' token-in/token-out endpoint."""
@@ -83,16 +84,13 @@ def _derender_payload(ctx: dict[str, Any], generated: dict[str, Any]) -> dict[st
     }
 
 
-async def _sse_events(r: Response) -> AsyncIterator[bytes]:
-    """The ``data:`` payloads of an SSE stream, whatever its chunking."""
-    buf = b""
+async def _sse_events(r: Response) -> AsyncIterator[str]:
+    """The data of each event of an SSE stream, whatever its chunking (lines end at CR, LF
+    or CRLF only: :mod:`pdctl.sdk.sse`)."""
+    parser = EventParser()
     async for chunk in r.iter_chunks():
-        buf += chunk
-        while b"\n\n" in buf:
-            event, buf = buf.split(b"\n\n", 1)
-            for line in event.split(b"\n"):
-                if line.startswith(b"data:"):
-                    yield line[5:].strip()
+        for event in parser.feed(chunk):
+            yield event.data
 
 
 class TokensPath:
@@ -235,7 +233,7 @@ class TokensPath:
         events = 0
         try:
             async for data in _sse_events(leg.response):
-                if data == b"[DONE]":
+                if data == DONE:
                     break
                 chunk = json.loads(data)
                 if not events:

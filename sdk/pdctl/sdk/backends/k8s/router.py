@@ -17,9 +17,9 @@ import argparse
 import sys
 from pathlib import Path
 
+from pdctl.sdk.apikey import ApiKeyError
 from pdctl.sdk.backends.k8s.manifests import cluster_plan
 from pdctl.sdk.router.app import RouterApp, load_api_key
-from pdctl.sdk.router.control import ApiKeyError
 from pdctl.sdk.router.core import ROUTER_MODES, Router
 from pdctl.sdk.router.server import serve
 from pdctl.sdk.spec import FleetSpec, RouterSpec

@@ -34,6 +34,7 @@ from typing import Any
 
 import httpx
 
+from pdctl.sdk.client import InstanceEvent
 from pdctl.sdk.fleet.policy import Liveness, RestartPolicy, RestartTracker
 from pdctl.sdk.fleet.procs import kill_group
 from pdctl.sdk.fleet.readiness import check_ready, health_status
@@ -337,7 +338,7 @@ class InstanceProcess:
 
         return asyncio.run(check())
 
-    def _notify(self, event: str) -> None:
+    def _notify(self, event: InstanceEvent) -> None:
         """Tell the router (when the fleet has one, and this is not it)."""
         router = router_plan(self.spec, ())
         if router is None or self.plan is None or self.plan.role == "router":

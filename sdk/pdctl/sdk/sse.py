@@ -1,0 +1,140 @@
+"""Server-sent events, read as the HTML standard defines them (sans-IO: bytes in, events out).
+
+The one parser pdctl reads every event stream with (the SDK's client, the bench's load
+generator, the router's relays). The rules are the standard's "event stream
+interpretation" (html.spec.whatwg.org, section 9.2.6):
+
+* a line ends at CRLF, LF or CR, and nowhere else. ``str.splitlines()`` and httpx's
+  ``iter_lines()``/``aiter_lines()`` also end lines at U+2028, U+2029, U+0085 (and
+  U+000B, U+000C, U+001C..U+001E), characters that vLLM leaves unescaped inside the JSON
+  strings of its events and that real models emit: reading vLLM's streams with them
+  cuts an event in two and loses its text;
+* a blank line dispatches the event; ``data`` lines join with LF; ``:`` starts a comment;
+  one space after the field's colon is dropped; ``id`` with a NUL is ignored; ``retry``
+  only takes ASCII digits; unknown fields are ignored;
+* an event not closed by a blank line when the stream ends is dropped;
+* a leading byte order mark is skipped; bytes that are not UTF-8 become U+FFFD.
+
+Splitting happens on bytes (CR and LF never occur inside a UTF-8 multi-byte sequence),
+so a chunk boundary may fall anywhere, even inside a character or between CR and LF.
+
+    parser = EventParser()
+    for chunk in response.iter_bytes():
+        for event in parser.feed(chunk):
+            print(event.data)
+"""
+
+from __future__ import annotations
+
+import re
+from typing import NamedTuple
+
+__all__ = ["DONE", "Event", "EventParser", "LineDecoder", "encode_event"]
+
+DONE = "[DONE]"
+"""The data of the OpenAI-style stream's last event."""
+
+_EOL = re.compile(rb"\r\n|\r|\n")
+_EOL_TEXT = re.compile(r"\r\n|\r|\n")
+_BOM = "\ufeff"
+
+
+class LineDecoder:
+    """Bytes in, complete lines out (without their CR, LF or CRLF)."""
+
+    def __init__(self) -> None:
+        self._tail = b""
+        self._after_cr = False
+        """The last chunk ended with a CR: an LF starting the next one belongs to it."""
+        self._first = True
+
+    def feed(self, data: bytes) -> list[str]:
+        if not data:
+            return []
+        if self._after_cr:
+            self._after_cr = False
+            if data.startswith(b"\n"):
+                data = data[1:]
+        buf = self._tail + data
+        if b"\r" in buf:
+            parts = _EOL.split(buf)
+            self._tail = parts.pop()
+            self._after_cr = buf.endswith(b"\r")
+            lines = [p.decode("utf-8", "replace") for p in parts]
+        else:  # LF only (what vLLM sends): one split, one decode
+            cut = buf.rfind(b"\n")
+            if cut < 0:
+                self._tail = buf
+                return []
+            self._tail = buf[cut + 1 :]
+            lines = buf[:cut].decode("utf-8", "replace").split("\n")
+        if lines and self._first:
+            self._first = False
+            lines[0] = lines[0].removeprefix(_BOM)
+        return lines
+
+
+class Event(NamedTuple):
+    """One dispatched event."""
+
+    data: str
+    """The ``data`` lines, joined with LF."""
+    event: str = "message"
+    """The ``event`` field (``message`` when there was none)."""
+    id: str = ""
+    """The last event id seen so far in the stream."""
+
+
+class EventParser:
+    """Bytes in, complete events out; chunked however the network likes."""
+
+    def __init__(self) -> None:
+        self._lines = LineDecoder()
+        self._data: list[str] = []
+        self._type = ""
+        self._last_id = ""
+        self.retry_ms: int | None = None
+        """The last ``retry`` field: the server's reconnection time in milliseconds."""
+
+    def feed(self, data: bytes) -> list[Event]:
+        out: list[Event] = []
+        lines = self._data
+        for line in self._lines.feed(data):
+            if line.startswith("data:"):  # the common case first, inline
+                lines.append(line[6:] if line.startswith(" ", 5) else line[5:])
+            elif line:
+                self._field(line)
+            elif lines:  # a blank line dispatches the event
+                out.append(Event("\n".join(lines), self._type or "message", self._last_id))
+                lines.clear()
+                self._type = ""
+            else:  # nothing to dispatch: the buffers start again
+                self._type = ""
+        return out
+
+    def _field(self, line: str) -> None:
+        """A line other than ``data`` or a blank one."""
+        if line.startswith(":"):
+            return
+        name, colon, value = line.partition(":")
+        if colon and value.startswith(" "):
+            value = value[1:]
+        if name == "data":
+            self._data.append(value)
+        elif name == "event":
+            self._type = value
+        elif name == "id":
+            if "\0" not in value:
+                self._last_id = value
+        elif name == "retry" and value.isascii() and value.isdigit():
+            self.retry_ms = int(value)
+
+
+def encode_event(event: Event) -> bytes:
+    """``event`` as it goes on the wire (what :class:`EventParser` reads back as equal;
+    the id is written when it has one)."""
+    head = "" if event.event == "message" else f"event: {event.event}\n"
+    if event.id:
+        head += f"id: {event.id}\n"
+    body = "".join(f"data: {line}\n" for line in _EOL_TEXT.split(event.data))
+    return (head + body + "\n").encode()

@@ -1,0 +1,156 @@
+"""The SSE parser against the HTML standard's event-stream rules: lines end at CR, LF or
+CRLF only (never at U+2028, U+2029 or U+0085), whatever the chunking."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from pdctl.sdk.sse import DONE, Event, EventParser, LineDecoder, encode_event
+
+SPLITTERS = "\u2028\u2029\u0085"
+"""Where ``str.splitlines()`` (and httpx's line iterators) end a line and SSE does not."""
+
+EOLS = ("\n", "\r", "\r\n")
+
+# line text: anything but CR and LF, with the three characters drawn often
+line_text = st.text(
+    alphabet=st.one_of(
+        st.sampled_from(SPLITTERS + "\x0b\x0c\x1c\ufeff:é€😀 "),
+        st.characters(blacklist_characters="\r\n", codec="utf-8"),
+    ),
+    max_size=12,
+)
+event_strategy = st.builds(
+    lambda lines, kind: (lines, kind),
+    st.lists(line_text, min_size=1, max_size=4),
+    st.one_of(st.none(), st.text(alphabet="abcxyz_", min_size=1, max_size=6)),
+)
+
+
+def join_lines(lines: list[str], eols: list[str]) -> str:
+    """``lines`` with the line ends in turn; an empty line after a CR never ends in a bare
+    LF (CR + LF would be one line end, CRLF, and the empty line would vanish)."""
+    out, prev = "", ""
+    for i, line in enumerate(lines):
+        end = eols[i % len(eols)]
+        if not line and prev == "\r" and end == "\n":
+            end = "\r\n"
+        out += line + end
+        prev = end
+    return out
+
+
+def feed_in_pieces(parser: EventParser, wire: bytes, cuts: list[int]) -> list[Event]:
+    out: list[Event] = []
+    points = sorted({c % (len(wire) + 1) for c in cuts})
+    for a, b in zip([0, *points], [*points, len(wire)], strict=True):
+        out += parser.feed(wire[a:b])
+    return out
+
+
+@given(
+    events=st.lists(event_strategy, max_size=6),
+    eols=st.lists(st.sampled_from(EOLS), min_size=1, max_size=7),
+    cuts=st.lists(st.integers(min_value=0, max_value=10_000), max_size=20),
+    comments=st.booleans(),
+)
+def test_any_chunking_and_line_endings_give_the_events_sent(
+    events: list[tuple[list[str], str | None]], eols: list[str], cuts: list[int], comments: bool
+):
+    lines_sent: list[str] = []
+    expected = []
+    for lines, kind in events:
+        if comments:
+            lines_sent.append(": keep-alive")
+        if kind is not None:
+            lines_sent.append(f"event: {kind}")
+        lines_sent += [f"data: {line}" for line in lines]
+        lines_sent.append("")
+        expected.append(Event("\n".join(lines), kind or "message"))
+    wire = join_lines(lines_sent, eols)
+    got = feed_in_pieces(EventParser(), wire.encode(), cuts)
+    assert got == expected
+
+
+@given(
+    lines=st.lists(line_text, max_size=8),
+    eols=st.lists(st.sampled_from(EOLS), min_size=1, max_size=5),
+    cuts=st.lists(st.integers(min_value=0, max_value=10_000), max_size=20),
+)
+def test_lines_end_at_cr_lf_and_crlf_only(lines: list[str], eols: list[str], cuts: list[int]):
+    wire = join_lines(lines, eols).encode()
+    dec = LineDecoder()
+    points = sorted({c % (len(wire) + 1) for c in cuts})
+    got: list[str] = []
+    for a, b in zip([0, *points], [*points, len(wire)], strict=True):
+        got += dec.feed(wire[a:b])
+    first_bom = bool(lines) and lines[0].startswith("\ufeff")
+    assert got == ([lines[0][1:], *lines[1:]] if first_bom else lines)
+
+
+@given(
+    st.builds(
+        Event,
+        st.lists(line_text, min_size=1, max_size=3).map("\n".join),
+        st.text(alphabet="abc", min_size=1, max_size=4),
+        st.text(alphabet="0123456789", max_size=3),
+    )
+)
+def test_encoded_events_read_back_equal(event: Event):
+    assert EventParser().feed(encode_event(event)) == [event]
+
+
+def test_vllm_shaped_events_keep_the_characters_splitlines_cuts_at():
+    texts = ["a\u2028b", "c\u2029d", "e\u0085f", "plain"]
+    wire = b"".join(
+        b"data: " + json.dumps({"choices": [{"text": t}]}, ensure_ascii=False).encode() + b"\n\n"
+        for t in texts
+    )
+    wire += b"data: [DONE]\n\n"
+    # the hazard is real: str.splitlines() cuts these events apart
+    assert len(wire.decode().splitlines()) > 2 * len(texts) + 2
+    events = EventParser().feed(wire)
+    assert events[-1].data == DONE
+    assert [json.loads(e.data)["choices"][0]["text"] for e in events[:-1]] == texts
+
+
+def test_cr_at_the_end_of_one_chunk_and_lf_at_the_start_of_the_next_is_one_line_end():
+    p = EventParser()
+    assert p.feed(b"data: x\r") == []
+    assert p.feed(b"\n") == []  # the LF completes the CRLF: not a blank line
+    assert p.feed(b"\r\n") == [Event("x")]
+
+
+@pytest.mark.parametrize(
+    ("wire", "expected"),
+    [
+        (b"data:x\n\n", [Event("x")]),  # no space after the colon
+        (b"data:  x\n\n", [Event(" x")]),  # only one space is dropped
+        (b"data\n\n", [Event("")]),  # a field name alone: an empty value
+        (b"data: a\ndata: b\n\n", [Event("a\nb")]),
+        (b"event: ping\n\n", []),  # no data: nothing dispatched
+        (b"\n\n\n", []),
+        (b"data: x\n", []),  # not closed by a blank line
+        (b": comment\ndata: y\n\n", [Event("y")]),
+        (b"id: 7\ndata: a\n\ndata: b\n\n", [Event("a", id="7"), Event("b", id="7")]),
+        (b"id: 1\x002\ndata: a\n\n", [Event("a")]),  # an id with NUL is ignored
+        (b"event: e\ndata: a\n\ndata: b\n\n", [Event("a", "e"), Event("b")]),
+        (b"\xef\xbb\xbfdata: bom\n\n", [Event("bom")]),
+        (b"data: \xff\n\n", [Event("\ufffd")]),
+        (b"foo: bar\ndata: z\n\n", [Event("z")]),
+    ],
+)
+def test_the_standards_field_rules(wire: bytes, expected: list[Event]):
+    assert EventParser().feed(wire) == expected
+
+
+def test_retry_takes_ascii_digits_only():
+    p = EventParser()
+    p.feed(b"retry: 1500\n\n")
+    assert p.retry_ms == 1500
+    p.feed(b"retry: 15s\nretry: \xd9\xa3\n\n")  # letters; an Arabic-Indic digit
+    assert p.retry_ms == 1500
