@@ -44,9 +44,13 @@ def test_version():
     assert r.stdout.startswith("pdctl ")
 
 
+EIGHT_KV = {"model_type": "llama", "num_attention_heads": 64, "num_key_value_heads": 8}
+"""As many KV heads as the examples' models: their TP layouts need them (PD005)."""
+
+
 @pytest.mark.parametrize("path", sorted(EXAMPLES.glob("*.toml")), ids=lambda p: p.name)
 def test_render_json_every_example(path, model_dir):
-    r = pdctl("render", "-f", str(path), "--json", "--set", f"model.path={model_dir()}")
+    r = pdctl("render", "-f", str(path), "--json", "--set", f"model.path={model_dir(EIGHT_KV)}")
     assert r.returncode == 0, r.stderr
     plans = json.loads(r.stdout)
     assert plans
@@ -68,7 +72,13 @@ def test_render_json_every_example(path, model_dir):
 @pytest.mark.parametrize("path", sorted(EXAMPLES.glob("*.toml")), ids=lambda p: p.name)
 def test_lint_every_example_has_no_errors(path, model_dir):
     r = pdctl(
-        "lint", "-f", str(path), "--json", "--no-port-check", "--set", f"model.path={model_dir()}"
+        "lint",
+        "-f",
+        str(path),
+        "--json",
+        "--no-port-check",
+        "--set",
+        f"model.path={model_dir(EIGHT_KV)}",
     )
     report = json.loads(r.stdout)
     assert report["errors"] == 0, report["findings"]

@@ -99,7 +99,7 @@ async def test_up_applies_the_rendered_manifests_and_prunes_stale_objects(kubect
 
 async def test_up_without_leaderworkerset_in_the_cluster_says_how_to_install_it(kubectl):
     kubectl.answer("api-resources.txt", "")
-    with pytest.raises(BackendError, match=r"llama405-decode-0 span nodes.*LeaderWorkerSet"):
+    with pytest.raises(BackendError, match=r"llama405-prefill-0 span nodes.*LeaderWorkerSet"):
         await backend(MULTI).up(wait=False)
     assert "apply" not in kubectl.verbs()
 

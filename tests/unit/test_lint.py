@@ -53,6 +53,11 @@ def _mla_model(model_dir: Callable[..., Path], mla: bool) -> str:
     return str(model_dir(cfg))
 
 
+def _kv_model(model_dir: Callable[..., Path], kv_heads: int) -> str:
+    cfg = {"model_type": "llama", "num_attention_heads": 16, "num_key_value_heads": kv_heads}
+    return str(model_dir(cfg))
+
+
 def _kube(k8s: dict[str, Any] | None = None, **kw: Any) -> dict[str, Any]:
     """A GPU spec on the k8s backend (no devices: the device plugin picks them)."""
     kw.setdefault("prefill", [{}])
@@ -85,25 +90,25 @@ CASES: dict[str, tuple[Callable[[Any], dict[str, Any]], Callable[[Any], dict[str
             prefill=[{"host": "0.0.0.0", "side_channel_host": "127.0.0.1", "devices": [0]}]
         ),
     ),
-    "PD005": (
+    "PD005": (  # push P TP1 -> D TP4 on 2 KV heads: decode's KV replicated, refused
         lambda md: _gpu(
-            model={"path": _mla_model(md, False)},
-            prefill=[{"tp": 2, "devices": [0, 1]}],
-            decode=[{"devices": [2]}],
+            model={"path": _kv_model(md, 2)},
+            prefill=[{"devices": [0]}],
+            decode=[{"tp": 4, "devices": [1, 2, 3, 4]}],
         ),
         lambda md: _gpu(
-            model={"path": _mla_model(md, True)},
-            prefill=[{"tp": 2, "devices": [0, 1]}],
-            decode=[{"devices": [2]}],
+            model={"path": _kv_model(md, 4)},
+            prefill=[{"devices": [0]}],
+            decode=[{"tp": 4, "devices": [1, 2, 3, 4]}],
         ),
     ),
     "PD006": (
         lambda md: _gpu(decode=[{"pp": 2, "devices": [1, 2]}]),
         lambda md: _gpu(prefill=[{"pp": 2, "devices": [1, 2]}], decode=[{"devices": [3]}]),
     ),
-    "PD007": (
+    "PD007": (  # push: prefill validates; its block size must be a multiple of decode's
+        lambda md: _gpu(decode=[{"devices": [1], "block_size": 256}]),
         lambda md: _gpu(decode=[{"devices": [1], "block_size": 64}]),
-        lambda md: _gpu(decode=[{"devices": [1], "block_size": 128}]),
     ),
     "PD008": (
         lambda md: _cpu(fleet={"block_size": 16}),
@@ -235,6 +240,22 @@ CASES: dict[str, tuple[Callable[[Any], dict[str, Any]], Callable[[Any], dict[str
     "PD042": (
         lambda md: _cpu(fleet={"connector_options": {"pdctl_failpoint_write": "fail"}}),
         lambda md: _cpu(fleet={"connector_options": {"pdctl_nixl_sync_mode": "rw"}}),
+    ),
+    "PD044": (
+        lambda md: _gpu(
+            prefill=[{"tp": 6, "devices": list(range(6)), "vllm_args": ["-dcp", "2"]}],
+            decode=[{"tp": 6, "devices": list(range(6, 12)), "vllm_args": ["-dcp=3"]}],
+        ),
+        lambda md: _gpu(
+            prefill=[{"tp": 6, "devices": list(range(6)), "vllm_args": ["-dcp", "2"]}],
+            decode=[
+                {
+                    "tp": 6,
+                    "devices": list(range(6, 12)),
+                    "vllm_args": ["--decode-context-parallel-size", "6"],
+                }
+            ],
+        ),
     ),
     "PD043": (
         lambda md: _cpu(fleet={"connector_options": {"pdctl_nixl_sync_mode": "none"}}),

@@ -25,16 +25,21 @@ from __future__ import annotations
 import logging
 import queue
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from vllm.distributed.kv_transfer.kv_connector.v1.metrics import KVConnectorStats
-from vllm.distributed.kv_transfer.kv_connector.v1.nixl.connector import NixlPushConnector
 from vllm.distributed.kv_transfer.kv_connector.v1.nixl.push_worker import (
     NixlPushConnectorWorker,
 )
 
+from pdctl.connector.compat import PUSH_CONNECTOR, vllm_class
 from pdctl.connector.flightbook import FlightBook, FlightRing, records_setting
 from pdctl.sdk.metrics import flight as fl
+
+if TYPE_CHECKING:
+    from vllm.distributed.kv_transfer.kv_connector.v1.nixl.connector import NixlPushConnector
+else:  # nixl/connector.py in vLLM 0.32/0.33, nixl/push_connector.py in vLLM main
+    NixlPushConnector = vllm_class("NixlPushConnector", PUSH_CONNECTOR)
 
 _log = logging.getLogger("vllm.pdctl.connector")
 

