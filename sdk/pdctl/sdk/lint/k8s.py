@@ -1,9 +1,11 @@
-"""Rules PD024-PD031: mistakes that only matter on Kubernetes."""
+"""Rules PD024-PD031 and PD050: mistakes that only matter on Kubernetes."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
+from pdctl.sdk.errors import SpecError
 from pdctl.sdk.fleetplan import (
     is_loopback,
     is_wildcard,
@@ -18,6 +20,7 @@ from pdctl.sdk.modelinfo import (
     looks_like_local_path,
 )
 from pdctl.sdk.spec import (
+    RDMA_CAPABILITY,
     K8sSpec,
     is_dns_label,
 )
@@ -227,3 +230,60 @@ def _k8s_files(ctx: LintContext) -> Iterator[Finding]:
             "the router pod does not start (its key variable is unset)",
             f"create a Secret with the key {key.env} and list its name in secret_env",
         )
+
+
+_RDMA_RESOURCE_HINTS = ("rdma", "efa", "infiniband")
+
+
+def _pod_templates(doc: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    if doc.get("kind") == "Deployment":
+        yield doc["spec"]["template"]
+    elif doc.get("kind") == "LeaderWorkerSet":
+        lws = doc["spec"]["leaderWorkerTemplate"]
+        yield from (lws[k] for k in ("leaderTemplate", "workerTemplate") if k in lws)
+
+
+def _locks_memory(container: dict[str, Any]) -> bool:
+    sc = container.get("securityContext") or {}
+    added = (sc.get("capabilities") or {}).get("add") or []
+    return bool(sc.get("privileged")) or RDMA_CAPABILITY in added or "ALL" in added
+
+
+@rule("PD050", "RDMA/EFA devices without IPC_LOCK")
+def _k8s_memlock(ctx: LintContext) -> Iterator[Finding]:
+    """The pods as they will be applied (``pod_patch`` included): a container that gets
+    RDMA/EFA devices but neither IPC_LOCK nor privileged may not be able to pin memory
+    for registration (ibv_reg_mr / fi_mr_reg fail once RLIMIT_MEMLOCK is reached)."""
+    k8s = _k8s(ctx)
+    if k8s is None:
+        return
+    # local: the backend package imports lint (a module-level import would be a cycle)
+    from pdctl.sdk.backends.k8s.manifests import build_manifests
+
+    try:
+        docs = build_manifests(ctx.spec, ctx.plan)
+    except SpecError as e:
+        for p in e.problems:
+            yield _f("PD050", "error", p.field, p.message, "no manifest can be built", p.fix)
+        return
+    declared = set(k8s.rdma_resources)
+    for doc in docs:
+        for tpl in _pod_templates(doc):
+            for c in tpl.get("spec", {}).get("containers", []):
+                res = c.get("resources") or {}
+                names = set(res.get("limits") or {}) | set(res.get("requests") or {})
+                rdma = sorted(
+                    n for n in names if n in declared or any(h in n for h in _RDMA_RESOURCE_HINTS)
+                )
+                if rdma and not _locks_memory(c):
+                    yield _f(
+                        "PD050",
+                        "warning",
+                        "backend.k8s.pod_patch" if k8s.pod_patch else "backend.k8s.capabilities",
+                        f"{doc['metadata']['name']}: container {c.get('name')!r} requests "
+                        f"{', '.join(rdma)} without the {RDMA_CAPABILITY} capability",
+                        "where the container's memlock limit is low, registering KV memory "
+                        "with the NIC fails and NIXL cannot move KV over RDMA/EFA",
+                        f"keep {RDMA_CAPABILITY} (pdctl adds it; do not remove it in pod_patch), "
+                        "or make sure the runtime's memlock limit is unlimited",
+                    )
