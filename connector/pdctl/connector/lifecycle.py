@@ -41,6 +41,15 @@ request id): a stock vLLM peer logs them as an unknown request and ignores them.
   reading its KV, sends P a *release request* over HTTP
   (:mod:`pdctl.connector.pushsched`); P releases those leases at once.
 
+**Every notification leaves from the writer thread.** vLLM's push design keeps
+``send_notif`` on its ``nixl-push-writer`` thread: on GPU the defaults apply (NIXL's
+progress thread on, ``sync_mode`` unset → ``NIXL_THREAD_SYNC_NONE``, no agent lock), so
+a second thread calling into the agent races UCX. pdctl's failure notifications are
+decided on other threads too (a failed WRITE seen by the engine thread, a handshake
+completing on the handshake executor): :meth:`LifecycleWorker._send_to_engine` sends
+at once only on the writer thread and otherwise queues the message in the writer's
+inbox (as vLLM queues registrations), where the writer sends it on its next turn.
+
 Every early release on P is counted by reason (``pdctl:push_released_total``), not as an
 expired lease. Failpoints for the chaos suite: :mod:`pdctl.connector.failpoints`.
 """
@@ -137,6 +146,8 @@ class _State:
         self.watch: PeerWatch | None = None
         self.gone: dict[str, float] = {}
         """D: requests failed because their prefill is gone (engine thread)."""
+        self.outbox: queue.Queue[tuple[str, bytes]] = queue.Queue()
+        """(engine, notification) decided off the writer thread; the writer sends them."""
 
 
 class LifecycleWorker(NixlPushConnectorWorker):
@@ -297,6 +308,7 @@ class LifecycleWorker(NixlPushConnectorWorker):
 
     def _send_registration_to_p(self, req_id: str, reg_data: dict[str, Any]) -> None:
         if req_id == DRAIN:
+            self._flush_outbox()
             self._drain_drops()
             self._fail_parked_dropped()
             self._unpark_released()
@@ -435,14 +447,37 @@ class LifecycleWorker(NixlPushConnectorWorker):
         fut = self._ensure_handshake(
             engine, reg["decode_host"], reg["decode_port"], reg["decode_tp_size"]
         )
+        msg = encode(kind, reg["request_id"])
         if fut is None:
-            self._send_to_engine(engine, encode(kind, reg["request_id"]))
-        else:
+            self._send_to_engine(engine, msg)
+        else:  # the callback runs on the handshake executor: the message is queued
             fut.add_done_callback(
-                lambda f: None if f.exception() else self._notify_decode(reg, kind)
+                lambda f: None if f.exception() else self._send_to_engine(engine, msg)
             )
 
+    def _on_writer_thread(self) -> bool:
+        return threading.current_thread() is getattr(self, "_push_writer_thread", None)
+
     def _send_to_engine(self, engine: str, msg: bytes) -> None:
+        """Send ``msg`` to every agent of ``engine``: now on the writer thread, else on
+        the writer's next turn (``send_notif`` never leaves the writer thread)."""
+        if not self._on_writer_thread():
+            self._pdctl_life.outbox.put((engine, msg))
+            self._reg_send_inbox.put((DRAIN, {}))
+            self._push_writer_wake.set()
+            return
+        self._send_now(engine, msg)
+
+    def _flush_outbox(self) -> None:
+        """Writer thread: send the notifications other threads queued."""
+        while True:
+            try:
+                engine, msg = self._pdctl_life.outbox.get_nowait()
+            except queue.Empty:
+                return
+            self._send_now(engine, msg)
+
+    def _send_now(self, engine: str, msg: bytes) -> None:
         with self._handshake_lock:
             agents = dict(self._remote_agents.get(engine) or {})
         for agent in agents.values():
