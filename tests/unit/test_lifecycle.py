@@ -376,3 +376,53 @@ def test_on_the_writer_thread_the_notification_goes_at_once(writer_worker: Any):
     msg = lc.encode(lc.RELEASE, "cmpl-r-0", "r-0")
     assert _sent(w) == [("agent-d0", msg, "nixl-push-writer")]
     assert w._pdctl_life.outbox.empty()
+
+
+def test_decode_refuses_a_layout_its_prefill_will_refuse_and_releases_the_kv():
+    from vllm.distributed.kv_transfer.kv_connector.utils import TransferTopology
+
+    agent = _RecordingAgent()
+
+    def topo(tp: int) -> Any:  # decode's own, 2 KV heads (the tiny model)
+        return TransferTopology(
+            tp_rank=0,
+            tp_size=tp,
+            block_size=32,
+            engine_id="decode-engine",
+            is_mla=False,
+            is_mamba=False,
+            total_num_kv_heads=2,
+            attn_backends=[],
+        )
+
+    w = worker(
+        nixl_wrapper=agent,
+        transfer_topo=topo(4),
+        world_size=4,
+        _handshake_lock=threading.Lock(),
+        _remote_agents={"prefill-engine": {(0, 0): "agent-p0"}},
+        _reg_send_inbox=queue.Queue(),
+        _push_writer_wake=threading.Event(),
+        _push_writer_thread=threading.current_thread(),  # as if on the writer
+    )
+    w._ensure_handshake = lambda *a, **k: None
+    reg = {
+        "request_id": "cmpl-l-0-eeeeeeee",
+        "remote_engine_id": "prefill-engine",
+        "remote_host": "127.0.0.1",
+        "remote_port": 1,
+        "remote_tp_size": 1,
+        "decode_tp_size": 4,
+    }
+    w._send_registration_to_p("cmpl-l-0-eeeeeeee", reg)
+    assert w._failed_recv_reqs.get_nowait() == "cmpl-l-0-eeeeeeee"  # fails at once
+    # no registration: a release, so the prefill frees its KV now
+    assert agent.sent == [("agent-p0", lc.encode(lc.RELEASE, "cmpl-l-0"), "MainThread")]
+    # a layout the prefill accepts registers as before
+    sent: list[str] = []
+    w._do_send_reg_notif = lambda rid, rd: sent.append(rid)
+    w._send_registration_to_p("cmpl-m-0-ffffffff", {**reg, "decode_tp_size": 2})
+    w.transfer_topo = topo(2)
+    w._send_registration_to_p("cmpl-n-0-ffffffff", {**reg, "decode_tp_size": 2})
+    assert sent == ["cmpl-m-0-ffffffff", "cmpl-n-0-ffffffff"]
+    assert w._failed_recv_reqs.empty()
