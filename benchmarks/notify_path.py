@@ -119,7 +119,8 @@ def main() -> int:
         record["arms"][arm] = {k: statistics.median(v) for k, v in per[arm].items()}
         record["arms"][arm]["per_round"] = per[arm]
         a = record["arms"][arm]
-        print(f"{arm:7s} engine-thread call {a['call_us']:8.1f} us, delivered {a['deliver_us']:8.1f} us")
+        call, deliver = a["call_us"], a["deliver_us"]
+        print(f"{arm:7s} engine-thread call {call:8.1f} us, delivered {deliver:8.1f} us")
     c, wr = record["arms"]["caller"], record["arms"]["writer"]
     record["ratio_call"] = wr["call_us"] / c["call_us"]
     record["ratio_deliver"] = wr["deliver_us"] / c["deliver_us"]
