@@ -20,8 +20,8 @@ import pytest
 
 from pdctl.sdk import chaos
 from pdctl.sdk.fleet import Fleet
+from pdctl.sdk.freeports import free_ports
 from pdctl.sdk.lint import lint
-from pdctl.sdk.ports import free_ports
 from pdctl.sdk.specload import load_spec
 from tests.conftest import EXAMPLES
 

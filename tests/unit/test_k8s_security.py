@@ -90,8 +90,6 @@ def test_a_patch_that_does_not_apply_names_the_field_and_the_pod():
     assert p.field == "backend.k8s.pod_patch"
     assert "operation [0]" in p.message
     assert "prefill-0" in p.message
-    (f,) = [f for f in lint(spec, check_bound_ports=False).findings if f.code == "PD050"]
-    assert (f.severity, f.field) == ("error", "backend.k8s.pod_patch")
 
 
 @pytest.mark.parametrize(
@@ -119,9 +117,8 @@ def _pd050(k8s: dict[str, Any]) -> list[str]:
 def test_lint_warns_for_rdma_pods_left_without_ipc_lock():
     assert _pd050({"rdma_resources": EFA}) == []
     drop = [{"op": "remove", "path": "/spec/containers/0/securityContext"}]
-    found = _pd050({"rdma_resources": EFA, "pod_patch": drop})
-    assert len(found) == 2
-    assert "vpc.amazonaws.com/efa without the IPC_LOCK" in found[0]
+    (found,) = _pd050({"rdma_resources": EFA, "pod_patch": drop})
+    assert "vpc.amazonaws.com/efa without the IPC_LOCK" in found
     # devices requested through the patch itself are seen too
     via_patch = [
         {
@@ -130,7 +127,7 @@ def test_lint_warns_for_rdma_pods_left_without_ipc_lock():
             "value": {"limits": {"rdma/hca_shared_devices_a": "1"}},
         }
     ]
-    assert len(_pd050({"pod_patch": via_patch})) == 2
+    assert len(_pd050({"pod_patch": via_patch})) == 1
     privileged = [
         *via_patch,
         {"op": "add", "path": "/spec/containers/0/securityContext", "value": {"privileged": True}},

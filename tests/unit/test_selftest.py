@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from pdctl.cli.main import main
+from pdctl.sdk import selftest
 from pdctl.sdk.selftest import Step, StepFailed, run_steps, write_report
 from pdctl.sdk.selftest import gpu as kit
 
@@ -161,7 +162,7 @@ def test_the_command_writes_the_report_and_fails_with_a_failed_step(
 ):
     clock = Clock()
     steps = [_step("inventory", clock, 0, StepFailed("no GPU found")), _step("x", clock, 0, {})]
-    monkeypatch.setattr(kit, "gpu_steps", lambda opts: steps)
+    monkeypatch.setattr(selftest, "gpu_steps", lambda opts: steps)
     out = tmp_path / "report"
     rc = main(["selftest", "--gpu", "--model", str(tmp_path), "--out", str(out), "--json"])
     assert rc == 1

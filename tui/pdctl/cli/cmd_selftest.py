@@ -42,9 +42,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from pdctl.sdk import selftest
     from pdctl.sdk.errors import PdctlError
-    from pdctl.sdk.selftest import run_steps, write_report
-    from pdctl.sdk.selftest.gpu import DEADLINE_S, GpuOptions, gpu_steps
+    from pdctl.sdk.selftest import DEADLINE_S, GpuOptions, run_steps, write_report
 
     if not args.gpu:
         raise PdctlError("selftest: say which kit: pdctl selftest --gpu")
@@ -63,7 +63,7 @@ def run(args: argparse.Namespace) -> int:
     def progress(res: object) -> None:
         out.print(f"  {getattr(res, 'outcome', '?'):7s} {getattr(res, 'title', '')}", markup=False)
 
-    report = run_steps("gpu", gpu_steps(opts), deadline_s=DEADLINE_S, on_step=progress)
+    report = run_steps("gpu", selftest.gpu_steps(opts), deadline_s=DEADLINE_S, on_step=progress)
     js, txt = write_report(report, args.out)
     if not emit(args, report.as_dict()):
         out.print(report.text(), end="", markup=False, highlight=False)

@@ -5,11 +5,11 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from pdctl.sdk.errors import SpecError
 from pdctl.sdk.fleetplan import (
     is_loopback,
     is_wildcard,
 )
+from pdctl.sdk.jsonpatch import JsonPatchError, apply_patch
 from pdctl.sdk.lint.core import (
     Finding,
     LintContext,
@@ -233,14 +233,32 @@ def _k8s_files(ctx: LintContext) -> Iterator[Finding]:
 
 
 _RDMA_RESOURCE_HINTS = ("rdma", "efa", "infiniband")
+_CONTAINER = "/spec/containers/0"
+_CHECKED = (f"{_CONTAINER}/resources", f"{_CONTAINER}/securityContext")
 
 
-def _pod_templates(doc: dict[str, Any]) -> Iterator[dict[str, Any]]:
-    if doc.get("kind") == "Deployment":
-        yield doc["spec"]["template"]
-    elif doc.get("kind") == "LeaderWorkerSet":
-        lws = doc["spec"]["leaderWorkerTemplate"]
-        yield from (lws[k] for k in ("leaderTemplate", "workerTemplate") if k in lws)
+def _vllm_container(k8s: K8sSpec) -> dict[str, Any]:
+    """The two fields of a vLLM container this rule reads, as pdctl generates them
+    (``backends/k8s/pods.py``: resources and security context), with the ``pod_patch``
+    operations on those fields applied; other operations are the build's to check."""
+    rdma = {name: str(n) for name, n in k8s.rdma_resources.items()}
+    container: dict[str, Any] = {"name": "vllm"}
+    if rdma:
+        container["resources"] = {"limits": dict(rdma), "requests": dict(rdma)}
+    if caps := k8s.container_capabilities(rdma=bool(rdma)):
+        container["securityContext"] = {"capabilities": {"add": caps}}
+    ops = [
+        op.as_tuple()
+        for op in k8s.pod_patch
+        if op.path == _CONTAINER or op.path.startswith(tuple(c for c in _CHECKED))
+    ]
+    template: dict[str, Any] = {"spec": {"containers": [container]}}
+    try:
+        template = apply_patch(template, ops)
+    except JsonPatchError:
+        return container  # the build names the operation that does not apply
+    first: dict[str, Any] = (template["spec"].get("containers") or [{}])[0]
+    return first
 
 
 def _locks_memory(container: dict[str, Any]) -> bool:
@@ -251,39 +269,27 @@ def _locks_memory(container: dict[str, Any]) -> bool:
 
 @rule("PD050", "RDMA/EFA devices without IPC_LOCK")
 def _k8s_memlock(ctx: LintContext) -> Iterator[Finding]:
-    """The pods as they will be applied (``pod_patch`` included): a container that gets
-    RDMA/EFA devices but neither IPC_LOCK nor privileged may not be able to pin memory
-    for registration (ibv_reg_mr / fi_mr_reg fail once RLIMIT_MEMLOCK is reached)."""
+    """A vLLM container, as it will be applied (``pod_patch`` included), that gets RDMA/EFA
+    devices but neither IPC_LOCK nor privileged may not be able to pin memory for
+    registration (ibv_reg_mr / fi_mr_reg fail once RLIMIT_MEMLOCK is reached)."""
     k8s = _k8s(ctx)
-    if k8s is None:
+    if k8s is None or not any(
+        i.role in ("prefill", "decode", "colocated") for i in ctx.plan.instances
+    ):
         return
-    # local: the backend package imports lint (a module-level import would be a cycle)
-    from pdctl.sdk.backends.k8s.manifests import build_manifests
-
-    try:
-        docs = build_manifests(ctx.spec, ctx.plan)
-    except SpecError as e:
-        for p in e.problems:
-            yield _f("PD050", "error", p.field, p.message, "no manifest can be built", p.fix)
-        return
+    c = _vllm_container(k8s)
+    res = c.get("resources") or {}
+    names = set(res.get("limits") or {}) | set(res.get("requests") or {})
     declared = set(k8s.rdma_resources)
-    for doc in docs:
-        for tpl in _pod_templates(doc):
-            for c in tpl.get("spec", {}).get("containers", []):
-                res = c.get("resources") or {}
-                names = set(res.get("limits") or {}) | set(res.get("requests") or {})
-                rdma = sorted(
-                    n for n in names if n in declared or any(h in n for h in _RDMA_RESOURCE_HINTS)
-                )
-                if rdma and not _locks_memory(c):
-                    yield _f(
-                        "PD050",
-                        "warning",
-                        "backend.k8s.pod_patch" if k8s.pod_patch else "backend.k8s.capabilities",
-                        f"{doc['metadata']['name']}: container {c.get('name')!r} requests "
-                        f"{', '.join(rdma)} without the {RDMA_CAPABILITY} capability",
-                        "where the container's memlock limit is low, registering KV memory "
-                        "with the NIC fails and NIXL cannot move KV over RDMA/EFA",
-                        f"keep {RDMA_CAPABILITY} (pdctl adds it; do not remove it in pod_patch), "
-                        "or make sure the runtime's memlock limit is unlimited",
-                    )
+    rdma = sorted(n for n in names if n in declared or any(h in n for h in _RDMA_RESOURCE_HINTS))
+    if rdma and not _locks_memory(c):
+        yield _f(
+            "PD050",
+            "warning",
+            "backend.k8s.pod_patch" if k8s.pod_patch else "backend.k8s.capabilities",
+            f"vLLM containers request {', '.join(rdma)} without the {RDMA_CAPABILITY} capability",
+            "where the container's memlock limit is low, registering KV memory with the NIC "
+            "fails and NIXL cannot move KV over RDMA/EFA",
+            f"keep {RDMA_CAPABILITY} (pdctl adds it; do not remove it in pod_patch), or make "
+            "sure the runtime's memlock limit is unlimited",
+        )

@@ -170,7 +170,7 @@ async def _pair(opts: GpuOptions) -> dict[str, Any]:
     import httpx
 
     from pdctl.sdk.fleet import AsyncFleet
-    from pdctl.sdk.ports import free_ports
+    from pdctl.sdk.freeports import free_ports
 
     # both instances on one GPU (0.3 of its memory each): lint's PD013 (one GPU assigned
     # twice) is waived on purpose, loudly
