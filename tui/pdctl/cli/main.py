@@ -76,6 +76,8 @@ SUBCOMMANDS: tuple[Subcommand, ...] = (
     Subcommand("profile", "measure prefill and decode curves of a spec's instance", "cmd_profile"),
     Subcommand("plan", "recommend a P:D layout for a workload and its SLOs", "cmd_plan"),
     Subcommand("scale", "set a group's instance count on Kubernetes", "cmd_scale"),
+    Subcommand("selftest", "the GPU smoke kit: inventory, preflight, probe and a 1P1D pair "
+               "on this GPU, one report", "cmd_selftest"),
 )  # fmt: skip
 BY_NAME = {sc.name: sc for sc in SUBCOMMANDS}
 
