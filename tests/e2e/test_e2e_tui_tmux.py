@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from pdctl.sdk.router import flightrec as fr
 from tests.conftest import REPO
 from tests.e2e.conftest import demo_spec, processes_mentioning
 
@@ -30,8 +31,15 @@ pytestmark = [
 
 SOCKET = f"pdctl-e2e-{os.getpid()}"
 SIZE = ("-x", "120", "-y", "36")
+BIG = ("-x", "160", "-y", "45")  # the size the drill-down was reported broken at
 # a KV size that is not zero: "123 KiB", "1.5 MiB", "2.0 GiB"
 MOVED = re.compile(r"KV moved (\d+(?:\.\d+)? (?:KiB|MiB|GiB|TiB))")
+
+
+SEGMENT_ROW = re.compile(
+    "(" + "|".join(re.escape(n) for n in fr.LEGEND) + r") +\d+\.\d +\d+\.\d +\d+%"
+)
+"""A drill-down row: a flight recorder segment's name, its start, length and share."""
 
 
 def tmux(*args: str, check: bool = True) -> str:
@@ -87,7 +95,7 @@ def test_demo_opens_the_ui_with_live_values(
     rc_file = tmp_path / "demo.rc"
     sets = [a for o in overrides for a in ("--set", o)]
     demo = pdctl_cmd("demo", "--rate", "2", *sets, rc_file=rc_file)
-    tmux("new-session", "-d", "-s", "demo", *SIZE, demo)
+    tmux("new-session", "-d", "-s", "demo", *BIG, demo)
     # start-up (a minute or two on a small machine), then the UI
     wait_for("demo", lambda s: "1 fleet" in s and "prefill-0" in s, "the UI", 420)
     text = wait_for("demo", lambda s: MOVED.search(s) is not None, "KV bytes moved", 180)
@@ -108,6 +116,12 @@ def test_demo_opens_the_ui_with_live_values(
         "finished requests",
         30,
     )
+    # Enter on a row: the request's TTFT split, a segment with its share of the TTFT
+    tmux("send-keys", "-t", "demo", "Enter")
+    text = wait_for("demo", lambda s: SEGMENT_ROW.search(s) is not None, "the TTFT split", 30)
+    assert "of TTFT" in text
+    tmux("send-keys", "-t", "demo", "Escape")
+    wait_for("demo", lambda s: "of TTFT" not in s and "timeline" in s, "the table again", 30)
 
     # a second UI, `pdctl` with no command and no ./pdctl.toml, finds the running demo
     other_rc = tmp_path / "other.rc"

@@ -231,3 +231,36 @@ async def test_enter_on_a_request_opens_its_ttft_split(clock):
         assert screen.request["id"] == reqs._order[0]
         await pilot.press("escape")
         assert on_main(app)
+
+
+@pytest.mark.parametrize("size", [(80, 24), (160, 45)])
+async def test_the_ttft_split_is_drawn_not_an_empty_frame(clock, size):
+    """A width:auto frame around 1fr children collapsed to its border (6x4, nothing in
+    it): the frame holds the table, and every segment name is on the screen."""
+    from textual.widgets import Static
+
+    from pdctl.tui.screens.flight import FlightScreen
+
+    app = PdctlApp(replay(clock), rounds=ROUNDS)
+    async with app.run_test(size=size) as pilot:
+        await settled(pilot, app)
+        await pilot.press("5")
+        reqs = table(app, "#req-table")
+        await until(pilot, lambda: bool(reqs._order), "requests")
+        reqs.focus()
+        await pilot.press("enter")
+        await pilot.pause()
+        screen = app.screen
+        assert isinstance(screen, FlightScreen)
+        frame = screen.query_one("#flight")
+        assert frame.size.width > 40
+        assert frame.size.height > 6
+        split = screen.query_one("#flight-table", Static)
+        assert split.size.width > 20
+        assert frame.region.contains_region(split.region)
+        lines = split.render_lines(split.region.reset_offset)
+        drawn = "\n".join("".join(seg.text for seg in line) for line in lines)
+        names = [s["name"] for s in screen.request["segments"]]
+        assert names
+        for name in names:
+            assert name in drawn

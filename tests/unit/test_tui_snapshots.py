@@ -32,6 +32,8 @@ SCREENS: dict[str, tuple[tuple[int, int], tuple[str, ...], bool, int, int]] = {
     "latency": ((120, 32), ("4",), True, 2, 2),
     "requests": ((120, 32), ("5",), True, 2, 2),
     "plan": ((120, 36), ("7",), True, 1, 1),
+    "flight": ((160, 45), ("5", "enter"), True, 2, 2),
+    "flight-80x24": ((80, 24), ("5", "enter"), True, 2, 2),
 }
 
 

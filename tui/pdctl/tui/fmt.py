@@ -131,6 +131,7 @@ _CLASS = {
     fr.WRITE: "WRITE",
     fr.DECODE_SCHEDULE: "decode",
     fr.FIRST_TOKEN: "decode",
+    fr.GENERATION: "decode",
     fr.DECODE: "decode",
     fr.DECODE_INCL_WAIT: "decode, incl. wait",
     fr.DECODE_INCL_READ: "decode, incl. wait",
