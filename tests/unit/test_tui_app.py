@@ -204,6 +204,44 @@ async def test_transfers_view_compares_with_the_preflight_expectation(clock):
         assert "decode-0" not in table(app, "#xfer-table")._order  # never initiates in push
 
 
+async def test_preflight_view_reads_for_people_and_keeps_the_json_behind_j(clock):
+    from textual.widgets import Static, Tree
+
+    from tests.unit.test_preflight_digest import worked_example
+
+    report = worked_example()
+    app = PdctlApp(replay(clock, preflight=report), rounds=2)
+    async with app.run_test(size=(80, 24)) as pilot:
+        main = await settled(pilot, app)
+        await pilot.press("6")
+        await until(pilot, lambda: main.preflight is not None, "the preflight report")
+        await pilot.pause()
+        head = str(main.query_one("#pf-head", Static).render())
+        assert "DO NOT DISAGGREGATE" in head
+        body = main.query_one("#pf-digest", Static)
+        text = "\n".join(
+            "".join(s.text for s in line) for line in body.render_lines(body.region.reset_offset)
+        )
+        flat = " ".join(text.split())
+        for w in report["warnings"]:  # every finding: its code, evidence and fix
+            assert w["code"] in flat
+            evidence, _, fix = w["message"].partition(" Do: ")
+            assert " ".join(evidence.split())[:40] in flat
+            if fix:
+                assert " ".join(fix.split())[:30] in flat
+        assert "KV path per P→D pair" in flat
+        assert "12.5 GB/s" in flat  # the path's expected rate
+        assert "not checked" in flat
+        tree = main.query_one("#pf-tree", Tree)
+        assert not tree.display
+        await pilot.press("j")
+        assert tree.display
+        assert not main.query_one("#pf-body").display
+        assert "exit_code: 2" in [str(n.label) for n in tree.root.children]
+        await pilot.press("j")
+        assert not tree.display
+
+
 async def test_preflight_missing_from_a_replay_says_so(clock):
     app = PdctlApp(replay(clock), rounds=1)
     async with app.run_test(size=(100, 30)) as pilot:

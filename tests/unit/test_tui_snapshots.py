@@ -15,6 +15,7 @@ pytest.importorskip("textual", reason="the TUI tests need the tui extra (pip ins
 from pdctl.tui.app import PdctlApp
 from tests.conftest import REPO
 from tests.unit import tui_support
+from tests.unit.test_preflight_digest import worked_example
 from tests.unit.tui_support import PREFLIGHT, replay, settled, tiny_planner
 
 clock = tui_support.clock
@@ -34,19 +35,25 @@ SCREENS: dict[str, tuple[tuple[int, int], tuple[str, ...], bool, int, int]] = {
     "plan": ((120, 36), ("7",), True, 1, 1),
     "flight": ((160, 45), ("5", "enter"), True, 2, 2),
     "flight-80x24": ((80, 24), ("5", "enter"), True, 2, 2),
+    "preflight": ((160, 45), ("6",), True, 1, 1),
+    "preflight-80x24": ((80, 24), ("6",), True, 1, 1),
+    "preflight-json": ((120, 32), ("6", "j"), True, 1, 1),
 }
+REPORTS = {n: worked_example() for n in ("preflight", "preflight-80x24", "preflight-json")}
+"""Screens that show a real report (the published worked example) instead of a few keys."""
 
 
 @pytest.mark.parametrize("name", sorted(SCREENS))
 async def test_snapshot(name: str, clock, golden) -> None:
     size, keys, connector, p, d = SCREENS[name]
+    report = REPORTS.get(name, PREFLIGHT)
     src = replay(
-        clock, connector=connector, prefills=p, decodes=d, preflight=PREFLIGHT, planner=tiny_planner
+        clock, connector=connector, prefills=p, decodes=d, preflight=report, planner=tiny_planner
     )
     app = PdctlApp(src, rounds=ROUNDS)
     async with app.run_test(size=size) as pilot:
         main = await settled(pilot, app)
-        if name == "transfers":
+        if name == "transfers" or name in REPORTS:
             main.run_preflight()
             await tui_support.until(pilot, lambda: main.preflight is not None, "preflight")
         await pilot.press(*keys)

@@ -207,6 +207,10 @@ class MainScreen(Screen[None]):
         tables = self.view.query(DataTable)
         if tables:
             tables.first().focus()
+        else:  # a view without a table still gets the keys (its bindings, scrolling)
+            focusable = [w for w in self.view.query("*") if w.focusable]
+            if focusable:
+                focusable[0].focus()
 
     def action_prompt(self, mode: str) -> None:
         prompt = self.query_one("#prompt", Input)
