@@ -149,7 +149,12 @@ def test_requests_give_retries_migrations_releases_and_failures_at_their_time():
     ok = {**REQ, "outcome": "ok", "retries": 0, "migrations": [], "notes": []}
     assert from_requests([ok]) == []
     assert from_requests([{**REQ, "outcome": "running"}]) == []
-    garbage: list[Any] = [{}, {"id": 3}, {"id": "x", "received": "t"}, {**REQ, "migrations": [1, None]}]
+    garbage: list[Any] = [
+        {},
+        {"id": 3},
+        {"id": "x", "received": "t"},
+        {**REQ, "migrations": [1, None]},
+    ]
     assert {e.kind for e in from_requests(garbage)} == {"retry", "kv-release", "request-failed"}
 
 

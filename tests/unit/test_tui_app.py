@@ -302,3 +302,23 @@ async def test_the_ttft_split_is_drawn_not_an_empty_frame(clock, size):
         assert names
         for name in names:
             assert name in drawn
+
+
+async def test_the_timeline_view_shows_a_restart_in_order_and_filters(clock):
+    src = replay(clock)
+    await src.restart("decode-0")  # before the UI starts: it reads what was kept
+    app = PdctlApp(src, rounds=3)
+    async with app.run_test(size=(160, 45)) as pilot:
+        main = await settled(pilot, app)
+        await pilot.press("8")
+        await pilot.pause()
+        t = table(app, "#ev-table")
+        kinds = [str(t.get_row(k)[1]) for k in t._order]
+        assert kinds.index("restarted") < kinds.index("restarting") < kinds.index("control")
+        main.set_filter("kind:restarted")
+        await pilot.pause()
+        (row,) = [t.get_row(k) for k in t._order]
+        assert row[2] == "decode-0"
+        main.set_filter("source:operator")
+        await pilot.pause()
+        assert [str(t.get_row(k)[1]) for k in t._order] == ["control"]

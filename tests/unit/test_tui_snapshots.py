@@ -8,6 +8,9 @@ cursor blink, no clock on screen.
 
 from __future__ import annotations
 
+import time
+from collections.abc import Iterator
+
 import pytest
 
 pytest.importorskip("textual", reason="the TUI tests need the tui extra (pip install 'pdctl[tui]')")
@@ -38,9 +41,21 @@ SCREENS: dict[str, tuple[tuple[int, int], tuple[str, ...], bool, int, int]] = {
     "preflight": ((160, 45), ("6",), True, 1, 1),
     "preflight-80x24": ((80, 24), ("6",), True, 1, 1),
     "preflight-json": ((120, 32), ("6", "j"), True, 1, 1),
+    "events": ((160, 45), ("8",), True, 2, 2),
+    "events-80x24": ((80, 24), ("8",), True, 1, 1),
 }
 REPORTS = {n: worked_example() for n in ("preflight", "preflight-80x24", "preflight-json")}
 """Screens that show a real report (the published worked example) instead of a few keys."""
+
+
+@pytest.fixture(autouse=True)
+def utc(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Wall-clock times on screen (the timeline) in one zone, whatever the machine's."""
+    monkeypatch.setenv("TZ", "UTC")
+    time.tzset()
+    yield
+    monkeypatch.undo()
+    time.tzset()
 
 
 @pytest.mark.parametrize("name", sorted(SCREENS))

@@ -63,18 +63,19 @@ class EventFilter:
 
 class EventSource:
     """One fleet's events (its state directory's journal). ``writable=False`` (a read-only
-    watcher) derives events for its own reading but never writes them down."""
+    watcher) derives events for its own reading but never writes them down; without a
+    directory (a replayed fleet) nothing is kept beyond this object."""
 
-    def __init__(self, fleet_dir: Path, *, writable: bool = True) -> None:
-        self.journal = Journal.of(fleet_dir)
-        self.writable = writable
+    def __init__(self, fleet_dir: Path | None, *, writable: bool = True) -> None:
+        self.journal = Journal.of(fleet_dir) if fleet_dir is not None else None
+        self.writable = writable and fleet_dir is not None
         self._seen: set[str] | None = None
         self._last: Observation | None = None
         self._pending: list[Event] = []
 
     def history(self, flt: EventFilter | None = None) -> list[Event]:
         """Everything kept, in time order (the follow position moves to the end)."""
-        events = self.journal.read()
+        events = self.journal.read() if self.journal is not None else []
         self._seen = {e.key for e in events if e.key is not None}
         return [e for e in events if flt is None or flt.matches(e)]
 
@@ -85,7 +86,7 @@ class EventSource:
         if self._seen is None:
             self._seen = set()
         out = list(pending)  # derived here, deduplicated when recorded
-        for e in self.journal.new():
+        for e in self.journal.new() if self.journal is not None else ():
             if e.key is not None:
                 if e.key in self._seen:
                     continue
@@ -107,7 +108,7 @@ class EventSource:
             fresh.append(e)
         if not fresh:
             return []
-        if self.writable:
+        if self.writable and self.journal is not None:
             self.journal.append(fresh)
         else:
             for e in fresh:
@@ -129,10 +130,13 @@ class EventSource:
         self._last = cur
         return self.record(derived)
 
-    def control(self, what: str, subject: str | None, *, by: str | None = None) -> None:
+    def control(
+        self, what: str, subject: str | None, *, by: str | None = None, at: float | None = None
+    ) -> None:
         """Journal a control action (``restart``, ``drain``, ``mode push``…) and who
         asked for it."""
-        self.record([Event(K.CONTROL, subject, what, actor=by or actor())])
+        when = time.time() if at is None else at
+        self.record([Event(K.CONTROL, subject, what, at=when, actor=by or actor())])
 
     async def follow(
         self, flt: EventFilter | None = None, *, interval_s: float = 0.5
