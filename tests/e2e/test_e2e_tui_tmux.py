@@ -5,6 +5,7 @@ stops everything."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shlex
@@ -19,7 +20,7 @@ import pytest
 
 from pdctl.sdk.router import flightrec as fr
 from tests.conftest import REPO
-from tests.e2e.conftest import demo_spec, processes_mentioning
+from tests.e2e.conftest import demo_spec, kill_api_server, processes_mentioning
 
 pytestmark = [
     pytest.mark.e2e,
@@ -36,6 +37,8 @@ BIG = ("-x", "160", "-y", "45")  # the size the drill-down was reported broken a
 MOVED = re.compile(r"KV moved (\d+(?:\.\d+)? (?:KiB|MiB|GiB|TiB))")
 
 
+DIED = re.compile(r"(exited|unhealthy) +decode-0")
+RESTARTED = re.compile(r"restarted +decode-0")
 SEGMENT_ROW = re.compile(
     "(" + "|".join(re.escape(n) for n in fr.LEGEND) + r") +\d+\.\d +\d+\.\d +\d+%"
 )
@@ -57,14 +60,16 @@ def screen(session: str) -> str:
     return tmux("capture-pane", "-p", "-t", session, check=False)
 
 
-def wait_for(session: str, cond: Callable[[str], bool], what: str, limit_s: float) -> str:
+def wait_for(
+    session: str, cond: Callable[[str], bool], what: str, limit_s: float, every_s: float = 1.0
+) -> str:
     deadline = time.monotonic() + limit_s
     text = ""
     while time.monotonic() < deadline:
         text = screen(session)
         if cond(text):
             return text
-        time.sleep(1.0)
+        time.sleep(every_s)
     raise AssertionError(f"{what} did not appear within {limit_s:g} s; the screen:\n{text}")
 
 
@@ -123,6 +128,29 @@ def test_demo_opens_the_ui_with_live_values(
     tmux("send-keys", "-t", "demo", "Escape")
     wait_for("demo", lambda s: "of TTFT" not in s and "timeline" in s, "the table again", 30)
 
+    # the timeline: a decode killed shows within 2 s, then its restart by the supervisor
+    tmux("send-keys", "-t", "demo", "8")
+    wait_for("demo", lambda s: "what happened" in s, "the timeline", 30)
+    tmux("send-keys", "-t", "demo", "/")
+    tmux("send-keys", "-t", "demo", "-l", "instance:decode-0")
+    tmux("send-keys", "-t", "demo", "Enter")
+    wait_for("demo", lambda s: "/instance:decode-0" in s, "the filter", 30)
+    killed_at = time.time()
+    t0 = time.monotonic()
+    kill_api_server(state_root, "demo", "decode-0")
+    wait_for("demo", lambda s: DIED.search(s) is not None, "decode-0's exit", 10, every_s=0.1)
+    seen_after_s = time.monotonic() - t0
+    assert seen_after_s < 2.0, f"the exit showed {seen_after_s:.1f} s after the kill"
+    wait_for("demo", lambda s: RESTARTED.search(s) is not None, "decode-0's restart", 300)
+    events = subprocess.run(
+        [sys.executable, "-m", "pdctl.cli.main", "events", "--fleet", "demo", "--json",
+         "--instance", "decode-0", "--since", str(killed_at - 1)],
+        capture_output=True, text=True, timeout=60, check=True,
+    )  # fmt: skip
+    kinds = [e["kind"] for e in json.loads(events.stdout)["events"]]
+    assert kinds.index("exited") < kinds.index("backoff") < kinds.index("restarted"), kinds
+    assert "alert-raised" in kinds  # the UI journaled what it saw while decode was down
+
     # a second UI, `pdctl` with no command and no ./pdctl.toml, finds the running demo
     other_rc = tmp_path / "other.rc"
     other = f"cd {shlex.quote(str(tmp_path))} && " + pdctl_cmd("--readonly", rc_file=other_rc)
@@ -131,6 +159,18 @@ def test_demo_opens_the_ui_with_live_values(
         "other", lambda s: "fleet demo" in s and MOVED.search(s) is not None, "2nd UI", 60
     )
     assert "read-only" in text
+    # a UI started after the kill shows it: the events outlive the UI that saw them
+    tmux("send-keys", "-t", "other", "8")
+    tmux("send-keys", "-t", "other", "/")
+    tmux("send-keys", "-t", "other", "-l", "instance:decode-0")
+    tmux("send-keys", "-t", "other", "Enter")
+    text = wait_for(
+        "other",
+        lambda s: DIED.search(s) is not None and RESTARTED.search(s) is not None,
+        "the kept events in a new UI",
+        30,
+    )
+    assert re.search(r"alert-raised +decode-0", text), text
     tmux("send-keys", "-t", "other", "q")
     wait_for("other", lambda s: other_rc.exists(), "the 2nd UI to quit", 30)
     assert other_rc.read_text().strip() == "0"
