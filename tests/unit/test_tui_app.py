@@ -322,3 +322,24 @@ async def test_the_timeline_view_shows_a_restart_in_order_and_filters(clock):
         main.set_filter("source:operator")
         await pilot.pause()
         assert [str(t.get_row(k)[1]) for k in t._order] == ["control"]
+
+
+async def test_latency_view_names_each_pairs_bottleneck_and_draws_the_matrix(clock):
+    from textual.widgets import Static
+
+    app = PdctlApp(replay(clock, prefills=2, decodes=2), rounds=ROUNDS)
+    async with app.run_test(size=(160, 45)) as pilot:
+        main = await settled(pilot, app)
+        await pilot.press("4")
+        await pilot.pause()
+        split = str(main.query_one("#lat-split", Static).render())
+        # the replay's requests carry only the router's view: the prefill leg dominates
+        assert "⇒ prefill leg " in split
+        assert "add prefill instances" in split
+        matrix = main.query_one("#lat-matrix", Static)
+        assert matrix.display
+        lines = matrix.render_lines(matrix.region.reset_offset)
+        drawn = "\n".join("".join(seg.text for seg in line) for line in lines)
+        assert "decode-1" in drawn
+        assert "prefill-1" in drawn
+        assert "· prefill" in drawn

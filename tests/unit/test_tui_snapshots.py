@@ -44,6 +44,16 @@ SCREENS: dict[str, tuple[tuple[int, int], tuple[str, ...], bool, int, int]] = {
     "events": ((160, 45), ("8",), True, 2, 2),
     "events-80x24": ((80, 24), ("8",), True, 1, 1),
 }
+# every view at the two sizes it must read at: a small terminal and a large one
+for _view, _key in (
+    ("fleet", ""), ("rendezvous", "2"), ("transfers", "3"), ("latency", "4"),
+    ("requests", "5"), ("plan", "7"),
+):  # fmt: skip
+    for _size in ((80, 24), (160, 45)):
+        SCREENS.setdefault(
+            f"{_view}-{_size[0]}x{_size[1]}",
+            (_size, (_key,) if _key else (), True, 2, 2),
+        )
 REPORTS = {n: worked_example() for n in ("preflight", "preflight-80x24", "preflight-json")}
 """Screens that show a real report (the published worked example) instead of a few keys."""
 
@@ -68,7 +78,7 @@ async def test_snapshot(name: str, clock, golden) -> None:
     app = PdctlApp(src, rounds=ROUNDS)
     async with app.run_test(size=size) as pilot:
         main = await settled(pilot, app)
-        if name == "transfers" or name in REPORTS:
+        if name.startswith("transfers") or name in REPORTS:
             main.run_preflight()
             await tui_support.until(pilot, lambda: main.preflight is not None, "preflight")
         await pilot.press(*keys)

@@ -114,6 +114,11 @@ def advice(group: str, segment: str, rate: float | None, expected: float | None)
     if group == "prefill":
         if segment == fr.PREFILL_QUEUE:
             return "prefill is saturated (requests queue there): add prefill instances"
+        if segment == fr.PREFILL_LEG:
+            return (
+                "the prefill leg dominates (queue and compute not itemized without pdctl's "
+                "connector): add prefill instances, or look at its queue"
+            )
         return "prefill compute dominates: add prefill instances (or TP) for these prompts"
     if group == "decode":
         if segment in fr.WAIT_GROUP:
