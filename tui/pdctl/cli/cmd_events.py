@@ -4,7 +4,7 @@ watchers saw: alerts raised and cleared, health, the router's rotation, breakers
 retries, migrations, KV releases, failed requests).
 
 ``--follow`` keeps printing; ``-o json`` prints one JSON document (``--follow``: one JSON
-line per event). Exit codes: 0, 2 for a bad filter, 3 when no fleet has a journal here.
+line per event). Exit codes: 0; 2 for a bad filter or when no fleet has a journal here.
 """
 
 from __future__ import annotations
