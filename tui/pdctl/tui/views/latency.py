@@ -61,7 +61,15 @@ class LatencyView(View):
         yield Static(id="lat-split", classes="note")
         yield Static(id="lat-matrix", classes="note")
 
+    def on_resize(self) -> None:
+        """The verdicts' layout depends on the width: redraw the last frame at the new one
+        (a view shown for the first time is drawn before it has a size)."""
+        last = getattr(self, "_last", None)
+        if last is not None:
+            self.show(last)
+
     def show(self, frame: Frame) -> None:
+        self._last = frame
         snap, h = frame.update.snapshot, frame.history
         insts = sorted(  # the front end (what clients see) first
             (
