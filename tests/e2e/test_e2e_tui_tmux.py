@@ -37,7 +37,9 @@ BIG = ("-x", "160", "-y", "45")  # the size the drill-down was reported broken a
 MOVED = re.compile(r"KV moved (\d+(?:\.\d+)? (?:KiB|MiB|GiB|TiB))")
 
 
-DIED = re.compile(r"(exited|unhealthy) +decode-0")
+DIED = re.compile(r"(exited|unhealthy) +decode-0|health +decode-0 +UP → (DOWN|STALE)")
+"""The first sign of a dead decode on the timeline: the monitor's failed scrape, or the
+supervisor's exit (which waits for the instance's process group)."""
 RESTARTED = re.compile(r"restarted +decode-0")
 SEGMENT_ROW = re.compile(
     "(" + "|".join(re.escape(n) for n in fr.LEGEND) + r") +\d+\.\d +\d+\.\d +\d+%"
@@ -147,8 +149,11 @@ def test_demo_opens_the_ui_with_live_values(
          "--instance", "decode-0", "--since", str(killed_at - 1)],
         capture_output=True, text=True, timeout=60, check=True,
     )  # fmt: skip
-    kinds = [e["kind"] for e in json.loads(events.stdout)["events"]]
+    found = json.loads(events.stdout)["events"]
+    kinds = [e["kind"] for e in found]
     assert kinds.index("exited") < kinds.index("backoff") < kinds.index("restarted"), kinds
+    exited = next(e["at"] for e in found if e["kind"] == "exited")
+    print(f"kill → on screen {seen_after_s:.1f} s, supervisor's exit {exited - killed_at:.1f} s")
     assert "alert-raised" in kinds  # the UI journaled what it saw while decode was down
 
     # a second UI, `pdctl` with no command and no ./pdctl.toml, finds the running demo
