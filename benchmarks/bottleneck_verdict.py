@@ -11,7 +11,7 @@ fleet (the demo spec), trial after trial:
 
 Each trial sends its load plus ``--probes`` streamed probes through pdctl's router, reads
 the flight recorder's timelines of that trial's requests and asks
-:func:`pdctl.sdk.metrics.bottleneck.verdict` for the prefill-0 → decode-0 pair. Printed:
+:func:`pdctl.sdk.router.bottleneck.verdict` for the prefill-0 → decode-0 pair. Printed:
 per kind, how many trials named the injected group (goal ≥ 9 of 10), the segment and
 share of each, and the TTFT p50 of the probes against the baseline's (ratio, medians of
 trials). A JSON record goes to ``--out``.
@@ -35,8 +35,8 @@ import httpx
 
 from pdctl.cli.cmd_demo import DEMO_WORDS
 from pdctl.sdk.fleet import Fleet
-from pdctl.sdk.metrics.bottleneck import verdict
 from pdctl.sdk.paths import tiny_model_dir
+from pdctl.sdk.router.bottleneck import verdict
 from pdctl.sdk.specload import load_demo_spec
 from pdctl.sdk.urls import router_url
 

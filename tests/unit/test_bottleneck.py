@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from pdctl.sdk.metrics.bottleneck import GROUPS, MIN_REQUESTS, matrix, verdict, verdicts
 from pdctl.sdk.router import flightrec as fr
+from pdctl.sdk.router.bottleneck import GROUPS, MIN_REQUESTS, matrix, verdict, verdicts
 
 
 def request(

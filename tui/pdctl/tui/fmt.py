@@ -13,9 +13,9 @@ from typing import Any
 from rich.table import Table
 from rich.text import Text
 
-from pdctl.sdk.metrics import bottleneck as bn
-from pdctl.sdk.metrics.bottleneck import PairVerdict
+from pdctl.sdk.router import bottleneck as bn
 from pdctl.sdk.router import flightrec as fr
+from pdctl.sdk.router.bottleneck import PairVerdict
 
 DASH = "-"
 HEALTH_STYLE = {"UP": "green", "DOWN": "bold red", "STALE": "magenta"}

@@ -20,7 +20,7 @@ import httpx
 
 from pdctl.sdk.client import AsyncRouterClient, RouterState
 from pdctl.sdk.errors import PdctlError
-from pdctl.sdk.events import Event, EventSource, actor
+from pdctl.sdk.events import Event, EventSource
 from pdctl.sdk.fleet import (
     FleetStatus,
     InstanceStatus,
@@ -125,7 +125,7 @@ class Source(ABC):
         """Journal a control action this UI made (restart and stop are journaled by the
         supervisor that carries them out)."""
         if self.events is not None:
-            self.events.control(what, subject, by=actor("pdctl UI"))
+            self.events.control(what, subject, via="pdctl UI")
 
     def advise(self, update: Update) -> Update:
         """``update`` with the planner's latest recommendation (recomputed once every

@@ -13,10 +13,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from pdctl.sdk.client import RouterState
 from pdctl.sdk.events import kinds as K
 from pdctl.sdk.events.model import Event
 from pdctl.sdk.metrics.snapshot import Snapshot
-from pdctl.sdk.router.results import RouterState
 
 RELEASE_NOTE = "to free the request's KV"
 """The router's timeline note when it asks a prefill to free KV (router/base.py)."""

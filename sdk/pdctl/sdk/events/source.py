@@ -10,13 +10,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pdctl.sdk.client import RouterState
 from pdctl.sdk.events import kinds as K
 from pdctl.sdk.events.actor import actor
 from pdctl.sdk.events.derive import Observation, changes, from_requests
 from pdctl.sdk.events.journal import Journal
 from pdctl.sdk.events.model import Event
 from pdctl.sdk.metrics.snapshot import Snapshot
-from pdctl.sdk.router.results import RouterState
 
 
 @dataclass(frozen=True)
@@ -131,12 +131,18 @@ class EventSource:
         return self.record(derived)
 
     def control(
-        self, what: str, subject: str | None, *, by: str | None = None, at: float | None = None
+        self,
+        what: str,
+        subject: str | None,
+        *,
+        by: str | None = None,
+        at: float | None = None,
+        via: str | None = None,
     ) -> None:
         """Journal a control action (``restart``, ``drain``, ``mode push``…) and who
         asked for it."""
         when = time.time() if at is None else at
-        self.record([Event(K.CONTROL, subject, what, at=when, actor=by or actor())])
+        self.record([Event(K.CONTROL, subject, what, at=when, actor=by or actor(via))])
 
     async def follow(
         self, flt: EventFilter | None = None, *, interval_s: float = 0.5

@@ -10,9 +10,9 @@ from textual.app import ComposeResult
 from textual.containers import Grid
 from textual.widgets import Sparkline, Static
 
-from pdctl.sdk.metrics.bottleneck import verdicts
 from pdctl.sdk.metrics.derive import Latency
 from pdctl.sdk.metrics.monitor import InstanceMetrics
+from pdctl.sdk.router.bottleneck import verdicts
 from pdctl.tui import fmt
 from pdctl.tui.views.base import Frame, View
 from pdctl.tui.widgets import Cell, Column, SyncTable

@@ -112,7 +112,7 @@ WIDE = 120
 path table to the columns that decide."""
 
 
-def body(d: Digest, wide: bool = True) -> RenderableType:
+def body(d: Digest, wide: bool = True) -> RenderableType:  # noqa: C901 - one section each
     """Findings, KV paths, what was not checked, assumptions, how to measure."""
     parts: list[RenderableType] = []
     if d.findings:
