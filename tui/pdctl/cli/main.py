@@ -57,6 +57,7 @@ SUBCOMMANDS: tuple[Subcommand, ...] = (
     Subcommand("metrics", "the fleet's derived metrics and alerts: one snapshot (--once) "
                "or a stream", "cmd_metrics"),
     Subcommand("logs", "print (or follow) an instance's log", "cmd_logs"),
+    Subcommand("events", "the fleet's events in time order (filter, follow)", "cmd_events"),
     Subcommand("stop", "stop instances of a running fleet and leave them stopped",
                "cmd_instance", run="run_stop"),
     Subcommand("start", "start stopped instances of a running fleet again",

@@ -24,6 +24,9 @@ import httpx
 from pdctl.sdk.client import AsyncRouterClient
 from pdctl.sdk.demo import load_demo_spec
 from pdctl.sdk.errors import FleetRunningError, LaunchError
+from pdctl.sdk.events.journal import Journal
+from pdctl.sdk.events.kinds import CONTROL
+from pdctl.sdk.events.model import Event
 from pdctl.sdk.fleet import control
 from pdctl.sdk.fleet.events import FleetEvent, InstanceStatus
 from pdctl.sdk.fleet.policy import RestartPolicy
@@ -87,6 +90,7 @@ class AsyncFleet(Supervisor):
         waived error is logged as a warning at every check; other errors still refuse."""
         self.plan = require_clean(waive(lint(spec, check_bound_ports=False), self.ignore_lint))
         self.dir = fleet_dir(spec.fleet.name, state_root)
+        self._journal: Journal | None = Journal.of(self.dir)
         self.ready_timeout = ready_timeout
         self.grace = grace
         self.check_ports = check_ports
@@ -481,6 +485,12 @@ class AsyncFleet(Supervisor):
         cmd = req.get("cmd")
         if cmd == "ping":
             return {"ok": True, "pid": os.getpid()}
+        if cmd in ("restart", "stop", "down") and self._journal is not None:
+            name = req.get("name")
+            by = req.get("by")
+            self._journal.append(
+                [Event(CONTROL, str(name) if name else None, str(cmd), actor=str(by or "?"))]
+            )
         if cmd == "restart":
             await self.restart(str(req.get("name")))
             return {"ok": True}
