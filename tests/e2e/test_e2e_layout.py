@@ -82,6 +82,17 @@ def test_every_request_is_an_error_within_seconds_and_no_kv_stays(fleet: Fleet):
             assert all(a.status is not None and a.status >= 500 for a in answers), answers
             slowest = max(a.seconds for a in answers)
             assert slowest < ANSWER_S, f"slowest answer {slowest:.1f} s"
+            # the answer names the layout (the router knows which lint error was waived)
+            r = await c.post(
+                fleet.fleet.router_url + "/v1/completions",
+                json=chaos.completion("layout named " * 20),
+                timeout=ANSWER_S,
+            )
+            message = r.json()["error"]["message"]
+            print(f"  answer {r.status_code}: {message[:300]}")
+            assert r.status_code >= 500
+            assert "handshake refuses" in message
+            assert any(code in message for code in fleet.fleet.ignore_lint), message
             back, last = await chaos.kv_back_to_idle(c, baseline, wait_s=IDLE_BACK_S)
             print(f"  KV back to idle after {back}")
             assert all(v is not None for v in back.values()), (back, last, baseline)

@@ -315,3 +315,26 @@ async def test_decode_5xx_does_not_cancel_prefill():
         r = await c.post(t.url + "/v1/completions", json=body(), timeout=10)
         assert r.status_code == 500
         assert (t.p.state.completed, t.p.state.cancelled) == (1, 0)
+
+
+async def test_decode_5xx_names_a_layout_the_fleet_was_launched_past():
+    """A fleet launched past a handshake lint error (``pdctl up --ignore-lint PD005``):
+    decode's 5xx keeps its status and the answer says which layout vLLM refuses; a 4xx is
+    passed through untouched."""
+    dcfg = MockConfig(role="decode", status=500)
+    async with rig("push", decodes=[dcfg]) as t, httpx.AsyncClient() as c:
+        t.router.dispatcher.relay.layout_note = "PD005 decode[0].tp: refused"
+        r = await c.post(t.url + "/v1/completions", json=body(), timeout=10)
+        assert r.status_code == 500
+        err = r.json()["error"]
+        assert err["message"].startswith("mock failure (decode decode-0)")
+        assert err["message"].endswith("; PD005 decode[0].tp: refused")
+        s = await c.post(t.url + "/v1/completions", json=body(stream=True), timeout=10)
+        assert s.status_code == 500
+        assert "PD005 decode[0].tp: refused" in s.json()["error"]["message"]
+    async with rig("push", decodes=[MockConfig(role="decode", status=400)]) as t:
+        t.router.dispatcher.relay.layout_note = "PD005 decode[0].tp: refused"
+        async with httpx.AsyncClient() as c:
+            r = await c.post(t.url + "/v1/completions", json=body(), timeout=10)
+        assert r.status_code == 400
+        assert "PD005" not in r.text

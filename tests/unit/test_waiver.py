@@ -7,9 +7,9 @@ import logging
 import pytest
 
 from pdctl.sdk.errors import LintFailed
-from pdctl.sdk.fleet.waiver import waive
 from pdctl.sdk.lint import LintReport, require_clean
 from pdctl.sdk.lint.core import Finding
+from pdctl.sdk.lint.waiver import refused_layout, waive
 
 
 def _report(*codes: str) -> LintReport:
@@ -21,7 +21,7 @@ def _report(*codes: str) -> LintReport:
 
 
 def test_only_the_named_errors_are_waived_and_each_is_logged(caplog: pytest.LogCaptureFixture):
-    with caplog.at_level(logging.WARNING, logger="pdctl.fleet"):
+    with caplog.at_level(logging.WARNING, logger="pdctl.lint"):
         out = waive(_report("PD005", "PD001"), {"PD005"}, log=True)
     assert [f.code for f in out.errors] == ["PD001"]
     (waived,) = [f for f in out.findings if f.code == "PD005"]
@@ -38,3 +38,16 @@ def test_nothing_named_changes_nothing():
     assert waive(report, ()) is report
     with pytest.raises(LintFailed, match="PD005"):
         require_clean(waive(report, {"PD001"}))
+
+
+def test_a_waived_handshake_error_is_named_for_the_answers():
+    """The router names a waived handshake refusal in the errors it answers (vLLM's own
+    answer says only "Internal server error"); unwaived or other codes are not named."""
+    assert refused_layout(_report("PD005")) is None  # not waived: the fleet cannot start
+    assert refused_layout(waive(_report("PD013"), {"PD013"})) is None  # not a handshake rule
+    note = refused_layout(waive(_report("PD005", "PD007", "PD013"), {"PD005", "PD007", "PD013"}))
+    assert note is not None
+    assert "PD005 field.PD005: problem PD005" in note
+    assert "PD007 field.PD007: problem PD007" in note
+    assert "PD013" not in note
+    assert "[waived]" not in note

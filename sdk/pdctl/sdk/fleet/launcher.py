@@ -49,9 +49,9 @@ from pdctl.sdk.fleet.state import (
     write_state,
 )
 from pdctl.sdk.fleet.supervisor import RouterNotifier, Supervisor, _Instance, router_api_key
-from pdctl.sdk.fleet.waiver import waive
 from pdctl.sdk.fleetplan import InstancePlan, router_plan
 from pdctl.sdk.lint import lint, require_clean
+from pdctl.sdk.lint.waiver import waive
 from pdctl.sdk.metrics.monitor import FleetMonitor, Snapshot
 from pdctl.sdk.shepherd import group_members
 from pdctl.sdk.specload import LoadedSpec, SpecLike, load_spec, spec_of
@@ -239,7 +239,15 @@ class AsyncFleet(Supervisor):
         if self.with_router and self.spec.router is not None:
             spec_file = self.dir / "run" / "spec.json"
             spec_file.write_text(self.spec.model_dump_json())
-            argv = (sys.executable, "-m", "pdctl.sdk.router.server", "--spec-json", str(spec_file))
+            argv: tuple[str, ...] = (
+                sys.executable,
+                "-m",
+                "pdctl.sdk.router.server",
+                "--spec-json",
+                str(spec_file),
+            )
+            for code in sorted(self.ignore_lint):  # the router lints the spec again
+                argv += ("--ignore-lint", code)
             rp = router_plan(self.spec, argv)
             if rp is not None:
                 plans.append(rp)

@@ -15,6 +15,7 @@ from pdctl.sdk.router.lease import Lease
 from pdctl.sdk.router.ledger import Ledger
 from pdctl.sdk.router.legs import LegSender
 from pdctl.sdk.router.migrate import StreamTracker, tracker_for
+from pdctl.sdk.router.recovery import passthrough
 from pdctl.sdk.router.replies import Reply, RouteError, StreamReply, error_body
 from pdctl.sdk.router.timeline import Timeline
 from pdctl.sdk.router.upstream import UpstreamError
@@ -28,6 +29,9 @@ class Relay:
 
     def __init__(self, instances: InstanceSet, legs: LegSender, ledger: Ledger) -> None:
         self.instances, self.legs, self.ledger = instances, legs, ledger
+        self.layout_note: str | None = None
+        """Set when the fleet was launched past a handshake lint error: vLLM's own 5xx
+        for such a request says only "Internal server error", so the answer names it."""
 
     async def read(self, leg: Lease) -> bytes:
         """Decode's whole answer; the leg's slot is given back."""
@@ -87,8 +91,17 @@ class Relay:
         m = USAGE_RE.search(raw)
         if m:
             tl.completion_tokens = int(m.group(1))
+        if leg.status >= 500 and self.layout_note is not None:
+            raw = self._named(leg, raw, self.layout_note)
+            ctype = "application/json"
         self.ledger.finish(tl, "ok" if leg.status == 200 else "error", leg.status)
         return Reply(leg.status, raw, [("Content-Type", ctype)])
+
+    @staticmethod
+    def _named(leg: Lease, raw: bytes, note: str) -> bytes:
+        """Decode's error answer with ``note`` added to its message (OpenAI's shape)."""
+        e = passthrough("decode", leg.upstream.name, leg.status, raw)
+        return error_body(leg.status, f"{e}; {note}", "upstream_error")
 
     async def _relay(self, leg: Lease, tl: Timeline) -> AsyncGenerator[bytes, None]:
         """Stream the decode answer through, counting events; settles the timeline. A

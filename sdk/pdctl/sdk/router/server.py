@@ -5,10 +5,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import signal
+from collections.abc import Collection
 
 from pdctl.sdk.apikey import ApiKeyError
 from pdctl.sdk.errors import PdctlError
 from pdctl.sdk.lint import lint, require_clean
+from pdctl.sdk.lint.waiver import refused_layout, waive
 from pdctl.sdk.router.app import DEFAULT_MAX_BODY, RouterApp, load_api_key
 from pdctl.sdk.router.core import Router, RouterMode
 from pdctl.sdk.spec import FleetSpec
@@ -19,13 +21,22 @@ class RouterStartError(PdctlError):
 
 
 def build_app(
-    spec: FleetSpec, *, mode: RouterMode | None = None, max_body: int = DEFAULT_MAX_BODY
+    spec: FleetSpec,
+    *,
+    mode: RouterMode | None = None,
+    max_body: int = DEFAULT_MAX_BODY,
+    ignore_lint: Collection[str] = (),
 ) -> RouterApp:
-    plan = require_clean(lint(spec, check_bound_ports=False))
+    """The router's ASGI app for ``spec``. ``ignore_lint``: the lint errors the fleet was
+    launched past (``pdctl up --ignore-lint``); a waived handshake error is named in the
+    error answers of the requests it fails."""
+    report = waive(lint(spec, check_bound_ports=False), {c.upper() for c in ignore_lint})
+    plan = require_clean(report)
     try:
         router = Router(spec, plan, mode=mode)
     except ValueError as e:
         raise RouterStartError(str(e)) from None
+    router.dispatcher.relay.layout_note = refused_layout(report)
     try:
         key = load_api_key(router)
     except ApiKeyError as e:
@@ -75,10 +86,11 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m pdctl.sdk.router.server")
     ap.add_argument("--spec-json", required=True)
     ap.add_argument("--mode", default=None)
+    ap.add_argument("--ignore-lint", action="append", default=[], metavar="CODE")
     args = ap.parse_args(argv)
     spec = FleetSpec.model_validate_json(Path(args.spec_json).read_text())
     try:
-        app = build_app(spec, mode=args.mode)
+        app = build_app(spec, mode=args.mode, ignore_lint=args.ignore_lint)
     except PdctlError as e:
         print(f"pdctl router: {e}", file=sys.stderr)
         return 2

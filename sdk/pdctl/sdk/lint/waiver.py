@@ -12,9 +12,9 @@ import dataclasses
 import logging
 from collections.abc import Collection
 
-from pdctl.sdk.lint import LintReport
+from pdctl.sdk.lint.core import LintReport
 
-_log = logging.getLogger("pdctl.fleet")
+_log = logging.getLogger("pdctl.lint")
 
 
 def waive(report: LintReport, codes: Collection[str], *, log: bool = False) -> LintReport:
@@ -38,3 +38,24 @@ def waive(report: LintReport, codes: Collection[str], *, log: bool = False) -> L
             f = dataclasses.replace(f, severity="warning", message=f"[waived] {f.message}")
         findings.append(f)
     return dataclasses.replace(report, findings=findings)
+
+
+HANDSHAKE_CODES = frozenset({"PD005", "PD007", "PD044"})
+"""The rules that predict vLLM's KV-connector handshake refusing a P/D pair
+(:mod:`pdctl.sdk.lint.handshake`)."""
+
+
+def refused_layout(report: LintReport) -> str | None:
+    """What a fleet launched past its handshake rules will do wrong, in one line for an
+    error answer (``None`` when no handshake error was waived): each waived PD005/PD007/
+    PD044 finding with its field, so a client whose request failed learns why."""
+    parts = [
+        f"{f.code} {f.field}: {f.message.removeprefix('[waived] ')}"
+        for f in report.findings
+        if f.code in HANDSHAKE_CODES and f.message.startswith("[waived] ")
+    ]
+    if not parts:
+        return None
+    return "the fleet runs a layout vLLM's handshake refuses (launched past lint): " + "; ".join(
+        parts
+    )
