@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import httpx
 
 from pdctl.sdk.errors import RouterError
+from pdctl.sdk.keys import KeySourceError
 from pdctl.sdk.router.client import (
     AsyncRouterClient,
     Op,
@@ -47,8 +48,8 @@ __all__ = [
 T = TypeVar("T")
 
 
-class ApiKeyError(ValueError):
-    """The router's API key source is configured but unusable."""
+ApiKeyError = KeySourceError
+"""The router's API key source is configured but unusable."""
 
 
 def read_api_key(src: ApiKeySpec | None) -> bytes | None:

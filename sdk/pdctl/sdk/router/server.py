@@ -7,11 +7,12 @@ import contextlib
 import signal
 
 from pdctl.sdk.errors import PdctlError
+from pdctl.sdk.keys import KeySourceError, control_exposure
 from pdctl.sdk.lint import lint, require_clean
-from pdctl.sdk.router.app import DEFAULT_MAX_BODY, RouterApp, load_api_key
-from pdctl.sdk.router.control import ApiKeyError
+from pdctl.sdk.router.app import DEFAULT_MAX_BODY, RouterApp
 from pdctl.sdk.router.core import Router, RouterMode
-from pdctl.sdk.spec import FleetSpec
+from pdctl.sdk.router.guard import Guard
+from pdctl.sdk.spec import FleetSpec, RouterSpec
 
 
 class RouterStartError(PdctlError):
@@ -19,18 +20,35 @@ class RouterStartError(PdctlError):
 
 
 def build_app(
-    spec: FleetSpec, *, mode: RouterMode | None = None, max_body: int = DEFAULT_MAX_BODY
+    spec: FleetSpec,
+    *,
+    mode: RouterMode | None = None,
+    max_body: int = DEFAULT_MAX_BODY,
+    audit_path: str | None = None,
+    host: str | None = None,
 ) -> RouterApp:
+    """The router of ``spec`` (bound to ``host``, default ``router.host``)."""
     plan = require_clean(lint(spec, check_bound_ports=False))
     try:
         router = Router(spec, plan, mode=mode)
     except ValueError as e:
         raise RouterStartError(str(e)) from None
+    guard = build_guard(spec, router, audit_path, host)
+    return RouterApp(router, max_body=max_body, guard=guard)
+
+
+def build_guard(
+    spec: FleetSpec, router: Router, audit_path: str | None = None, host: str | None = None
+) -> Guard:
+    """The keys, limits and audit log of ``spec``'s router; refuses (naming the fix) a
+    router that would expose its control endpoints beyond loopback without a key."""
+    problem = control_exposure(spec, host)
+    if problem is not None:
+        raise RouterStartError(problem)
     try:
-        key = load_api_key(router)
-    except ApiKeyError as e:
+        return Guard.from_spec(spec.router or RouterSpec(), router.registry, audit_path=audit_path)
+    except KeySourceError as e:
         raise RouterStartError(str(e)) from None
-    return RouterApp(router, max_body=max_body, api_key=key)
 
 
 def serve(app: RouterApp, host: str, port: int) -> None:
@@ -76,9 +94,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--spec-json", required=True)
     ap.add_argument("--mode", default=None)
     args = ap.parse_args(argv)
-    spec = FleetSpec.model_validate_json(Path(args.spec_json).read_text())
+    spec_file = Path(args.spec_json)
+    spec = FleetSpec.model_validate_json(spec_file.read_text())
     try:
-        app = build_app(spec, mode=args.mode)
+        app = build_app(spec, mode=args.mode, audit_path=default_audit_path(spec_file))
     except PdctlError as e:
         print(f"pdctl router: {e}", file=sys.stderr)
         return 2
@@ -91,6 +110,16 @@ def main(argv: list[str] | None = None) -> int:
     )
     serve(app, spec.router.host, spec.router.port)
     return 0
+
+
+def default_audit_path(spec_file: object) -> str:
+    """router-audit.jsonl beside the router's spec file when that folder is writable (a
+    fleet's run directory), else standard error ("-": a read-only ConfigMap mount)."""
+    import os
+    from pathlib import Path
+
+    folder = Path(str(spec_file)).resolve().parent
+    return str(folder / "router-audit.jsonl") if os.access(folder, os.W_OK) else "-"
 
 
 if __name__ == "__main__":

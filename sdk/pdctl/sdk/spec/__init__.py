@@ -48,6 +48,7 @@ from pdctl.sdk.spec.groups import (
 )
 from pdctl.sdk.spec.observability import ObservabilitySpec
 from pdctl.sdk.spec.router import ApiKeySpec, RouterSpec
+from pdctl.sdk.spec.security import AuditSpec, KeyRole, RateLimitSpec, RouterKeySpec
 from pdctl.sdk.spec.settings import FleetSettings, ModelSpec, UcxSpec
 
 __all__ = [
@@ -55,6 +56,7 @@ __all__ = [
     "RAY_MANAGED_RESOURCES",
     "RESERVED_LABEL_PREFIXES",
     "ApiKeySpec",
+    "AuditSpec",
     "BackendKind",
     "BackendSpec",
     "ConnectorChoice",
@@ -64,17 +66,20 @@ __all__ = [
     "HashAlgo",
     "InstanceGroup",
     "K8sSpec",
+    "KeyRole",
     "Mode",
     "ModelSpec",
     "ObservabilitySpec",
     "Platform",
     "Port",
+    "RateLimitSpec",
     "RayGroup",
     "RaySpec",
     "RenderFallback",
     "RenderGroup",
     "RestartMode",
     "Role",
+    "RouterKeySpec",
     "RouterPath",
     "RouterPolicy",
     "RouterSpec",

@@ -62,6 +62,11 @@ class K8sSpec(_Strict):
     secret_env: list[str] = Field(
         default_factory=list, description="Secrets whose keys become env (e.g. HF_TOKEN)."
     )
+    router_secret_env: list[str] = Field(
+        default_factory=list,
+        description="Secrets whose keys become env in the router pod only (its API keys: "
+        "the vLLM pods never see them).",
+    )
     router_service_type: Literal["ClusterIP", "NodePort", "LoadBalancer"] = "ClusterIP"
     cluster_domain: str = "cluster.local"
     labels: dict[str, str] = Field(default_factory=dict, description="Added to every object.")

@@ -133,7 +133,7 @@ def router_objects(spec: FleetSpec, rp: RouterPlan) -> list[Obj]:
         "volumeMounts": [{"name": "spec", "mountPath": SPEC_MOUNT, "readOnly": True}],
         **router_health_checks("http"),
     }
-    if secrets := env_from(spec):
+    if secrets := env_from(spec, router=True):
         container["envFrom"] = secrets
     pod = pod_spec(spec, [container], shm=False)
     pod["volumes"] = [{"name": "spec", "configMap": {"name": config}}]

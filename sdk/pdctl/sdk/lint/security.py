@@ -1,0 +1,61 @@
+"""Rules PD044-PD045: who can reach the router's control endpoints, and keys written into
+the spec itself."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from pdctl.sdk.fleetplan import is_loopback
+from pdctl.sdk.keys import control_exposure, key_sources, router_bind_host
+from pdctl.sdk.lint.core import Finding, LintContext, _f, rule
+
+
+@rule("PD044", "router control endpoints open beyond loopback")
+def _open_control(ctx: LintContext) -> Iterator[Finding]:
+    rs = ctx.spec.router
+    if rs is None:
+        return
+    host = router_bind_host(ctx.spec)
+    problem = control_exposure(ctx.spec)
+    if problem is not None:
+        yield _f(
+            "PD044",
+            "error",
+            "router.keys",
+            f"the router binds {host} (beyond loopback) and has no admin key",
+            "anyone on the network can drain every instance, switch the dispatch mode, "
+            "mark instances down and read every request's timeline; the router refuses "
+            "to start",
+            'add [[router.keys]] with name = "ops", role = "admin", env = "PDCTL_ADMIN_KEY" '
+            "(on Kubernetes from a Secret listed in backend.k8s.router_secret_env), or set "
+            "router.insecure_control = true to run open on purpose",
+        )
+    elif (
+        rs.insecure_control
+        and not is_loopback(host)
+        and not any(s.role == "admin" for s in key_sources(rs))
+    ):
+        yield _f(
+            "PD044",
+            "warning",
+            "router.insecure_control",
+            f"router.insecure_control = true: the control endpoints on {host} take "
+            "requests from anyone who can reach them",
+            "anyone on the network can drain instances, switch modes and read timelines",
+            'add an admin key ([[router.keys]] with role = "admin") and remove insecure_control',
+        )
+
+
+@rule("PD045", "a router key written into the spec")
+def _inline_key(ctx: LintContext) -> Iterator[Finding]:
+    for src in key_sources(ctx.spec.router):
+        if src.value:
+            yield _f(
+                "PD045",
+                "warning",
+                f"{src.field}.value",
+                f"key {src.name!r} is written in the spec",
+                "whoever reads the spec (a repository, a ConfigMap, a bug report) has the key",
+                f'move it to an environment variable (env = "PDCTL_KEY_{src.name.upper()}") '
+                "or a file/Secret (file = ...), and rotate it",
+            )
