@@ -16,6 +16,7 @@ import uvicorn
 from pdctl.sdk.lint import lint
 from pdctl.sdk.router import Router, RouterApp
 from pdctl.sdk.router.core import Breaker
+from pdctl.sdk.router.guard import Guard
 from pdctl.sdk.router.mock import MockConfig, MockServer
 from pdctl.sdk.spec import FleetSpec
 from tests.conftest import free_ports
@@ -57,7 +58,10 @@ async def rig(
     max_body: int = 1 << 20,
     render: bool = False,
     fleet: dict[str, Any] | None = None,
+    environ: dict[str, str] | None = None,
+    audit_path: str | None = None,
 ) -> AsyncIterator[Rig]:
+    """``environ``: read the spec's ``[[router.keys]]`` from it (guarded router)."""
     pcfgs = prefills or [
         prefill or MockConfig(role="prefill", engine_id="prefill-0", side_channel_port=5600)
     ]
@@ -96,7 +100,11 @@ async def rig(
     plan = lint(spec, check_bound_ports=False).plan
     assert plan is not None
     r = Router(spec, plan, health_interval_s=health_interval_s)
-    app = RouterApp(r, api_key=api_key, max_body=max_body)
+    guard = None
+    if environ is not None:
+        assert spec.router is not None
+        guard = Guard.from_spec(spec.router, r.registry, environ=environ, audit_path=audit_path)
+    app = RouterApp(r, api_key=api_key, max_body=max_body, guard=guard)
     server = uvicorn.Server(
         uvicorn.Config(
             app, host="127.0.0.1", port=rport, lifespan="on", log_level="warning", loop="none"

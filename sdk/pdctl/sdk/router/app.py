@@ -238,6 +238,7 @@ class RouterApp:
     async def _completion(
         self, scope: Scope, receive: Receive, send: Send, path: str, who: Principal | None
     ) -> None:
+        t0 = time.perf_counter()
         try:
             raw = await self._read_body(receive)
         except _BodyTooLarge:
@@ -263,6 +264,7 @@ class RouterApp:
         admitted = self.guard.admit(who, body)
         if isinstance(admitted, Refusal):
             await _send_error(send, 429, admitted.message, "rate_limit_error", admitted.headers())
+            self.guard.limits.meter.refusal_s.observe(time.perf_counter() - t0, admitted.tenant)
             return
         router = self.router
         tl = router.new_timeline(path, bool(body.get("stream")), _header(scope, b"traceparent"))

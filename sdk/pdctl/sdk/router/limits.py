@@ -135,6 +135,12 @@ class Meter:
             "Requests answered 429 by a rate limit, per tenant and reason.",
             ["tenant", "reason"],
         )
+        self.refusal_s = registry.histogram(
+            "pdctl_router_tenant_rejection_seconds",
+            "Router time from reading a request to its 429 sent, per tenant.",
+            ["tenant"],
+            buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1),
+        )
         for t in tenants:
             self.requests.inc(t, by=0)
             self.tokens_total.inc(t, by=0)
