@@ -212,7 +212,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 print(json.dumps(rounds[-1]), flush=True)
     finally:
         proc.terminate()
-        proc.wait(10)  # noqa: ASYNC221 - the run is over
+        proc.wait(10)
         await pm.stop()
         await dm.stop()
     return {

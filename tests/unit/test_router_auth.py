@@ -11,7 +11,6 @@ from pathlib import Path
 import httpx
 import pytest
 
-from pdctl.sdk.router import auth
 from pdctl.sdk.router.auth import KeyRing, Principal, access_for
 from pdctl.sdk.spec.security import RateLimitSpec
 from tests.unit.test_router import body, rig
@@ -210,14 +209,16 @@ def test_access_classes():
 
 
 def test_every_key_is_compared_whichever_matches(monkeypatch):
+    import hmac
+
     calls: list[int] = []
-    real = auth.hmac.compare_digest
+    real = hmac.compare_digest
 
     def counting(a: bytes, b: bytes) -> bool:
         calls.append(1)
-        return real(a, b)
+        return bool(real(a, b))
 
-    monkeypatch.setattr(auth.hmac, "compare_digest", counting)
+    monkeypatch.setattr(hmac, "compare_digest", counting)
     ring = KeyRing(
         [
             (Principal(f"k{i}", "inference", "t"), f"s{i}".encode(), RateLimitSpec())
@@ -250,3 +251,80 @@ def test_audit_log_rotates(tmp_path: Path):
     newest = (tmp_path / "a.jsonl").read_text().splitlines()[-1]
     assert json.loads(newest)["action"].endswith(" 199")
     assert len(log.recent) == 200
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.t = 100.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def _limiter(tenant: RateLimitSpec, key: RateLimitSpec | None = None):
+    from pdctl.sdk.router.limits import Limiter
+    from pdctl.sdk.router.promreg import Registry
+
+    clock = FakeClock()
+    lim = Limiter(Registry(), {"t": tenant}, {"k": key} if key else {}, clock=clock)
+    return lim, clock
+
+
+WHO = Principal("k", "inference", "t")
+
+
+def test_token_bucket_reserves_then_settles_from_usage():
+    from pdctl.sdk.router.limits import Refusal, Reservation
+
+    lim, clock = _limiter(RateLimitSpec(tokens_per_s=100, burst_s=1.0))
+    r = lim.reserve(WHO, 60)
+    assert isinstance(r, Reservation)
+    assert isinstance(lim.reserve(WHO, 60), Refusal)  # 40 left, 60 asked
+    r.settle(10)  # it used 10: 50 come back
+    r.settle(1000)  # settles once
+    r2 = lim.reserve(WHO, 60)
+    assert isinstance(r2, Reservation)  # 90 were there
+    r2.settle(120)  # 90 - 60 = 30 left, then 60 more than reserved: -30
+    refused = lim.reserve(WHO, 10)
+    assert isinstance(refused, Refusal)
+    assert refused.limit == "tokens"
+    assert refused.reason == "tenant_limit"
+    assert refused.retry_after_s == pytest.approx(0.4)  # from -30 to 10 at 100/s
+    clock.t += 0.4
+    assert isinstance(lim.reserve(WHO, 10), Reservation)
+
+
+def test_a_request_larger_than_the_bucket_waits_for_a_full_bucket_not_for_ever():
+    from pdctl.sdk.router.limits import Refusal, Reservation
+
+    lim, clock = _limiter(RateLimitSpec(tokens_per_s=10, burst_s=1.0))
+    r = lim.reserve(WHO, 500)
+    assert isinstance(r, Reservation)
+    assert isinstance(lim.reserve(WHO, 500), Refusal)
+    clock.t += 1.0
+    assert isinstance(lim.reserve(WHO, 500), Reservation)
+
+
+def test_requests_and_key_limits_and_the_worst_wait_wins():
+    from pdctl.sdk.router.limits import Refusal, Reservation
+
+    lim, clock = _limiter(
+        RateLimitSpec(requests_per_s=10, burst_s=0.2), RateLimitSpec(requests_per_s=1)
+    )
+    first = lim.reserve(WHO, 1)
+    assert isinstance(first, Reservation)
+    with first as r:
+        r.used = 1
+    refused = lim.reserve(WHO, 1)
+    assert isinstance(refused, Refusal)
+    assert refused.reason == "key_limit"  # the key's 1 s beats the tenant's 0.1 s
+    assert refused.retry_after_s == pytest.approx(1.0)
+    assert dict(refused.headers())[b"retry-after"] == b"1"
+    assert dict(refused.headers())[b"pdctl-drop-reason"] == b"key_limit"
+    other = Principal("other", "inference", "t")  # same tenant, no key limit
+    clock.t += 0.1
+    assert isinstance(lim.reserve(other, 1), Reservation)
+    assert lim.meter.rejections.values[("t", "key_limit")] == 1
+    # a refusal charges nothing: after the key's second the tenant has room again
+    clock.t += 1.0
+    assert isinstance(lim.reserve(WHO, 1), Reservation)
