@@ -253,6 +253,10 @@ CASES: dict[str, tuple[Callable[[Any], dict[str, Any]], Callable[[Any], dict[str
         lambda md: _gpu(router={"keys": [{"name": "k", "value": "inline-secret"}]}),
         lambda md: _gpu(router={"keys": [{"name": "k", "env": "PDCTL_TEST_SET_KEY"}]}),
     ),
+    "PD046": (
+        lambda md: _kube({"network_policies": False}),
+        lambda md: _kube(),
+    ),
     "PD039": (
         lambda md: _cpu(router={"policy": "cache_aware"}, fleet={"kv_events": False}),
         lambda md: _cpu(router={"policy": "cache_aware"}),

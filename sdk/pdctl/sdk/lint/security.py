@@ -1,5 +1,5 @@
-"""Rules PD044-PD045: who can reach the router's control endpoints, and keys written into
-the spec itself."""
+"""Rules PD044-PD046: who can reach the router's control endpoints, keys written into
+the spec itself, and Kubernetes fleets without NetworkPolicies."""
 
 from __future__ import annotations
 
@@ -59,3 +59,22 @@ def _inline_key(ctx: LintContext) -> Iterator[Finding]:
                 f'move it to an environment variable (env = "PDCTL_KEY_{src.name.upper()}") '
                 "or a file/Secret (file = ...), and rotate it",
             )
+
+
+@rule("PD046", "Kubernetes NetworkPolicies turned off")
+def _no_network_policies(ctx: LintContext) -> Iterator[Finding]:
+    k8s = ctx.spec.backend.k8s
+    if ctx.spec.backend.kind != "k8s" or k8s is None or k8s.network_policies:
+        return
+    yield _f(
+        "PD046",
+        "warning",
+        "backend.k8s.network_policies",
+        "backend.k8s.network_policies = false: every pod of the cluster reaches every port "
+        "of the fleet",
+        "vLLM's HTTP port answers /invocations, /tokenize and /metrics without a key (its "
+        "--api-key guards only /v1, /v2, /inference), and the NIXL side channels and "
+        "KV-event ports are plaintext: anything in the cluster can bypass the router",
+        "remove network_policies = false (pdctl then emits policies letting only the router, "
+        "the fleet's own pods and prometheus_pod_labels in)",
+    )

@@ -16,6 +16,7 @@ import json
 from typing import Any
 
 from pdctl.sdk.backends.k8s import names
+from pdctl.sdk.backends.k8s.netpol import network_policies
 from pdctl.sdk.backends.k8s.pods import (
     env_from,
     pod_spec,
@@ -175,7 +176,7 @@ def router_objects(spec: FleetSpec, rp: RouterPlan) -> list[Obj]:
 
 def build_manifests(spec: FleetSpec, plan: FleetPlan | None = None) -> list[Obj]:
     """Every object of the fleet, in apply order: per instance its Service and workload,
-    then the router's ConfigMap, Service and Deployment."""
+    then the router's ConfigMap, Service and Deployment, then the NetworkPolicies."""
     plan = plan if plan is not None else build_plan(spec)
     docs: list[Obj] = []
     for inst in plan.instances:
@@ -186,6 +187,7 @@ def build_manifests(spec: FleetSpec, plan: FleetPlan | None = None) -> list[Obj]
             docs.append(deployment(spec, inst))
     if plan.router is not None:
         docs.extend(router_objects(spec, plan.router))
+    docs.extend(network_policies(spec, plan))
     return docs
 
 
