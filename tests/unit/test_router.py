@@ -18,6 +18,7 @@ from pdctl.sdk.router import Router, RouterApp
 from pdctl.sdk.router.core import Breaker
 from pdctl.sdk.router.guard import Guard
 from pdctl.sdk.router.mock import MockConfig, MockServer
+from pdctl.sdk.router.server import server_config
 from pdctl.sdk.spec import FleetSpec
 from tests.conftest import free_ports
 
@@ -105,11 +106,7 @@ async def rig(
         assert spec.router is not None
         guard = Guard.from_spec(spec.router, r.registry, environ=environ, audit_path=audit_path)
     app = RouterApp(r, api_key=api_key, max_body=max_body, guard=guard)
-    server = uvicorn.Server(
-        uvicorn.Config(
-            app, host="127.0.0.1", port=rport, lifespan="on", log_level="warning", loop="none"
-        )
-    )
+    server = uvicorn.Server(server_config(app, "127.0.0.1", rport))  # as in production
     task = asyncio.create_task(server.serve())
     await wait_started(server)
     prefill_insts = [i for i in plan.instances if i.group_role == "prefill"]

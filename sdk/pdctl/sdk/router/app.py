@@ -34,6 +34,7 @@ from pdctl.sdk.router.control import read_api_key
 from pdctl.sdk.router.core import Reply, RouteError, Router, StreamReply, error_body
 from pdctl.sdk.router.flightrec import FlightRecorder
 from pdctl.sdk.router.guard import Guard
+from pdctl.sdk.router.hardening import json_too_deep
 from pdctl.sdk.router.limits import Refusal
 from pdctl.sdk.router.timeline import Timeline
 
@@ -189,7 +190,7 @@ class RouterApp:
     async def _control(self, receive: Receive, send: Send, path: str) -> None:
         try:
             req = json.loads(await self._read_body(receive))
-        except (_BodyTooLarge, _Disconnected, ValueError):
+        except (_BodyTooLarge, _Disconnected, ValueError, RecursionError):
             req = None
         if not isinstance(req, dict):
             await _send_error(send, 400, "send a JSON object", "invalid_request_error")
@@ -325,10 +326,15 @@ class RouterApp:
                 return b"".join(parts)
 
     def _validate(self, raw: bytes, path: str) -> tuple[dict[str, Any] | None, str]:
+        depth = self.router.settings.http.max_json_depth
         try:
             body = json.loads(raw)
         except ValueError as e:
             return None, f"request body is not valid JSON: {e}"
+        except RecursionError:
+            return None, f"request body nests deeper than {depth} levels"
+        if json_too_deep(body, depth):
+            return None, f"request body nests deeper than {depth} levels"
         if not isinstance(body, dict):
             return None, "request body must be a JSON object"
         model = body.get("model")

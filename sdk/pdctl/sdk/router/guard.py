@@ -27,8 +27,12 @@ class Guard:
         tenants: Mapping[str, Any] | None = None,
         audit: AuditLog | None = None,
         clock: Clock | None = None,
+        control_needs_client_cert: bool = False,
     ) -> None:
+        """``control_needs_client_cert``: mTLS on the admin endpoints (the TLS layer
+        verified the certificate; see :mod:`.hardening`)."""
         self.keys = keys
+        self.control_needs_client_cert = control_needs_client_cert
         self.audit = audit if audit is not None else AuditLog(None)
         known = {p.tenant for p in keys.principals}
         kw = {"clock": clock} if clock is not None else {}
@@ -38,7 +42,7 @@ class Guard:
             "Requests refused for a missing or wrong key (401) or a key's role (403).",
             ["reason"],
         )
-        for r in ("missing_key", "wrong_key", "role"):
+        for r in ("missing_key", "wrong_key", "role", "client_cert"):
             self.auth_failures.inc(r, by=0)
 
     @classmethod
@@ -54,12 +58,24 @@ class Guard:
         keys = KeyRing.from_sources(key_sources(rs), environ)
         path = rs.audit.path or audit_path
         audit = AuditLog(path, max_bytes=rs.audit.max_bytes, backups=rs.audit.backups)
-        return cls(keys, registry, tenants=rs.tenants, audit=audit)
+        mtls = rs.tls is not None and bool(rs.tls.client_ca_file)
+        return cls(keys, registry, tenants=rs.tenants, audit=audit, control_needs_client_cert=mtls)
 
     def check(self, scope: Scope) -> Verdict:
         """Authenticate one HTTP request; refusals are counted and audited."""
         path = scope["path"]
-        v = self.keys.check(access_for(path), _header(scope, b"authorization"))
+        access = access_for(path)
+        v = self.keys.check(access, _header(scope, b"authorization"))
+        if v.ok and access == "admin" and self.control_needs_client_cert:
+            subject = scope.get("extensions", {}).get("tls", {}).get("client_cert_subject")
+            if not subject:
+                v = Verdict(
+                    v.principal,
+                    403,
+                    "the control endpoints need a client certificate signed by "
+                    "router.tls.client_ca_file (mTLS)",
+                    "client_cert",
+                )
         if not v.ok:
             self.auth_failures.inc(v.reason)
             who = v.principal

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import signal
+from typing import Any
 
 from pdctl.sdk.errors import PdctlError
 from pdctl.sdk.keys import KeySourceError, control_exposure
@@ -12,6 +13,7 @@ from pdctl.sdk.lint import lint, require_clean
 from pdctl.sdk.router.app import DEFAULT_MAX_BODY, RouterApp
 from pdctl.sdk.router.core import Router, RouterMode
 from pdctl.sdk.router.guard import Guard
+from pdctl.sdk.router.hardening import Limits, hardened_protocol
 from pdctl.sdk.spec import FleetSpec, RouterSpec
 
 
@@ -51,21 +53,56 @@ def build_guard(
         raise RouterStartError(str(e)) from None
 
 
-def serve(app: RouterApp, host: str, port: int) -> None:
-    """Serve until SIGINT/SIGTERM."""
+def server_config(app: RouterApp, host: str, port: int) -> Any:
+    """uvicorn's configuration for ``app``: the hardened HTTP protocol with the spec's
+    ``router.http`` limits and, with ``router.tls``, HTTPS (and mTLS)."""
+    import ssl
+
     import uvicorn
 
-    config = uvicorn.Config(
+    rs = app.router.settings
+    h = rs.http
+    limits = Limits(
+        max_header_bytes=h.max_header_bytes,
+        max_headers=h.max_headers,
+        header_timeout_s=h.header_timeout_s,
+        body_timeout_s=h.body_timeout_s,
+        idle_timeout_s=h.idle_timeout_s,
+        max_connections=h.max_connections,
+        max_json_depth=h.max_json_depth,
+    )
+    tls: dict[str, Any] = {}
+    if rs.tls is not None:
+        tls = {"ssl_certfile": rs.tls.cert_file, "ssl_keyfile": rs.tls.key_file}
+        if rs.tls.client_ca_file:
+            tls["ssl_ca_certs"] = rs.tls.client_ca_file
+            tls["ssl_cert_reqs"] = (
+                ssl.CERT_REQUIRED if rs.tls.client_cert == "all" else ssl.CERT_OPTIONAL
+            )
+    return uvicorn.Config(
         app,
         host=host,
         port=port,
         loop="none",
-        http="httptools",
+        http=hardened_protocol(limits),
         lifespan="on",
         access_log=False,
         log_level="warning",
-        timeout_keep_alive=30,
+        timeout_keep_alive=limits.idle_timeout_s,
+        backlog=4096,
+        **tls,
     )
+
+
+def serve(app: RouterApp, host: str, port: int) -> None:
+    """Serve until SIGINT/SIGTERM."""
+    import uvicorn
+
+    config = server_config(app, host, port)
+    try:
+        config.load()  # TLS files are read here: a bad one is a clear start error
+    except (OSError, ValueError) as e:
+        raise RouterStartError(f"router.tls: cannot load the certificate or key: {e}") from None
     server = uvicorn.Server(config)
 
     async def main() -> None:
@@ -103,12 +140,17 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     assert spec.router is not None
     r = app.router
+    scheme = "https" if spec.router.tls is not None else "http"
     print(
-        f"pdctl router: {r.mode} mode on http://{spec.router.host}:{spec.router.port} → "
+        f"pdctl router: {r.mode} mode on {scheme}://{spec.router.host}:{spec.router.port} → "
         f"{len(r.prefills)} prefill, {len(r.decodes)} decode instance(s)",
         flush=True,
     )
-    serve(app, spec.router.host, spec.router.port)
+    try:
+        serve(app, spec.router.host, spec.router.port)
+    except RouterStartError as e:
+        print(f"pdctl router: {e}", file=sys.stderr)
+        return 2
     return 0
 
 

@@ -48,7 +48,14 @@ from pdctl.sdk.spec.groups import (
 )
 from pdctl.sdk.spec.observability import ObservabilitySpec
 from pdctl.sdk.spec.router import ApiKeySpec, RouterSpec
-from pdctl.sdk.spec.security import AuditSpec, KeyRole, RateLimitSpec, RouterKeySpec
+from pdctl.sdk.spec.security import (
+    AuditSpec,
+    HttpLimitsSpec,
+    KeyRole,
+    RateLimitSpec,
+    RouterKeySpec,
+    TlsSpec,
+)
 from pdctl.sdk.spec.settings import FleetSettings, ModelSpec, UcxSpec
 
 __all__ = [
@@ -64,6 +71,7 @@ __all__ = [
     "FleetSettings",
     "FleetSpec",
     "HashAlgo",
+    "HttpLimitsSpec",
     "InstanceGroup",
     "K8sSpec",
     "KeyRole",
@@ -83,6 +91,7 @@ __all__ = [
     "RouterPath",
     "RouterPolicy",
     "RouterSpec",
+    "TlsSpec",
     "Toleration",
     "UcxSpec",
     "group_name",

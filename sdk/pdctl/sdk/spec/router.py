@@ -7,7 +7,13 @@ import re
 from pydantic import Field, field_validator, model_validator
 
 from pdctl.sdk.spec.base import Port, RenderFallback, RouterPath, RouterPolicy, _Strict
-from pdctl.sdk.spec.security import AuditSpec, RateLimitSpec, RouterKeySpec
+from pdctl.sdk.spec.security import (
+    AuditSpec,
+    HttpLimitsSpec,
+    RateLimitSpec,
+    RouterKeySpec,
+    TlsSpec,
+)
 
 
 class ApiKeySpec(_Strict):
@@ -50,6 +56,14 @@ class RouterSpec(_Strict):
         default=False,
         description="Let a router bound beyond loopback start with no admin key, its "
         "control endpoints open to the network (lint still warns: PD044).",
+    )
+    http: HttpLimitsSpec = Field(
+        default_factory=HttpLimitsSpec,
+        description="Limits on each client connection: header size and count, slow heads "
+        "and bodies, idle connections, the connection cap, JSON depth.",
+    )
+    tls: TlsSpec | None = Field(
+        default=None, description="Serve HTTPS (and optionally mTLS on the control endpoints)."
     )
     audit: AuditSpec = Field(
         default_factory=AuditSpec,

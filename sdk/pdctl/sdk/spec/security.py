@@ -87,3 +87,50 @@ class AuditSpec(_Strict):
     )
     max_bytes: int = Field(default=10 << 20, ge=4096, description="Rotate past this size.")
     backups: int = Field(default=5, ge=0, description="Rotated files kept.")
+
+
+class HttpLimitsSpec(_Strict):
+    """What the router accepts from one client connection (``[router.http]``)."""
+
+    max_header_bytes: int = Field(
+        default=16 * 1024, ge=1024, description="Request line plus headers (431 above)."
+    )
+    max_headers: int = Field(default=100, ge=8, description="Header fields (431 above).")
+    header_timeout_s: float = Field(
+        default=10.0,
+        gt=0,
+        description="A new connection must send a whole request head within this (408).",
+    )
+    body_timeout_s: float = Field(
+        default=30.0, gt=0, description="A request body must arrive within this (408)."
+    )
+    idle_timeout_s: int = Field(
+        default=30, ge=1, description="An idle keep-alive connection is closed after this."
+    )
+    max_connections: int = Field(
+        default=4096,
+        ge=16,
+        description="Past this a new connection closes the longest-idle one (503 when all "
+        "are busy).",
+    )
+    max_json_depth: int = Field(
+        default=64, ge=4, description="Nesting depth of a JSON request body (400 above)."
+    )
+
+
+class TlsSpec(_Strict):
+    """HTTPS for the router (``[router.tls]``): files, e.g. a mounted Secret."""
+
+    cert_file: str = Field(description="PEM certificate chain the router presents.")
+    key_file: str = Field(description="Its PEM private key.")
+    client_ca_file: str | None = Field(
+        default=None,
+        description="PEM CA bundle: clients presenting a certificate it signed may use the "
+        "admin endpoints (mTLS); see client_cert.",
+    )
+    client_cert: Literal["control", "all"] = Field(
+        default="control",
+        description="With client_ca_file: 'control' asks every client for a certificate "
+        "but needs one only on /v1/pdctl/ (with an admin key); 'all' refuses the TLS "
+        "handshake without one.",
+    )

@@ -1,0 +1,195 @@
+"""The router's defences against hostile clients, below the ASGI app.
+
+uvicorn's httptools protocol, with limits it does not have of its own:
+
+* request head (request line and headers) at most ``max_header_bytes`` and
+  ``max_headers`` fields (431), received within ``header_timeout_s`` of its first byte
+  (408: a slowloris trickling headers);
+* a connection that sends nothing is closed after ``header_timeout_s``; between requests
+  uvicorn's keep-alive timeout (``idle_timeout_s``) closes idle ones;
+* a request body must arrive within ``body_timeout_s`` of its headers (408; the app
+  sees a disconnect and cancels the request);
+* at most ``max_connections`` connections: a new one past the cap closes the connection
+  that has been idle longest (so a flood of idle sockets cannot lock out a health check),
+  or, when every connection is busy, is answered 503;
+* JSON bodies at most ``max_json_depth`` deep (:func:`json_too_deep`).
+
+With TLS, the verified client certificate (if any) is put in the request's scope as
+``scope["extensions"]["tls"]["client_cert_subject"]``, for mTLS on the control endpoints.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["Limits", "hardened_protocol", "json_too_deep"]
+
+
+@dataclass(frozen=True)
+class Limits:
+    max_header_bytes: int = 16 * 1024
+    max_headers: int = 100
+    header_timeout_s: float = 10.0
+    body_timeout_s: float = 30.0
+    idle_timeout_s: int = 30
+    max_connections: int = 4096
+    max_json_depth: int = 64
+
+
+def json_too_deep(obj: Any, limit: int) -> bool:
+    """True when ``obj`` nests lists/objects more than ``limit`` deep (no recursion)."""
+    stack: list[tuple[Any, int]] = [(obj, 1)]
+    while stack:
+        o, d = stack.pop()
+        if isinstance(o, dict | list):
+            if d > limit:
+                return True
+            stack.extend((v, d + 1) for v in (o.values() if isinstance(o, dict) else o))
+    return False
+
+
+_STATUS = {
+    408: b"408 Request Timeout",
+    431: b"431 Request Header Fields Too Large",
+    503: b"503 Service Unavailable",
+}
+
+
+def hardened_protocol(limits: Limits) -> type[asyncio.Protocol]:
+    """uvicorn's ``httptools`` protocol with ``limits`` (pass it as ``Config(http=...)``)."""
+    from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+    class HardenedHttpTools(HttpToolsProtocol):
+        def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+            super().connection_made(transport)
+            self._pd_head_bytes = 0
+            self._pd_headers = 0
+            self._pd_in_head = True
+            self._pd_refused = False
+            self._pd_timer: asyncio.TimerHandle | None = None
+            self._pd_born = time.monotonic()
+            cert = transport.get_extra_info("peercert")
+            self._pd_cert_subject = _subject(cert) if cert else None
+            idle = _idle(self.server_state)
+            if len(self.connections) > limits.max_connections:
+                if idle:
+                    _, oldest = idle.popitem(last=False)
+                    oldest.transport.close()
+                else:
+                    self._pd_refuse(503, "too many connections")
+                    return
+            idle[id(self)] = self
+            self._pd_arm(limits.header_timeout_s, 408, "nothing received")
+
+        # -- timers and refusals
+        def _pd_arm(self, after: float, status: int, why: str) -> None:
+            self._pd_disarm()
+            self._pd_timer = self.loop.call_later(after, self._pd_refuse, status, why)
+
+        def _pd_disarm(self) -> None:
+            if self._pd_timer is not None:
+                self._pd_timer.cancel()
+                self._pd_timer = None
+
+        def _pd_refuse(self, status: int, why: str) -> None:
+            self._pd_refused = True
+            self._pd_disarm()
+            if self.transport.is_closing():
+                return
+            if self.cycle is None or not self.cycle.response_started:
+                body = why.encode()
+                self.transport.write(
+                    b"HTTP/1.1 " + _STATUS[status] + b"\r\ncontent-type: text/plain\r\n"
+                    b"connection: close\r\ncontent-length: "
+                    + str(len(body)).encode()
+                    + b"\r\n\r\n"
+                    + body
+                )
+            self.transport.close()
+
+        # -- protocol events
+        def data_received(self, data: bytes) -> None:
+            if self._pd_refused:
+                return
+            if self._pd_in_head:
+                self._pd_head_bytes += len(data)
+                if self._pd_head_bytes > limits.max_header_bytes + 65536:
+                    # far past the limit before the parser called back: stop reading
+                    self._pd_refuse(431, "request head too large")
+                    return
+            super().data_received(data)
+
+        def on_message_begin(self) -> None:
+            super().on_message_begin()
+            _idle(self.server_state).pop(id(self), None)
+            self._pd_in_head = True
+            self._pd_headers = 0
+            self._pd_arm(limits.header_timeout_s, 408, "request head too slow")
+
+        def on_url(self, url: bytes) -> None:
+            if len(self.url) + len(url) > limits.max_header_bytes:
+                self._pd_refuse(431, "request line too long")
+                return
+            super().on_url(url)
+
+        def on_header(self, name: bytes, value: bytes) -> None:
+            self._pd_headers += 1
+            size = sum(len(k) + len(v) + 4 for k, v in self.headers) + len(self.url)
+            if self._pd_headers > limits.max_headers:
+                self._pd_refuse(431, f"more than {limits.max_headers} header fields")
+                return
+            if size + len(name) + len(value) > limits.max_header_bytes:
+                self._pd_refuse(431, f"request head over {limits.max_header_bytes} bytes")
+                return
+            super().on_header(name, value)
+
+        def on_headers_complete(self) -> None:
+            if self._pd_refused:
+                return
+            self._pd_in_head = False
+            self._pd_head_bytes = 0
+            self._pd_arm(limits.body_timeout_s, 408, "request body too slow")
+            super().on_headers_complete()
+            if self._pd_cert_subject is not None and self.scope is not None:
+                ext = self.scope.setdefault("extensions", {})
+                ext["tls"] = {"client_cert_subject": self._pd_cert_subject}
+
+        def on_body(self, body: bytes) -> None:
+            if not self._pd_refused:
+                super().on_body(body)
+
+        def on_message_complete(self) -> None:
+            self._pd_disarm()
+            if not self._pd_refused:
+                super().on_message_complete()
+
+        def on_response_complete(self) -> None:
+            super().on_response_complete()
+            if not self.transport.is_closing():
+                _idle(self.server_state)[id(self)] = self
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            self._pd_disarm()
+            _idle(self.server_state).pop(id(self), None)
+            super().connection_lost(exc)
+
+    return HardenedHttpTools
+
+
+def _idle(state: Any) -> OrderedDict[int, Any]:
+    """The server's idle connections, oldest first (kept on its ServerState)."""
+    idle: OrderedDict[int, Any] | None = getattr(state, "_pdctl_idle", None)
+    if idle is None:
+        idle = OrderedDict()
+        state._pdctl_idle = idle
+    return idle
+
+
+def _subject(cert: dict[str, Any]) -> str:
+    """``CN=x,O=y`` of a certificate as :meth:`ssl.SSLSocket.getpeercert` gives it."""
+    parts = [f"{k}={v}" for rdn in cert.get("subject", ()) for k, v in rdn]
+    return ",".join(parts)
