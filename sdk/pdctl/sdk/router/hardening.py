@@ -116,11 +116,19 @@ def hardened_protocol(limits: Limits) -> type[asyncio.Protocol]:
             if self._pd_refused:
                 return
             if self._pd_in_head:
-                self._pd_head_bytes += len(data)
-                if self._pd_head_bytes > limits.max_header_bytes + 65536:
-                    # far past the limit before the parser called back: stop reading
-                    self._pd_refuse(431, "request head too large")
-                    return
+                # the parser calls back per complete header only: bound what it buffers
+                room = limits.max_header_bytes + 1024 - self._pd_head_bytes
+                if len(data) > room:
+                    self._pd_head_bytes += room
+                    super().data_received(data[:room])
+                    if self._pd_refused or self.transport.is_closing():
+                        return
+                    if self._pd_in_head:
+                        self._pd_refuse(431, "request head too large")
+                        return
+                    data = data[room:]  # the head ended in there: the rest is body
+                else:
+                    self._pd_head_bytes += len(data)
             super().data_received(data)
 
         def on_message_begin(self) -> None:
