@@ -328,3 +328,20 @@ def test_requests_and_key_limits_and_the_worst_wait_wins():
     # a refusal charges nothing: after the key's second the tenant has room again
     clock.t += 1.0
     assert isinstance(lim.reserve(WHO, 1), Reservation)
+
+
+async def test_a_guarded_router_is_ready_to_the_supervisors_keyless_check():
+    from pdctl.sdk.fleet.readiness import check_ready
+
+    async with rig("push", router={"keys": KEYS}, environ=ENV) as t, httpx.AsyncClient() as c:
+        for _ in range(100):  # the mocks turn healthy at the first health check
+            ok, why = await check_ready(c, t.url, "tiny", role="router")
+            if ok:
+                break
+            await asyncio.sleep(0.05)
+        assert ok, why
+        assert why == "ready (its models listing needs a key)"
+        # a vLLM instance answering 401 is not ready: only the router's own 401 counts
+        ok, why = await check_ready(c, t.url, "tiny", role="decode")
+        assert not ok
+        assert why == "/v1/models answered 401"
