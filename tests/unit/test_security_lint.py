@@ -73,6 +73,16 @@ def test_kubernetes_router_binds_everything_whatever_router_host_says():
     assert "0.0.0.0" in f.message
 
 
+def test_ray_places_a_loopback_router_on_its_node_address():
+    from tests.unit.test_ray_placement import ray_demo
+
+    open_spec = ray_demo("router.insecure_control=false")
+    (f,) = _findings(open_spec, "PD044")
+    assert f.severity == "error"
+    assert "Ray node" in f.message
+    assert _findings(ray_demo(), "PD044")[0].severity == "warning"  # insecure_control
+
+
 def test_router_refuses_to_start_open_beyond_loopback():
     s = _spec({"host": "0.0.0.0"})
     with pytest.raises(PdctlError, match=r"PD044.*role = \"admin\""):

@@ -113,11 +113,19 @@ def admin_key(spec: FleetSpec, environ: Mapping[str, str] | None = None) -> str 
     return None
 
 
+RAY_NODE_ADDRESS = "its Ray node's address"
+
+
 def router_bind_host(spec: FleetSpec) -> str:
-    """Where the router listens: its pod binds every address on Kubernetes."""
+    """Where the router listens: its pod binds every address on Kubernetes; on Ray a
+    loopback or wildcard ``router.host`` becomes the address of the node it is placed
+    on (:func:`pdctl.sdk.backends.ray.placement.resolve`)."""
+    host = spec.router.host if spec.router is not None else "127.0.0.1"
     if spec.backend.kind == "k8s":
         return "0.0.0.0"
-    return spec.router.host if spec.router is not None else "127.0.0.1"
+    if spec.backend.kind == "ray" and (is_loopback(host) or host in ("0.0.0.0", "::")):
+        return RAY_NODE_ADDRESS
+    return host
 
 
 def control_exposure(spec: FleetSpec, host: str | None = None) -> str | None:
