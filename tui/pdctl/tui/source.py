@@ -29,6 +29,7 @@ from pdctl.sdk.fleet import (
     remote_stop,
 )
 from pdctl.sdk.fleetplan import FleetPlan
+from pdctl.sdk.keys import admin_key
 from pdctl.sdk.metrics.monitor import FleetMonitor, Snapshot
 from pdctl.sdk.plan.recommend import PROFILE_ENV, LivePlanner, LiveRecommendation
 from pdctl.sdk.router.control import RouterControl, RouterState
@@ -168,7 +169,7 @@ class LiveSource(Source):
         (``PDCTL_PLAN_PROFILE``, else ./pdctl-profile.json)."""
         router = None
         if spec.router is not None:
-            router = RouterControl(router_url(spec), timeout_s=timeout_s)
+            router = RouterControl(router_url(spec), api_key=admin_key(spec), timeout_s=timeout_s)
         super().__init__(
             title=title or f"fleet {spec.fleet.name}",
             interval_s=interval_s,

@@ -33,6 +33,7 @@ from pdctl.sdk.bench.loadgen import (
 from pdctl.sdk.bench.plan import BenchPlan, Cell
 from pdctl.sdk.bench.stats import RequestResult, summarize
 from pdctl.sdk.fleet import AsyncFleet
+from pdctl.sdk.keys import admin_key
 from pdctl.sdk.metrics.monitor import FleetMonitor, Snapshot
 from pdctl.sdk.metrics.promtext import MetricsParseError, parse, total
 from pdctl.sdk.modelinfo import ModelInfoError, read_model_info, text_config
@@ -201,7 +202,7 @@ class BenchSuite:
     ) -> list[dict[str, Any]]:
         router = router_url(spec)
         if mode in ("push", "push-sequential"):
-            await RouterControl(router).set_mode(mode)
+            await RouterControl(router, api_key=admin_key(spec)).set_mode(mode)
         model = spec.model.effective_served_name
         reference = next(i.url for i in fleet.plan.instances if i.role in ("decode", "colocated"))
         out = []
@@ -222,7 +223,7 @@ class BenchSuite:
         n = plan.requests_in(cell)
         prompts = self._prompts(cell.input_len, n + plan.warmup)
         if cell.policy:
-            await RouterControl(router).set_policy(cell.policy)
+            await RouterControl(router, api_key=admin_key(spec)).set_policy(cell.policy)
         prefills = [i.url for i in fleet.plan.instances if i.role == "prefill"]
         engines = [i.url for i in fleet.plan.instances if i.role in ("prefill", "decode")]
         hits0 = await prefix_counters(prefills)
