@@ -49,6 +49,14 @@ from pdctl.sdk.spec.groups import (
 )
 from pdctl.sdk.spec.observability import ObservabilitySpec
 from pdctl.sdk.spec.router import ApiKeySpec, RouterSpec
+from pdctl.sdk.spec.security import (
+    AuditSpec,
+    HttpLimitsSpec,
+    KeyRole,
+    RateLimitSpec,
+    RouterKeySpec,
+    TlsSpec,
+)
 from pdctl.sdk.spec.settings import FleetSettings, ModelSpec, UcxSpec
 
 __all__ = [
@@ -56,6 +64,7 @@ __all__ = [
     "RAY_MANAGED_RESOURCES",
     "RESERVED_LABEL_PREFIXES",
     "ApiKeySpec",
+    "AuditSpec",
     "BackendKind",
     "BackendSpec",
     "ConnectorChoice",
@@ -63,22 +72,27 @@ __all__ = [
     "FleetSettings",
     "FleetSpec",
     "HashAlgo",
+    "HttpLimitsSpec",
     "InstanceGroup",
     "K8sSpec",
+    "KeyRole",
     "Mode",
     "ModelSpec",
     "ObservabilitySpec",
     "Platform",
     "Port",
+    "RateLimitSpec",
     "RayGroup",
     "RaySpec",
     "RenderFallback",
     "RenderGroup",
     "RestartMode",
     "Role",
+    "RouterKeySpec",
     "RouterPath",
     "RouterPolicy",
     "RouterSpec",
+    "TlsSpec",
     "Toleration",
     "UcxSpec",
     "VllmVersion",
