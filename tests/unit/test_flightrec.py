@@ -21,8 +21,8 @@ from pdctl.sdk.router.timeline import Timeline
 RID = "pdctl-" + "ab" * 16
 
 
-def tl(mode: str = "push", **ms: float | None) -> Timeline:
-    t = Timeline(id=RID, mode=mode, path="/v1/completions", stream=True, received=0.0, t0=0.0)
+def tl(mode: str = "push", stream: bool = True, **ms: float | None) -> Timeline:
+    t = Timeline(id=RID, mode=mode, path="/v1/completions", stream=stream, received=0.0, t0=0.0)
     for k, v in ms.items():
         setattr(t, k, None if v is None else v / 1000)
     return t
@@ -186,6 +186,17 @@ def test_push_registration_first_is_itemized_and_write_is_nixl_time() -> None:
     d = f.as_dict()
     assert d["push"]["bytes"] == 49152
     assert d["ttft_ms"] == pytest.approx(60)
+
+
+def test_a_non_streamed_answer_ends_in_generation_not_first_token() -> None:
+    """Unstreamed, the first byte is the whole answer: the last segment holds every
+    decode step, and is named so."""
+    t = tl(stream=False, prefill_sent=0.1, decode_sent=0.2, prefill_done=25, decode_first_byte=95)
+    f = fr.join(t, P_REG_FIRST, D_PUSH)
+    assert_contiguous(f)
+    assert names(f)[-1] == fr.GENERATION
+    assert fr.FIRST_TOKEN not in names(f)
+    assert fr.GENERATION in fr.LEGEND
 
 
 def test_sequential_prefill_first_wait_is_split_by_who_held_it() -> None:

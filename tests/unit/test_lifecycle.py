@@ -276,3 +276,153 @@ def test_a_cut_side_channel_fails_registrations_and_loses_releases(tmp_path: Any
     switch.unlink()
     w._send_registration_to_p("cmpl-c-0-1", reg)  # the switch is off: as usual
     assert sent == ["cmpl-c-0-1"]
+
+
+class _RecordingAgent:
+    """NIXL agent stand-in: records which thread each call comes from."""
+
+    def __init__(self) -> None:
+        self.sent: list[tuple[str, bytes, str]] = []
+        self.got = threading.Event()
+
+    def send_notif(self, agent: str, notif_msg: bytes) -> None:
+        self.sent.append((agent, notif_msg, threading.current_thread().name))
+        self.got.set()
+
+    def get_new_notifs(self) -> dict[str, list[bytes]]:
+        return {}
+
+
+@pytest.fixture
+def writer_worker() -> Any:
+    """A worker whose real vLLM writer loop runs on its own thread, as in vLLM."""
+    agent = _RecordingAgent()
+    w = worker(
+        nixl_wrapper=agent,
+        _handshake_lock=threading.Lock(),
+        _remote_agents={"decode-engine": {(0, 0): "agent-d0"}},
+        _reg_send_inbox=queue.Queue(),
+        _deferred_push_inbox=queue.Queue(),
+        _finished_blocks_inbox=queue.Queue(),
+        _push_finished_blocks={},
+        _pending_d_registrations={},
+        _push_writer_wake=threading.Event(),
+        _push_writer_stop=threading.Event(),
+        xfer_stats=SimpleNamespace(record_failed_transfer=lambda: None),
+        _TRANSFER_MODE="push",
+    )
+    w._push_writer_thread = threading.Thread(
+        target=w._push_writer_loop, name="nixl-push-writer", daemon=True
+    )
+    w._push_writer_thread.start()
+    yield w
+    w._push_writer_stop.set()
+    w._push_writer_wake.set()
+    w._push_writer_thread.join(timeout=5)
+
+
+def _sent(w: Any) -> list[tuple[str, bytes, str]]:
+    assert w.nixl_wrapper.got.wait(timeout=5), "no notification was sent"
+    sent: list[tuple[str, bytes, str]] = w.nixl_wrapper.sent
+    return sent
+
+
+def test_a_failed_write_seen_by_the_engine_thread_is_told_from_the_writer(writer_worker: Any):
+    w = writer_worker
+    w._pdctl_life.targets["cmpl-w-0-aaaaaaaa"] = ("decode-engine", "cmpl-w-0-bbbbbbbb")
+    # the engine thread (here: the test's) sees the WRITE fail in get_transfer_results
+    assert w._handle_failed_transfer("cmpl-w-0-aaaaaaaa", None) is True
+    assert _sent(w) == [("agent-d0", lc.encode(lc.FAILED, "cmpl-w-0-bbbbbbbb"), "nixl-push-writer")]
+    assert w._pdctl_life.release["cmpl-w-0"][1] == lc.WRITE_FAILED
+
+
+def test_a_failure_sent_after_a_handshake_leaves_from_the_writer(writer_worker: Any):
+    from concurrent.futures import Future
+
+    w = writer_worker
+    fut: Future[Any] = Future()
+    w._ensure_handshake = lambda *a, **k: fut
+    reg = {
+        "decode_engine_id": "decode-engine",
+        "decode_host": "127.0.0.1",
+        "decode_port": 1,
+        "decode_tp_size": 1,
+        "request_id": "cmpl-h-0-cccccccc",
+    }
+    w._notify_decode(reg, lc.FAILED)
+    assert w.nixl_wrapper.sent == []  # waits for the handshake
+    done = threading.Thread(target=fut.set_result, args=(({}, 0.0),), name="nixl-handshake")
+    done.start()  # the handshake executor completes it: its callbacks run there
+    done.join()
+    assert _sent(w) == [("agent-d0", lc.encode(lc.FAILED, "cmpl-h-0-cccccccc"), "nixl-push-writer")]
+
+
+def test_on_the_writer_thread_the_notification_goes_at_once(writer_worker: Any):
+    w = writer_worker
+    w._pdctl_life.cut = None
+    w._pdctl_life.unreachable = {}
+    w._ensure_handshake = lambda *a, **k: None  # handshake done already
+    reg = {
+        lc.RELEASE_KEY: True,
+        "remote_engine_id": "decode-engine",
+        "remote_host": "127.0.0.1",
+        "remote_port": 1,
+        "remote_tp_size": 1,
+        "prefill_request_id": "r-0",
+    }
+    # D's release of an aborted request, on vLLM's registration path
+    w._reg_send_inbox.put(("cmpl-r-0-dddddddd", reg))
+    w._push_writer_wake.set()
+    msg = lc.encode(lc.RELEASE, "cmpl-r-0", "r-0")
+    assert _sent(w) == [("agent-d0", msg, "nixl-push-writer")]
+    assert w._pdctl_life.outbox.empty()
+
+
+def test_decode_refuses_a_layout_its_prefill_will_refuse_and_releases_the_kv():
+    from vllm.distributed.kv_transfer.kv_connector.utils import TransferTopology
+
+    agent = _RecordingAgent()
+
+    def topo(tp: int) -> Any:  # decode's own, 2 KV heads (the tiny model)
+        return TransferTopology(
+            tp_rank=0,
+            tp_size=tp,
+            block_size=32,
+            engine_id="decode-engine",
+            is_mla=False,
+            is_mamba=False,
+            total_num_kv_heads=2,
+            attn_backends=[],
+        )
+
+    w = worker(
+        nixl_wrapper=agent,
+        transfer_topo=topo(4),
+        world_size=4,
+        _handshake_lock=threading.Lock(),
+        _remote_agents={"prefill-engine": {(0, 0): "agent-p0"}},
+        _reg_send_inbox=queue.Queue(),
+        _push_writer_wake=threading.Event(),
+        _push_writer_thread=threading.current_thread(),  # as if on the writer
+    )
+    w._ensure_handshake = lambda *a, **k: None
+    reg = {
+        "request_id": "cmpl-l-0-eeeeeeee",
+        "remote_engine_id": "prefill-engine",
+        "remote_host": "127.0.0.1",
+        "remote_port": 1,
+        "remote_tp_size": 1,
+        "decode_tp_size": 4,
+    }
+    w._send_registration_to_p("cmpl-l-0-eeeeeeee", reg)
+    assert w._failed_recv_reqs.get_nowait() == "cmpl-l-0-eeeeeeee"  # fails at once
+    # no registration: a release, so the prefill frees its KV now
+    assert agent.sent == [("agent-p0", lc.encode(lc.RELEASE, "cmpl-l-0"), "MainThread")]
+    # a layout the prefill accepts registers as before
+    sent: list[str] = []
+    w._do_send_reg_notif = lambda rid, rd: sent.append(rid)
+    w._send_registration_to_p("cmpl-m-0-ffffffff", {**reg, "decode_tp_size": 2})
+    w.transfer_topo = topo(2)
+    w._send_registration_to_p("cmpl-n-0-ffffffff", {**reg, "decode_tp_size": 2})
+    assert sent == ["cmpl-m-0-ffffffff", "cmpl-n-0-ffffffff"]
+    assert w._failed_recv_reqs.empty()

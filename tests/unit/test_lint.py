@@ -288,6 +288,15 @@ CASES: dict[str, tuple[Callable[[Any], dict[str, Any]], Callable[[Any], dict[str
         ),
         lambda md: _cpu(router={"policy": "cache_aware"}, fleet={"env": {"PYTHONHASHSEED": "1"}}),
     ),
+    "PD050": (
+        lambda md: _kube(
+            {
+                "rdma_resources": {"rdma/ib": 1},
+                "pod_patch": [{"op": "remove", "path": "/spec/containers/0/securityContext"}],
+            }
+        ),
+        lambda md: _kube({"rdma_resources": {"rdma/ib": 1}}),
+    ),
 }
 
 ENV = {"PDCTL_TEST_SET_KEY": "secret"}

@@ -393,3 +393,38 @@ def test_prefix_hit_rate_over_the_window():
     assert _hit_rate(scrape(3000, 1850, 5), scrape(1000, 250, 0)) == 0.8
     assert _hit_rate(scrape(1000, 250, 5), scrape(1000, 250, 0)) is None  # no queries
     assert _hit_rate(Scrape([], 0), None) is None
+
+
+async def test_the_routers_row_carries_the_ttft_it_measured(monkeypatch):
+    """The router times every request's first byte (pdctl_router_ttft_seconds): its row
+    in the snapshot reads that histogram, windowed like an instance's."""
+    from pdctl.sdk.router.timeline import RouterMetrics
+
+    rm = RouterMetrics([])
+    for v in (0.02, 0.03, 0.04, 0.5):
+        rm.ttft.observe(v, "push")
+        rm.e2e.observe(v + 0.1, "push")
+    clock = [0.0]
+    monkeypatch.setattr("pdctl.sdk.metrics.monitor.time.monotonic", lambda: clock[0])
+
+    def serve(request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/metrics":
+            return httpx.Response(200, content=rm.registry.expose())
+        return httpx.Response(200, json={"mode": "push", "requests": []})
+
+    router = Target("router", "router", "http://r")
+    mon = FleetMonitor([router], transport=httpx.MockTransport(serve))
+    first = (await mon.poll()).instance("router")
+    assert first.ttft.count == 4
+    assert first.ttft.p50 is not None
+    assert 0.02 <= first.ttft.p50 <= 0.05
+    assert first.request_rate is None  # one scrape: no window yet
+    clock[0] += 10
+    for _ in range(5):
+        rm.ttft.observe(0.2, "push")
+        rm.e2e.observe(0.3, "push")
+    r = (await mon.poll()).instance("router")
+    assert r.ttft.count == 5  # the window: only what happened between the scrapes
+    assert r.request_rate == pytest.approx(5 / 10)
+    assert r.ttft.p50 is not None
+    assert r.ttft.p50 > 0.1

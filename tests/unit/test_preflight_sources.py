@@ -13,7 +13,13 @@ from hypothesis import strategies as st
 from pdctl.sdk.preflight.evidence import MIB, parse_evidence
 from pdctl.sdk.preflight.inventory import collect_inventory
 from pdctl.sdk.preflight.nvml import merge_topologies, normalise_bus_id, nvml_topology
-from pdctl.sdk.preflight.sysfs import gdr_status, netdev_speeds, parse_rate_gbps, read_rdma_nics
+from pdctl.sdk.preflight.sysfs import (
+    gdr_status,
+    netdev_speeds,
+    parse_rate_gbps,
+    parse_sysfs,
+    read_rdma_nics,
+)
 from pdctl.sdk.preflight.tools import (
     backends_from_plugins,
     gdr_from_lsmod,
@@ -78,7 +84,9 @@ def sysfs(tmp_path: Path) -> Path:
         link_layer="Unknown",
         rate="100 Gb/sec (4X EDR)",
     )
-    _write(root, "class/infiniband/rdmap16s27/gdr", "1\n")
+    # amzn-drivers efa_sysfs.c: gdr is a file of the PCI device (&pdev->dev), which
+    # class/infiniband/<dev>/device links to.
+    _write(root, "devices/pci0000:00/0000:10:1b.0/gdr", "1\n")
     _write(root, "module/nvidia/version", "570.133.20\n")
     _write(root, "module/nvidia_peermem/version", "570.133.20\n")
     _write(root, "class/net/eth0/speed", "25000\n")
@@ -103,6 +111,24 @@ def test_sysfs_rdma_nics(sysfs: Path):
     )
     assert gdr_status(sysfs).present is True
     assert netdev_speeds(sysfs) == {"eth0": 25_000}
+
+
+def test_efa_gdr_is_read_from_the_pci_device_not_the_ib_device(tmp_path: Path):
+    root = tmp_path / "sys"
+    _ib_device(root, "rdmap0s6", "0000:00:06.0", "efa", "0x1d0f", state="4: ACTIVE")
+    # A gdr file beside the ib device is not where the driver puts it: not read.
+    _write(root, "class/infiniband/rdmap0s6/gdr", "1\n")
+    assert read_rdma_nics(root)[0].gdr is None
+    _write(root, "devices/pci0000:00/0000:00:06.0/gdr", "0\n")
+    assert read_rdma_nics(root)[0].gdr is False
+
+
+def test_efa_gdr_dump_fixture_in_the_drivers_layout():
+    nics = read_rdma_nics(parse_sysfs(_read("sysfs_dump_efa_gdr_on_pci_device.txt")))
+    assert [(n.name, n.kind, n.gdr, n.bus_id) for n in nics] == [
+        ("rdmap16s27", "efa", True, "0000:10:1b.0"),
+        ("rdmap32s27", "efa", True, "0000:20:1b.0"),
+    ]
 
 
 def test_sysfs_gdr_absent_and_unknown(tmp_path: Path):
@@ -340,7 +366,7 @@ _JUNK = st.text(alphabet=st.characters(codec="utf-8", exclude_categories=["Cs"])
                 "ports/1/state",
                 "ports/1/rate",
                 "ports/1/link_layer",
-                "gdr",
+                "device/gdr",
                 "device/numa_node",
                 "device/vendor",
                 "ports/2/state",
@@ -355,7 +381,7 @@ def test_fuzz_sysfs_contents_never_raise(tmp_path_factory, files):
     (root / "class" / "infiniband" / "dev0").mkdir(parents=True)
     for rel, text in files.items():
         _write(root / "class" / "infiniband" / "dev0", rel, text)
-    _write(root, "class/net/eth0/speed", files.get("gdr", "x"))
+    _write(root, "class/net/eth0/speed", files.get("device/gdr", "x"))
     (nic,) = read_rdma_nics(root)
     assert nic.name == "dev0"
     netdev_speeds(root)

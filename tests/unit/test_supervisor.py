@@ -13,7 +13,9 @@ from typing import Any
 import httpx
 import pytest
 
+from pdctl.sdk.events import EventSource
 from pdctl.sdk.fleet import AsyncFleet, FleetEvent, fleet_dir, fleet_status, read_state
+from pdctl.sdk.fleet.remote import remote_stop
 from pdctl.sdk.fleet.supervisor import RouterNotifier
 from pdctl.sdk.shepherd import group_members
 from pdctl.sdk.spec import FleetSpec
@@ -103,6 +105,11 @@ async def test_exit_0_after_ready_is_a_failure_and_the_policy_restarts_it(
         rec = read_state(state_root / "t")
         assert rec is not None
         assert rec.instance("decode-0").engine_id == "decode-0-r1"  # a fresh engine id
+        # the same story, kept in the state directory for `pdctl events` and the timeline
+        kept = [(e.kind, e.subject) for e in EventSource(state_root / "t").history()]
+        for k in ("exited", "backoff", "starting", "ready", "restarted"):
+            assert (k, "decode-0") in kept
+        assert kept.index(("exited", "decode-0")) < kept.index(("restarted", "decode-0"))
 
 
 async def test_http_up_with_a_dead_engine_is_stopped_and_restarted(
@@ -180,3 +187,9 @@ async def test_operator_restart_and_stop_tell_the_router_and_survive_its_absence
         assert router.calls == [("prefill-0", "down"), ("prefill-0", "up"), ("decode-0", "down")]
         st = {s.name: s.state for s in await fleet.status()}
         assert st == {"prefill-0": "ready", "decode-0": "stopped"}
+        # another shell's stop through the control socket is journaled with who asked
+        await asyncio.to_thread(remote_stop, "t", "prefill-0")
+        control = [e for e in EventSource(state_root / "t").history() if e.kind == "control"]
+        assert [(e.subject, e.message) for e in control] == [("prefill-0", "stop")]
+        assert control[0].actor is not None
+        assert "@" in control[0].actor

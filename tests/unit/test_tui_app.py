@@ -204,6 +204,44 @@ async def test_transfers_view_compares_with_the_preflight_expectation(clock):
         assert "decode-0" not in table(app, "#xfer-table")._order  # never initiates in push
 
 
+async def test_preflight_view_reads_for_people_and_keeps_the_json_behind_j(clock):
+    from textual.widgets import Static, Tree
+
+    from tests.unit.test_preflight_digest import worked_example
+
+    report = worked_example()
+    app = PdctlApp(replay(clock, preflight=report), rounds=2)
+    async with app.run_test(size=(80, 24)) as pilot:
+        main = await settled(pilot, app)
+        await pilot.press("6")
+        await until(pilot, lambda: main.preflight is not None, "the preflight report")
+        await pilot.pause()
+        head = str(main.query_one("#pf-head", Static).render())
+        assert "DO NOT DISAGGREGATE" in head
+        body = main.query_one("#pf-digest", Static)
+        text = "\n".join(
+            "".join(s.text for s in line) for line in body.render_lines(body.region.reset_offset)
+        )
+        flat = " ".join(text.split())
+        for w in report["warnings"]:  # every finding: its code, evidence and fix
+            assert w["code"] in flat
+            evidence, _, fix = w["message"].partition(" Do: ")
+            assert " ".join(evidence.split())[:40] in flat
+            if fix:
+                assert " ".join(fix.split())[:30] in flat
+        assert "KV path per P→D pair" in flat
+        assert "12.5 GB/s" in flat  # the path's expected rate
+        assert "not checked" in flat
+        tree = main.query_one("#pf-tree", Tree)
+        assert not tree.display
+        await pilot.press("j")
+        assert tree.display
+        assert not main.query_one("#pf-body").display
+        assert "exit_code: 2" in [str(n.label) for n in tree.root.children]
+        await pilot.press("j")
+        assert not tree.display
+
+
 async def test_preflight_missing_from_a_replay_says_so(clock):
     app = PdctlApp(replay(clock), rounds=1)
     async with app.run_test(size=(100, 30)) as pilot:
@@ -231,3 +269,77 @@ async def test_enter_on_a_request_opens_its_ttft_split(clock):
         assert screen.request["id"] == reqs._order[0]
         await pilot.press("escape")
         assert on_main(app)
+
+
+@pytest.mark.parametrize("size", [(80, 24), (160, 45)])
+async def test_the_ttft_split_is_drawn_not_an_empty_frame(clock, size):
+    """A width:auto frame around 1fr children collapsed to its border (6x4, nothing in
+    it): the frame holds the table, and every segment name is on the screen."""
+    from textual.widgets import Static
+
+    from pdctl.tui.screens.flight import FlightScreen
+
+    app = PdctlApp(replay(clock), rounds=ROUNDS)
+    async with app.run_test(size=size) as pilot:
+        await settled(pilot, app)
+        await pilot.press("5")
+        reqs = table(app, "#req-table")
+        await until(pilot, lambda: bool(reqs._order), "requests")
+        reqs.focus()
+        await pilot.press("enter")
+        await pilot.pause()
+        screen = app.screen
+        assert isinstance(screen, FlightScreen)
+        frame = screen.query_one("#flight")
+        assert frame.size.width > 40
+        assert frame.size.height > 6
+        split = screen.query_one("#flight-table", Static)
+        assert split.size.width > 20
+        assert frame.region.contains_region(split.region)
+        lines = split.render_lines(split.region.reset_offset)
+        drawn = "\n".join("".join(seg.text for seg in line) for line in lines)
+        names = [s["name"] for s in screen.request["segments"]]
+        assert names
+        for name in names:
+            assert name in drawn
+
+
+async def test_the_timeline_view_shows_a_restart_in_order_and_filters(clock):
+    src = replay(clock)
+    await src.restart("decode-0")  # before the UI starts: it reads what was kept
+    app = PdctlApp(src, rounds=3)
+    async with app.run_test(size=(160, 45)) as pilot:
+        main = await settled(pilot, app)
+        await pilot.press("8")
+        await pilot.pause()
+        t = table(app, "#ev-table")
+        kinds = [str(t.get_row(k)[1]) for k in t._order]
+        assert kinds.index("restarted") < kinds.index("restarting") < kinds.index("control")
+        main.set_filter("kind:restarted")
+        await pilot.pause()
+        (row,) = [t.get_row(k) for k in t._order]
+        assert row[2] == "decode-0"
+        main.set_filter("source:operator")
+        await pilot.pause()
+        assert [str(t.get_row(k)[1]) for k in t._order] == ["control"]
+
+
+async def test_latency_view_names_each_pairs_bottleneck_and_draws_the_matrix(clock):
+    from textual.widgets import Static
+
+    app = PdctlApp(replay(clock, prefills=2, decodes=2), rounds=ROUNDS)
+    async with app.run_test(size=(160, 45)) as pilot:
+        main = await settled(pilot, app)
+        await pilot.press("4")
+        await pilot.pause()
+        split = str(main.query_one("#lat-split", Static).render())
+        # the replay's requests carry only the router's view: the prefill leg dominates
+        assert "⇒ prefill leg " in split
+        assert "add prefill instances" in split
+        matrix = main.query_one("#lat-matrix", Static)
+        assert matrix.display
+        lines = matrix.render_lines(matrix.region.reset_offset)
+        drawn = "\n".join("".join(seg.text for seg in line) for line in lines)
+        assert "decode-1" in drawn
+        assert "prefill-1" in drawn
+        assert "· prefill" in drawn

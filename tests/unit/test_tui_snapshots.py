@@ -8,6 +8,9 @@ cursor blink, no clock on screen.
 
 from __future__ import annotations
 
+import time
+from collections.abc import Iterator
+
 import pytest
 
 pytest.importorskip("textual", reason="the TUI tests need the tui extra (pip install 'pdctl[tui]')")
@@ -15,6 +18,7 @@ pytest.importorskip("textual", reason="the TUI tests need the tui extra (pip ins
 from pdctl.tui.app import PdctlApp
 from tests.conftest import REPO
 from tests.unit import tui_support
+from tests.unit.test_preflight_digest import worked_example
 from tests.unit.tui_support import PREFLIGHT, replay, settled, tiny_planner
 
 clock = tui_support.clock
@@ -32,19 +36,49 @@ SCREENS: dict[str, tuple[tuple[int, int], tuple[str, ...], bool, int, int]] = {
     "latency": ((120, 32), ("4",), True, 2, 2),
     "requests": ((120, 32), ("5",), True, 2, 2),
     "plan": ((120, 36), ("7",), True, 1, 1),
+    "flight": ((160, 45), ("5", "enter"), True, 2, 2),
+    "flight-80x24": ((80, 24), ("5", "enter"), True, 2, 2),
+    "preflight": ((160, 45), ("6",), True, 1, 1),
+    "preflight-80x24": ((80, 24), ("6",), True, 1, 1),
+    "preflight-json": ((120, 32), ("6", "j"), True, 1, 1),
+    "events": ((160, 45), ("8",), True, 2, 2),
+    "events-80x24": ((80, 24), ("8",), True, 1, 1),
 }
+# every view at the two sizes it must read at: a small terminal and a large one
+for _view, _key in (
+    ("fleet", ""), ("rendezvous", "2"), ("transfers", "3"), ("latency", "4"),
+    ("requests", "5"), ("plan", "7"),
+):  # fmt: skip
+    for _size in ((80, 24), (160, 45)):
+        SCREENS.setdefault(
+            f"{_view}-{_size[0]}x{_size[1]}",
+            (_size, (_key,) if _key else (), True, 2, 2),
+        )
+REPORTS = {n: worked_example() for n in ("preflight", "preflight-80x24", "preflight-json")}
+"""Screens that show a real report (the published worked example) instead of a few keys."""
+
+
+@pytest.fixture(autouse=True)
+def utc(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Wall-clock times on screen (the timeline) in one zone, whatever the machine's."""
+    monkeypatch.setenv("TZ", "UTC")
+    time.tzset()
+    yield
+    monkeypatch.undo()
+    time.tzset()
 
 
 @pytest.mark.parametrize("name", sorted(SCREENS))
 async def test_snapshot(name: str, clock, golden) -> None:
     size, keys, connector, p, d = SCREENS[name]
+    report = REPORTS.get(name, PREFLIGHT)
     src = replay(
-        clock, connector=connector, prefills=p, decodes=d, preflight=PREFLIGHT, planner=tiny_planner
+        clock, connector=connector, prefills=p, decodes=d, preflight=report, planner=tiny_planner
     )
     app = PdctlApp(src, rounds=ROUNDS)
     async with app.run_test(size=size) as pilot:
         main = await settled(pilot, app)
-        if name == "transfers":
+        if name.startswith("transfers") or name in REPORTS:
             main.run_preflight()
             await tui_support.until(pilot, lambda: main.preflight is not None, "preflight")
         await pilot.press(*keys)

@@ -35,11 +35,27 @@ request id): a stock vLLM peer logs them as an unknown request and ignores them.
 * **P cannot reach D's side channel** (its handshake to D fails): vLLM logs it and keeps
   the KV for the lease; P now releases it at once (D cannot be told: that is the path
   that failed; its watchdog answers).
+* **P will refuse D's layout** (vLLM's ``_validate_remote_agent_handshake`` on P asserts
+  that a consumer with a larger TP does not replicate its KV heads: P TP1 → D TP4 with 2
+  KV heads fails every WRITE handshake): every D rank runs that same check from P's side
+  before it registers (:mod:`pdctl.connector.layout`, on vLLM's ``TransferTopology``),
+  and instead of registering fails the receive at once (vLLM's
+  ``kv_load_failure_policy`` answers) and sends P a release, so neither side holds KV
+  for a transfer that cannot happen. Both sides log the layout problem by name.
 
 * **Nothing reaches P over the side channel** (decode cut off from it, a decode dead
   before its release went out): pdctl's router, which saw the request end without decode
   reading its KV, sends P a *release request* over HTTP
   (:mod:`pdctl.connector.pushsched`); P releases those leases at once.
+
+**Every notification leaves from the writer thread.** vLLM's push design keeps
+``send_notif`` on its ``nixl-push-writer`` thread: on GPU the defaults apply (NIXL's
+progress thread on, ``sync_mode`` unset → ``NIXL_THREAD_SYNC_NONE``, no agent lock), so
+a second thread calling into the agent races UCX. pdctl's failure notifications are
+decided on other threads too (a failed WRITE seen by the engine thread, a handshake
+completing on the handshake executor): :meth:`LifecycleWorker._send_to_engine` sends
+at once only on the writer thread and otherwise queues the message in the writer's
+inbox (as vLLM queues registrations), where the writer sends it on its next turn.
 
 Every early release on P is counted by reason (``pdctl:push_released_total``), not as an
 expired lease. Failpoints for the chaos suite: :mod:`pdctl.connector.failpoints`.
@@ -63,6 +79,7 @@ from pdctl.connector.failpoints import FAILPOINT_WRITE as FAILPOINT_WRITE
 from pdctl.connector.failpoints import FAILPOINT_WRITE_DELAY as FAILPOINT_WRITE_DELAY
 from pdctl.connector.failpoints import SideChannelCut, WriteDelay, failing_transfer
 from pdctl.connector.failpoints import failpoint_match as failpoint_match
+from pdctl.connector.layout import refusal
 from pdctl.connector.peerwatch import PeerWatch
 from pdctl.connector.pushsched import META_ATTR, RELEASE_KEY, PdctlPushScheduler
 
@@ -137,6 +154,8 @@ class _State:
         self.watch: PeerWatch | None = None
         self.gone: dict[str, float] = {}
         """D: requests failed because their prefill is gone (engine thread)."""
+        self.outbox: queue.Queue[tuple[str, bytes]] = queue.Queue()
+        """(engine, notification) decided off the writer thread; the writer sends them."""
 
 
 class LifecycleWorker(NixlPushConnectorWorker):
@@ -297,6 +316,7 @@ class LifecycleWorker(NixlPushConnectorWorker):
 
     def _send_registration_to_p(self, req_id: str, reg_data: dict[str, Any]) -> None:
         if req_id == DRAIN:
+            self._flush_outbox()
             self._drain_drops()
             self._fail_parked_dropped()
             self._unpark_released()
@@ -306,6 +326,8 @@ class LifecycleWorker(NixlPushConnectorWorker):
         if after_s is not None:
             self._cut_off(req_id, reg_data, after_s)
             return
+        if not reg_data.get(RELEASE_KEY) and self._refused_layout(req_id, reg_data):
+            return
         failed_at = self._pdctl_life.unreachable.get(reg_data["remote_engine_id"])
         recent = failed_at is not None and time.perf_counter() - failed_at < REMEMBER_S
         if reg_data.get(RELEASE_KEY) and recent:
@@ -314,6 +336,25 @@ class LifecycleWorker(NixlPushConnectorWorker):
             _log.info("pdctl: no release for %s: its prefill is unreachable", req_id)
             return
         super()._send_registration_to_p(req_id, reg_data)
+
+    def _refused_layout(self, req_id: str, reg_data: dict[str, Any]) -> bool:
+        """D: the prefill will refuse our layout (see the module): fail the receive now
+        and release the prefill's KV instead of registering."""
+        why = refusal(
+            getattr(self, "transfer_topo", None),
+            prefill_tp=int(reg_data.get("remote_tp_size") or 1),
+            decode_tp=int(reg_data.get("decode_tp_size") or getattr(self, "world_size", 1) or 1),
+            has_mamba=bool(getattr(self, "_has_mamba", False)),
+        )
+        if why is None:
+            return False
+        # every rank decides alike; one line per request is enough
+        say = _log.error if int(getattr(self, "tp_rank", 0) or 0) == 0 else _log.debug
+        say("pdctl: no KV can come for %s: %s", req_id, why)
+        self._failed_recv_reqs.put(req_id)
+        release = {**reg_data, RELEASE_KEY: True, "prefill_request_id": ""}
+        super()._send_registration_to_p(req_id, release)
+        return True
 
     def _cut_off(self, req_id: str, reg_data: dict[str, Any], after_s: float) -> None:
         """The side-channel failpoint: this message cannot reach the prefill."""
@@ -393,7 +434,19 @@ class LifecycleWorker(NixlPushConnectorWorker):
         if fut.exception() is None:
             return
         # vLLM logs push_handshake_failed and keeps the KV for the whole lease
-        _log.warning("pdctl: no side channel to the decode of %s; releasing its KV", request_id)
+        err = fut.exception()
+        if isinstance(err, AssertionError):  # vLLM's handshake validation refused the peer
+            _log.error(
+                "pdctl: the decode of %s refused at its handshake (%s: vLLM's "
+                "_validate_remote_agent_handshake; prefill TP %d, %d KV heads); releasing its "
+                "KV",
+                request_id,
+                str(err) or "assertion failed",
+                self.world_size,
+                getattr(self.transfer_topo, "total_num_kv_heads", -1),
+            )
+        else:
+            _log.warning("pdctl: no side channel to the decode of %s; releasing its KV", request_id)
         with self._pdctl_life.lock:
             self._pdctl_life.targets.pop(request_id, None)
             self._pdctl_life.release[get_base_request_id(request_id)] = (
@@ -435,14 +488,37 @@ class LifecycleWorker(NixlPushConnectorWorker):
         fut = self._ensure_handshake(
             engine, reg["decode_host"], reg["decode_port"], reg["decode_tp_size"]
         )
+        msg = encode(kind, reg["request_id"])
         if fut is None:
-            self._send_to_engine(engine, encode(kind, reg["request_id"]))
-        else:
+            self._send_to_engine(engine, msg)
+        else:  # the callback runs on the handshake executor: the message is queued
             fut.add_done_callback(
-                lambda f: None if f.exception() else self._notify_decode(reg, kind)
+                lambda f: None if f.exception() else self._send_to_engine(engine, msg)
             )
 
+    def _on_writer_thread(self) -> bool:
+        return threading.current_thread() is getattr(self, "_push_writer_thread", None)
+
     def _send_to_engine(self, engine: str, msg: bytes) -> None:
+        """Send ``msg`` to every agent of ``engine``: now on the writer thread, else on
+        the writer's next turn (``send_notif`` never leaves the writer thread)."""
+        if not self._on_writer_thread():
+            self._pdctl_life.outbox.put((engine, msg))
+            self._reg_send_inbox.put((DRAIN, {}))
+            self._push_writer_wake.set()
+            return
+        self._send_now(engine, msg)
+
+    def _flush_outbox(self) -> None:
+        """Writer thread: send the notifications other threads queued."""
+        while True:
+            try:
+                engine, msg = self._pdctl_life.outbox.get_nowait()
+            except queue.Empty:
+                return
+            self._send_now(engine, msg)
+
+    def _send_now(self, engine: str, msg: bytes) -> None:
         with self._handshake_lock:
             agents = dict(self._remote_agents.get(engine) or {})
         for agent in agents.values():

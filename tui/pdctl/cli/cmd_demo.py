@@ -143,6 +143,8 @@ def _prompt(rng: random.Random) -> str:
 async def _traffic(fleet: AsyncFleet, stats: Traffic, args: argparse.Namespace) -> None:
     import httpx
 
+    from pdctl.sdk.bench.loadgen import stream_one
+    from pdctl.sdk.bench.stats import RequestResult
     from pdctl.sdk.metrics.monitor import FleetMonitor
     from pdctl.sdk.pd import PrefillIdentity, push_request
 
@@ -168,11 +170,14 @@ async def _traffic(fleet: AsyncFleet, stats: Traffic, args: argparse.Namespace) 
                 }
                 t0 = time.perf_counter()
                 try:
-                    if router_url is not None:  # the product path: through pdctl's router
-                        r = await client.post(router_url + "/v1/completions", json=body, timeout=60)
-                        if r.status_code != 200:
-                            raise RuntimeError(f"router answered {r.status_code}: {r.text[:200]}")
-                        text = r.json()["choices"][0]["text"]
+                    if router_url is not None:  # the product path: streamed through the router
+                        streamed = {**body, "stream": True}
+                        streamed["stream_options"] = {"include_usage": True}
+                        res_ = RequestResult(index=stats.sent, prompt_tokens=0, sent_at=0.0)
+                        await stream_one(client, router_url, streamed, res_, timeout_s=60)
+                        if not res_.ok:
+                            raise RuntimeError(f"router: {res_.error}")
+                        text = res_.text
                     else:
                         res = await push_request(client, p.url, d.url, ident, body, timeout_s=60)
                         text = res.text

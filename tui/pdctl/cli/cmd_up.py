@@ -38,6 +38,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="seconds between SIGTERM and SIGKILL when stopping (default 10)",
     )
     p.add_argument(
+        "--ignore-lint",
+        action="append",
+        default=[],
+        metavar="CODE",
+        help="launch although lint reports error CODE (e.g. PD005), to reproduce what it "
+        "predicts; logged as a warning at every check (repeatable)",
+    )
+    p.add_argument(
         "-d",
         "--detach",
         action="store_true",
@@ -49,8 +57,17 @@ def _fleet(args: argparse.Namespace):  # type: ignore[no-untyped-def]
     from pdctl.sdk.fleet import AsyncFleet
 
     loaded = load(args)
+    if args.ignore_lint:
+        console().print(
+            f"[bold yellow]warning:[/] launching past lint errors {', '.join(args.ignore_lint)} "
+            "(--ignore-lint): what they predict will happen",
+        )
     return AsyncFleet(
-        loaded.spec, source=loaded.source, ready_timeout=args.ready_timeout, grace=args.grace
+        loaded.spec,
+        source=loaded.source,
+        ready_timeout=args.ready_timeout,
+        grace=args.grace,
+        ignore_lint=args.ignore_lint,
     )
 
 
@@ -107,6 +124,8 @@ def _detach(args: argparse.Namespace) -> int:
         cmd += ["-f", os.path.abspath(args.file)]
     for o in args.overrides:
         cmd += ["--set", o]
+    for code in args.ignore_lint:
+        cmd += ["--ignore-lint", code]
     for flag in ("fleet", "backend"):
         if getattr(args, flag):
             cmd += [f"--{flag}", getattr(args, flag)]

@@ -57,6 +57,7 @@ SUBCOMMANDS: tuple[Subcommand, ...] = (
     Subcommand("metrics", "the fleet's derived metrics and alerts: one snapshot (--once) "
                "or a stream", "cmd_metrics"),
     Subcommand("logs", "print (or follow) an instance's log", "cmd_logs"),
+    Subcommand("events", "the fleet's events in time order (filter, follow)", "cmd_events"),
     Subcommand("stop", "stop instances of a running fleet and leave them stopped",
                "cmd_instance", run="run_stop"),
     Subcommand("start", "start stopped instances of a running fleet again",
@@ -76,6 +77,8 @@ SUBCOMMANDS: tuple[Subcommand, ...] = (
     Subcommand("profile", "measure prefill and decode curves of a spec's instance", "cmd_profile"),
     Subcommand("plan", "recommend a P:D layout for a workload and its SLOs", "cmd_plan"),
     Subcommand("scale", "set a group's instance count on Kubernetes", "cmd_scale"),
+    Subcommand("selftest", "the GPU smoke kit: inventory, preflight, probe and a 1P1D pair "
+               "on this GPU, one report", "cmd_selftest"),
 )  # fmt: skip
 BY_NAME = {sc.name: sc for sc in SUBCOMMANDS}
 

@@ -90,12 +90,15 @@ async def perform(action: Action, source: Source) -> str:
         raise PdctlError("this fleet has no pdctl router to control")
     if action.kind == "drain":
         await router.drain(t)
+        source.control("drain", t)
         await router.wait_drained(t)
         return f"{t} drained: no request in flight; stop or restart it safely"
     if action.kind == "resume":
         await router.resume(t)
+        source.control("resume", t)
         return f"{t} receives requests again"
     if action.kind == "mode":
         st = await router.set_mode(t)
+        source.control(f"mode {st.mode}", "router")
         return f"router now dispatches in {st.mode} mode"
     raise PdctlError(f"unknown action {action.kind!r}")

@@ -10,9 +10,12 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from rich.table import Table
 from rich.text import Text
 
+from pdctl.sdk.router import bottleneck as bn
 from pdctl.sdk.router import flightrec as fr
+from pdctl.sdk.router.bottleneck import PairVerdict
 
 DASH = "-"
 HEALTH_STYLE = {"UP": "green", "DOWN": "bold red", "STALE": "magenta"}
@@ -131,6 +134,7 @@ _CLASS = {
     fr.WRITE: "WRITE",
     fr.DECODE_SCHEDULE: "decode",
     fr.FIRST_TOKEN: "decode",
+    fr.GENERATION: "decode",
     fr.DECODE: "decode",
     fr.DECODE_INCL_WAIT: "decode, incl. wait",
     fr.DECODE_INCL_READ: "decode, incl. wait",
@@ -226,4 +230,56 @@ def ttft_split(stats: Mapping[str, Mapping[str, float]]) -> Text:
         t.append(g, style=s)
         t.append(f" {name} {v['p50_ms']:.1f}")
         first = False
+    return t
+
+
+BOTTLENECK_STYLE = {
+    "prefill": "blue",
+    "decode": "green",
+    "transfer": "cyan",
+    "router": "dim",
+    "generation": "dim",
+}
+
+
+def bottleneck(v: PairVerdict, numbers: bool = True) -> Text:
+    """One pair's verdict: the dominant part, its share, the advice, the numbers."""
+    t = Text("  ⇒ ", style="bold")
+    if v.bottleneck is None:
+        t.append(v.advice, style="dim")
+        return t
+    t.append(f"{v.segment} {pct(v.share)}", style=f"bold {BOTTLENECK_STYLE.get(v.bottleneck, '')}")
+    t.append(f": {v.advice}")
+    if not numbers:
+        return t
+    shares = "  ".join(f"{g} {pct(s)}" for g, s in sorted(v.shares.items(), key=lambda x: -x[1]))
+    t.append(f"\n     TTFT p50 {num(v.ttft_p50_ms)} ms over {v.requests} requests", style="dim")
+    t.append(f" ({v.errors} errors); {shares}", style="dim")
+    if v.transfer_bps is not None:
+        t.append(f"; WRITE {rate(v.transfer_bps)}", style="dim")
+    return t
+
+
+def pair_matrix(found: Sequence[PairVerdict]) -> Table:
+    """Prefills down, decodes across: each pair's TTFT p50, errors, transfer rate and
+    what dominates."""
+    rows, cols, cells = bn.matrix(found)
+    title = "P→D pairs (prefill down, decode across): TTFT p50 · errors · WRITE rate · dominant"
+    t = Table(title=title, title_justify="left", box=None, pad_edge=False)
+    t.add_column("")
+    for d in cols:
+        t.add_column(d)
+    for p in rows:
+        row: list[Text | str] = [Text(p, style="bold")]
+        for d in cols:
+            v = cells.get((p, d))
+            if v is None:
+                row.append(Text("-", style="dim"))
+                continue
+            cell = Text(f"{num(v.ttft_p50_ms, 0)} ms · ")
+            cell.append(f"{v.errors}", style="bold red" if v.errors else "")
+            cell.append(f" · {rate(v.transfer_bps)} · ")
+            cell.append(v.bottleneck or "?", style=BOTTLENECK_STYLE.get(v.bottleneck or "", ""))
+            row.append(cell)
+        t.add_row(*row)
     return t

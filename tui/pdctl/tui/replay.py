@@ -22,6 +22,7 @@ from typing import Any
 import httpx
 
 from pdctl.sdk.client import AsyncRouterClient
+from pdctl.sdk.events import Event, EventSource
 from pdctl.sdk.fleet import InstanceStatus
 from pdctl.sdk.fleetplan import FleetPlan
 from pdctl.sdk.lint import lint
@@ -159,6 +160,7 @@ class ReplaySource(Source):
         self._index = {(h.host, h.http_port): n for n, h in enumerate(plan.instances)}
         self._cache: dict[int, str] = {}
         self._client: httpx.AsyncClient | None = None
+        self.events = EventSource(None)  # the replay's own: kept in memory only
 
     # ------------------------------------------------------------------ payloads
 
@@ -240,7 +242,7 @@ class ReplaySource(Source):
             )
             for i in self.plan.instances
         }
-        return self.advise(Update(snap, reqs, state, fleet))
+        return self.journal(self.advise(Update(snap, reqs, state, fleet)))
 
     async def close(self) -> None:
         if self._client is not None:
@@ -261,10 +263,20 @@ class ReplaySource(Source):
         self.plan.by_name(name)
         self.down.discard(name)
         self.restarts[name] = self.restarts.get(name, 0) + 1
+        self._lifecycle(name, "restart", "restarting", "restarted")
 
     async def stop(self, name: str) -> None:
         self.plan.by_name(name)
         self.down.add(name)
+        self._lifecycle(name, "stop", "stopping", "stopped")
+
+    def _lifecycle(self, name: str, action: str, *kinds: str) -> None:
+        """What the supervisor would journal for a restart or stop (a control action,
+        then the instance's states)."""
+        assert self.events is not None
+        now = self.clock.now()
+        self.events.control(action, name, by="replay", at=now)
+        self.events.record([Event(k, name, at=now) for k in kinds])
 
 
 class _Transport(httpx.AsyncBaseTransport):

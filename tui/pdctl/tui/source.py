@@ -20,6 +20,7 @@ import httpx
 
 from pdctl.sdk.client import AsyncRouterClient, RouterState
 from pdctl.sdk.errors import PdctlError
+from pdctl.sdk.events import Event, EventSource
 from pdctl.sdk.fleet import (
     FleetStatus,
     InstanceStatus,
@@ -51,6 +52,8 @@ class Update:
     """The planner's recommendation for the live load (the latest one computed)."""
     recommendation_note: str = ""
     """Why there is no recommendation (no profile, no traffic yet, …)."""
+    events: tuple[Event, ...] = ()
+    """Fleet events new since the previous update (the first: every one kept)."""
 
 
 @dataclass(frozen=True)
@@ -96,9 +99,34 @@ class Source(ABC):
         default=None, init=False, repr=False
     )
     _advice_gap_s: float = field(default=0.0, init=False, repr=False)
+    events: EventSource | None = None
+    """The fleet's event journal (None: this source has no events to show)."""
+    _events_read: bool = field(default=False, init=False, repr=False)
 
     @abstractmethod
     async def poll(self) -> Update: ...
+
+    def journal(self, update: Update) -> Update:
+        """``update`` with the fleet events since the last one: what this round derived
+        (alerts, the router's view, requests' retries and failures) is journaled first.
+        Runs on the poll worker's thread."""
+        if self.events is None:
+            return update
+        if not self._events_read:
+            self.events.history()
+        self.events.observe(
+            update.snapshot, update.router, update.requests or (), at=self.clock.now()
+        )
+        if not self._events_read:
+            self._events_read = True
+            return replace(update, events=tuple(self.events.history()))
+        return replace(update, events=tuple(self.events.new()))
+
+    def control(self, what: str, subject: str | None) -> None:
+        """Journal a control action this UI made (restart and stop are journaled by the
+        supervisor that carries them out)."""
+        if self.events is not None:
+            self.events.control(what, subject, via="pdctl UI")
 
     def advise(self, update: Update) -> Update:
         """``update`` with the planner's latest recommendation (recomputed once every
@@ -201,6 +229,7 @@ class LiveSource(Source):
         self._client: httpx.AsyncClient | None = None
         self._round = 0
         self._fleet: dict[str, InstanceStatus] | None = None
+        self.events = EventSource(fleet_dir(self.fleet_name)) if self.fleet_name else None
 
     def use_profile(self, path: str) -> None:
         """Plan from the profile at ``path`` (``pdctl top --plan-profile``); a profile
@@ -220,7 +249,7 @@ class LiveSource(Source):
             self._fleet_status(),
         )
         self._round += 1
-        return self.advise(Update(snap, reqs, state, fleet, tuple(notes)))
+        return self.journal(self.advise(Update(snap, reqs, state, fleet, tuple(notes))))
 
     async def _requests(self, notes: list[str]) -> tuple[dict[str, Any], ...] | None:
         if self.router is None:

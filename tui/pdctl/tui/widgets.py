@@ -24,6 +24,8 @@ class Column:
     wide: int = 0
     """0: always shown; 1, 2, …: optional, added in that order while the terminal has
     room (so the table degrades to the essentials at 80 columns)."""
+    grow: bool = False
+    """Takes the room the shown columns leave (one column per table: free text)."""
 
 
 class SyncTable(DataTable[Cell]):
@@ -34,6 +36,8 @@ class SyncTable(DataTable[Cell]):
         super().__init__(cursor_type="row", zebra_stripes=False, **kw)  # type: ignore[arg-type]
         self.all_columns = tuple(columns)
         self._shown: tuple[Column, ...] = ()
+        self._extra = 0
+        self._room_left = 0
         self._rows: dict[str, tuple[Cell, ...]] = {}
         self._order: list[str] = []
 
@@ -47,6 +51,7 @@ class SyncTable(DataTable[Cell]):
             if used + c.width + pad <= room:
                 keep.add(c.key)
                 used += c.width + pad
+        self._room_left = max(0, room - used)
         return tuple(c for c in self.all_columns if not c.wide or c.key in keep)
 
     def sync(self, rows: Sequence[tuple[str, Sequence[Cell]]]) -> None:
@@ -54,12 +59,13 @@ class SyncTable(DataTable[Cell]):
         shown = self._pick()
         index = [i for i, c in enumerate(self.all_columns) if c in shown]
         keys = [k for k, _ in rows]
-        if shown != self._shown:
+        extra = self._room_left if any(c.grow for c in shown) else 0
+        if shown != self._shown or extra != self._extra:
             selected = self.selected_key()
             self.clear(columns=True)
             for c in shown:
-                self.add_column(c.label, key=c.key, width=c.width)
-            self._shown = shown
+                self.add_column(c.label, key=c.key, width=c.width + (extra if c.grow else 0))
+            self._shown, self._extra = shown, extra
             self._rows, self._order = {}, []
             self._rebuild(rows, index, selected)
             return

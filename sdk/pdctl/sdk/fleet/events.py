@@ -6,6 +6,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Literal
 
+from pdctl.sdk.events.model import Event
+
 EventKind = Literal[
     "starting",
     "ready",
@@ -40,6 +42,16 @@ class FleetEvent:
             "message": self.message,
             "log_tail": list(self.log_tail),
         }
+
+
+def journal_event(ev: FleetEvent) -> Event:
+    """A lifecycle event as the journal keeps it (the kinds share their names)."""
+    data: dict[str, object] = {}
+    if ev.code is not None:
+        data["code"] = ev.code
+    if ev.log_tail:
+        data["log_tail"] = list(ev.log_tail)
+    return Event(ev.kind, ev.instance, ev.message, at=ev.at, data=data)
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncIterator, Collection, Iterable, Sequence
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -24,6 +24,9 @@ import httpx
 from pdctl.sdk.client import AsyncRouterClient
 from pdctl.sdk.demo import load_demo_spec
 from pdctl.sdk.errors import FleetRunningError, LaunchError
+from pdctl.sdk.events.journal import Journal
+from pdctl.sdk.events.kinds import CONTROL
+from pdctl.sdk.events.model import Event
 from pdctl.sdk.fleet import control
 from pdctl.sdk.fleet.events import FleetEvent, InstanceStatus
 from pdctl.sdk.fleet.policy import RestartPolicy
@@ -46,6 +49,7 @@ from pdctl.sdk.fleet.state import (
     write_state,
 )
 from pdctl.sdk.fleet.supervisor import RouterNotifier, Supervisor, _Instance, router_api_key
+from pdctl.sdk.fleet.waiver import waive
 from pdctl.sdk.fleetplan import InstancePlan, router_plan
 from pdctl.sdk.lint import lint, require_clean
 from pdctl.sdk.metrics.monitor import FleetMonitor, Snapshot
@@ -75,13 +79,18 @@ class AsyncFleet(Supervisor):
         check_ports: bool = True,
         with_router: bool = True,
         transport: httpx.AsyncBaseTransport | None = None,
+        ignore_lint: Collection[str] = (),
     ) -> None:
         if source is None:
             source = spec.source if isinstance(spec, LoadedSpec) else "<spec>"
         self.spec = spec = spec_of(spec)
         self.source = source
-        self.plan = require_clean(lint(spec, check_bound_ports=False))
+        self.ignore_lint = frozenset(c.upper() for c in ignore_lint)
+        """Lint error codes launched past on purpose (``pdctl up --ignore-lint``): each
+        waived error is logged as a warning at every check; other errors still refuse."""
+        self.plan = require_clean(waive(lint(spec, check_bound_ports=False), self.ignore_lint))
         self.dir = fleet_dir(spec.fleet.name, state_root)
+        self._journal: Journal | None = Journal.of(self.dir)
         self.ready_timeout = ready_timeout
         self.grace = grace
         self.check_ports = check_ports
@@ -188,7 +197,7 @@ class AsyncFleet(Supervisor):
         # installed vLLM starts an interpreter) run off the event loop
         await asyncio.to_thread(self._claim_state_dir)
         report = lint(self.spec, check_bound_ports=self.check_ports)
-        require_clean(report)
+        require_clean(waive(report, self.ignore_lint, log=True))
         await asyncio.to_thread(check_engine, self.plan.instances[0].argv[0], self.spec)
         self._up = True
         try:
@@ -476,6 +485,12 @@ class AsyncFleet(Supervisor):
         cmd = req.get("cmd")
         if cmd == "ping":
             return {"ok": True, "pid": os.getpid()}
+        if cmd in ("restart", "stop", "down") and self._journal is not None:
+            name = req.get("name")
+            by = req.get("by")
+            self._journal.append(
+                [Event(CONTROL, str(name) if name else None, str(cmd), actor=str(by or "?"))]
+            )
         if cmd == "restart":
             await self.restart(str(req.get("name")))
             return {"ok": True}

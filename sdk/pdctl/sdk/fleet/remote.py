@@ -14,6 +14,7 @@ from typing import Any
 import httpx
 
 from pdctl.sdk.errors import NotRunningError
+from pdctl.sdk.events.actor import actor
 from pdctl.sdk.fleet import control
 from pdctl.sdk.fleet.events import InstanceStatus
 from pdctl.sdk.fleet.procs import alive, group_alive, kill_group
@@ -175,7 +176,7 @@ def _instance_request(
             "up, then `pdctl up`"
         )
     rec.instance(name)
-    control.request(rec.control_socket, {"cmd": cmd, "name": name}, timeout)
+    control.request(rec.control_socket, {"cmd": cmd, "name": name, "by": actor()}, timeout)
 
 
 def remote_restart(
@@ -201,7 +202,7 @@ def remote_down(fleet: str, *, state_root: Path | None = None, grace: float = DE
     d, rec = _require_state(fleet, state_root)
     if alive(rec.supervisor_pid, rec.supervisor_ticks):
         try:
-            control.request(rec.control_socket, {"cmd": "down"}, grace + 30)
+            control.request(rec.control_socket, {"cmd": "down", "by": actor()}, grace + 30)
         except control.ControlError:
             # the supervisor is wedged: stop it, then clean up after it
             with contextlib.suppress(ProcessLookupError):

@@ -33,7 +33,8 @@ import httpx
 
 from pdctl.sdk.client import AsyncRouterClient, InstanceEvent
 from pdctl.sdk.errors import PdctlError
-from pdctl.sdk.fleet.events import EventKind, FleetEvent
+from pdctl.sdk.events.journal import Journal
+from pdctl.sdk.fleet.events import EventKind, FleetEvent, journal_event
 from pdctl.sdk.fleet.policy import Liveness, RestartPolicy, RestartTracker
 from pdctl.sdk.fleet.readiness import check_ready, health_status
 from pdctl.sdk.fleet.state import InstanceRecord, read_exit, tail
@@ -134,6 +135,7 @@ class Supervisor:
     _base_engine_ids: dict[str, str | None]
     _subscribers: list[asyncio.Queue[FleetEvent]]
     _changed: asyncio.Event
+    _journal: Journal | None
 
     # ------------------------------------------------------------------ hooks
 
@@ -159,6 +161,8 @@ class Supervisor:
     ) -> None:
         """Hand an event to every subscriber of ``events()`` and wake ``wait_ready``."""
         ev = FleetEvent(kind, name, code=code, message=message, log_tail=tuple(log_tail))
+        if self._journal is not None:  # kept in the state directory for `pdctl events`
+            self._journal.append([journal_event(ev)])
         for q in list(self._subscribers):
             q.put_nowait(ev)
         self._changed.set()

@@ -1,13 +1,15 @@
-"""Rules PD024-PD031: mistakes that only matter on Kubernetes."""
+"""Rules PD024-PD031 and PD050: mistakes that only matter on Kubernetes."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 from pdctl.sdk.fleetplan import (
     is_loopback,
     is_wildcard,
 )
+from pdctl.sdk.jsonpatch import JsonPatchError, apply_patch
 from pdctl.sdk.keys import key_sources
 from pdctl.sdk.lint.core import (
     Finding,
@@ -19,6 +21,7 @@ from pdctl.sdk.modelinfo import (
     looks_like_local_path,
 )
 from pdctl.sdk.spec import (
+    RDMA_CAPABILITY,
     K8sSpec,
     is_dns_label,
 )
@@ -228,3 +231,66 @@ def _k8s_files(ctx: LintContext) -> Iterator[Finding]:
                 "the router pod does not start (its key variable is unset)",
                 f"create a Secret with the key {src.env} and list its name in router_secret_env",
             )
+
+
+_RDMA_RESOURCE_HINTS = ("rdma", "efa", "infiniband")
+_CONTAINER = "/spec/containers/0"
+_CHECKED = (f"{_CONTAINER}/resources", f"{_CONTAINER}/securityContext")
+
+
+def _vllm_container(k8s: K8sSpec) -> dict[str, Any]:
+    """The two fields of a vLLM container this rule reads, as pdctl generates them
+    (``backends/k8s/pods.py``: resources and security context), with the ``pod_patch``
+    operations on those fields applied; other operations are the build's to check."""
+    rdma = {name: str(n) for name, n in k8s.rdma_resources.items()}
+    container: dict[str, Any] = {"name": "vllm"}
+    if rdma:
+        container["resources"] = {"limits": dict(rdma), "requests": dict(rdma)}
+    if caps := k8s.container_capabilities(rdma=bool(rdma)):
+        container["securityContext"] = {"capabilities": {"add": caps}}
+    ops = [
+        op.as_tuple()
+        for op in k8s.pod_patch
+        if op.path == _CONTAINER or op.path.startswith(tuple(c for c in _CHECKED))
+    ]
+    template: dict[str, Any] = {"spec": {"containers": [container]}}
+    try:
+        template = apply_patch(template, ops)
+    except JsonPatchError:
+        return container  # the build names the operation that does not apply
+    first: dict[str, Any] = (template["spec"].get("containers") or [{}])[0]
+    return first
+
+
+def _locks_memory(container: dict[str, Any]) -> bool:
+    sc = container.get("securityContext") or {}
+    added = (sc.get("capabilities") or {}).get("add") or []
+    return bool(sc.get("privileged")) or RDMA_CAPABILITY in added or "ALL" in added
+
+
+@rule("PD050", "RDMA/EFA devices without IPC_LOCK")
+def _k8s_memlock(ctx: LintContext) -> Iterator[Finding]:
+    """A vLLM container, as it will be applied (``pod_patch`` included), that gets RDMA/EFA
+    devices but neither IPC_LOCK nor privileged may not be able to pin memory for
+    registration (ibv_reg_mr / fi_mr_reg fail once RLIMIT_MEMLOCK is reached)."""
+    k8s = _k8s(ctx)
+    if k8s is None or not any(
+        i.role in ("prefill", "decode", "colocated") for i in ctx.plan.instances
+    ):
+        return
+    c = _vllm_container(k8s)
+    res = c.get("resources") or {}
+    names = set(res.get("limits") or {}) | set(res.get("requests") or {})
+    declared = set(k8s.rdma_resources)
+    rdma = sorted(n for n in names if n in declared or any(h in n for h in _RDMA_RESOURCE_HINTS))
+    if rdma and not _locks_memory(c):
+        yield _f(
+            "PD050",
+            "warning",
+            "backend.k8s.pod_patch" if k8s.pod_patch else "backend.k8s.capabilities",
+            f"vLLM containers request {', '.join(rdma)} without the {RDMA_CAPABILITY} capability",
+            "where the container's memlock limit is low, registering KV memory with the NIC "
+            "fails and NIXL cannot move KV over RDMA/EFA",
+            f"keep {RDMA_CAPABILITY} (pdctl adds it; do not remove it in pod_patch), or make "
+            "sure the runtime's memlock limit is unlimited",
+        )

@@ -73,6 +73,9 @@ WANTED = (
 """The series the monitor reads (router: pdctl_router_*, connector: pdctl:*); the
 parser skips every other line of a ~60 KB payload without looking inside it."""
 QUANTILES = (0.5, 0.9, 0.99)
+ROUTER_TTFT = "pdctl_router_ttft_seconds"
+"""The router's time to the answer's first byte, every request (router/timeline.py)."""
+ROUTER_E2E = "pdctl_router_e2e_seconds"
 
 
 def targets_for(spec: FleetSpec, plan: FleetPlan) -> list[Target]:
@@ -197,14 +200,26 @@ class FleetMonitor:
         if hist and t.role != "router":
             base["prefix_hit_rate"] = _hit_rate(hist[-1], hist[0] if len(hist) > 1 else None)
         base["kv_index"] = self._kv_index(t.name)
-        if not hist or t.role == "router":
+        if not hist:
             return InstanceMetrics(**base)
         new, old = hist[-1], (hist[0] if len(hist) > 1 else None)
         dt = new.at - old.at if old is not None else 0.0
 
-        def window(name: str) -> Histogram | None:
-            h = new.histogram(V + name)
-            return h.minus(old.histogram(V + name)) if (h is not None and old is not None) else h
+        def window(name: str, prefix: str = V) -> Histogram | None:
+            h = new.histogram(prefix + name)
+            if h is None or old is None:
+                return h
+            return h.minus(old.histogram(prefix + name))
+
+        if t.role == "router":  # what the router measured of every request it answered
+            e2e = window(ROUTER_E2E, "")
+            return InstanceMetrics(
+                **base,
+                ttft=Latency.of(window(ROUTER_TTFT, "")),
+                e2e=Latency.of(e2e),
+                request_rate=(e2e.count / dt) if (e2e is not None and dt > 0) else None,
+                span_s=dt if old is not None else None,
+            )
 
         done = counter_delta(
             new.total(V + "request_success_total"),

@@ -42,7 +42,7 @@ class NicInfo:
     """Link rate in gigabits per second (sysfs ``rate``)."""
     numa: int | None = None
     gdr: bool | None = None
-    """EFA only: ``/sys/class/infiniband/<dev>/gdr``."""
+    """EFA only: ``/sys/class/infiniband/<dev>/device/gdr`` (the PCI device's file)."""
     netdevs: tuple[str, ...] = ()
     bus_id: str | None = None
 

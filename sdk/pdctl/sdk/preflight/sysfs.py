@@ -31,6 +31,10 @@ _RATE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*Gb/sec")
 _BDF = re.compile(r"^[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]$")
 _LINE = re.compile(r"^(\S+?)(?:\s+(=|->)\s?(.*))?$")
 VENDORS = {"0x15b3": "Mellanox/NVIDIA", "0x1d0f": "Amazon", "0x02c9": "Mellanox"}
+EFA_GDR = "device/gdr"
+"""EFA's GPUDirect flag, relative to ``class/infiniband/<dev>``: amzn-drivers' ``efa_sysfs.c``
+creates ``gdr`` on the PCI device (``device_create_file(&pdev->dev, ...)``), not on the
+ib device, so it is reached through the ``device`` link."""
 GDRDRV_DEV = "dev/gdrdrv"
 """Pseudo path in a dump: the live ``/dev/gdrdrv`` (gdrcopy) exists."""
 
@@ -107,7 +111,7 @@ def dump_sysfs(root: Path = LIVE_SYSFS) -> str:
         d.link(f"{base}/device/driver")
         d.file(f"{base}/device/vendor")
         d.file(f"{base}/device/numa_node")
-        d.file(f"{base}/gdr")
+        d.file(f"{base}/{EFA_GDR}")
         d.listing(f"{base}/device/net")
         for port in d.listing(f"{base}/ports"):
             for name in _PORT_FILES:
@@ -215,7 +219,7 @@ def read_rdma_nics(src: Path | Sysfs = LIVE_SYSFS) -> list[NicInfo]:
                 link_layer=p("link_layer"),
                 rate_gbps=parse_rate_gbps(p("rate")),
                 numa=parse_numa(fs.read(f"{base}/device/numa_node")),
-                gdr=_flag(fs.read(f"{base}/gdr")),
+                gdr=_flag(fs.read(f"{base}/{EFA_GDR}")),
                 netdevs=tuple(fs.listdir(f"{base}/device/net")),
                 bus_id=bus if bus and _BDF.match(bus) else None,
             )

@@ -41,6 +41,8 @@ NOTIFICATION = "notification"
 PICKUP = "notification pick-up"
 DECODE_SCHEDULE = "decode scheduling"
 FIRST_TOKEN = "first token"
+GENERATION = "generation"
+"""A non-streamed answer's last segment: its first byte arrives with the whole answer."""
 STREAMING = "streaming"
 # spans that hold more than one step (nothing finer was measured)
 PREFILL_LEG = "prefill leg"
@@ -63,6 +65,7 @@ LEGEND: dict[str, str] = {
     PICKUP: "decode's engine picking the notification up (once per step)",
     DECODE_SCHEDULE: "decode scheduling the request after its KV arrived",
     FIRST_TOKEN: "decode's first step, detokenizing, first byte reaching the router",
+    GENERATION: "decode generating the whole answer (not streamed: it arrives at once)",
     STREAMING: "the rest of the answer (after TTFT)",
     PREFILL_LEG: "prefill leg as the router saw it (no prefill record)",
     DECODE_INCL_WAIT: "decode after prefill: KV wait, transfer, first step (not itemized)",
@@ -222,7 +225,7 @@ def join(tl: Any, p: InstanceRecord | None, d: InstanceRecord | None) -> Flight:
     path.to(NOTIFICATION, D(fl.NOTIFIED), "prefill→decode")
     path.to(PICKUP, D(fl.RECEIVED), "decode")
     path.to(DECODE_SCHEDULE, D(fl.SCHEDULED), "decode")
-    path.rest(FIRST_TOKEN, "decode")
+    path.rest(FIRST_TOKEN if tl.stream else GENERATION, "decode")
     flight.complete = xfer is not None and d.t(fl.RECEIVED) is not None
     return _finish(flight, path, tl)
 

@@ -16,9 +16,11 @@ and a fix instead of a bare validation error.
 
 from pdctl.sdk.spec.backend import (
     RAY_MANAGED_RESOURCES,
+    RDMA_CAPABILITY,
     RESERVED_LABEL_PREFIXES,
     BackendSpec,
     K8sSpec,
+    PodPatchOp,
     RayGroup,
     RaySpec,
     Toleration,
@@ -62,6 +64,7 @@ from pdctl.sdk.spec.settings import FleetSettings, ModelSpec, UcxSpec
 __all__ = [
     "ENGINE_ID_FIELDS",
     "RAY_MANAGED_RESOURCES",
+    "RDMA_CAPABILITY",
     "RESERVED_LABEL_PREFIXES",
     "ApiKeySpec",
     "AuditSpec",
@@ -80,6 +83,7 @@ __all__ = [
     "ModelSpec",
     "ObservabilitySpec",
     "Platform",
+    "PodPatchOp",
     "Port",
     "RateLimitSpec",
     "RayGroup",

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import re
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
+from pdctl.sdk.jsonpatch import PatchOpName, split_pointer
 from pdctl.sdk.spec.base import BackendKind, _Strict, is_dns_label
 
 _QUANTITY_RE = re.compile(r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|Pi|Ei|m|k|M|G|T|P|E)?$")
@@ -15,6 +16,10 @@ _QUALIFIED_RE = re.compile(
     r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
 )
 RESERVED_LABEL_PREFIXES = ("pdctl.io/", "app.kubernetes.io/managed-by")
+_CAPABILITY_RE = re.compile(r"^[A-Z][A-Z0-9_]*$")
+RDMA_CAPABILITY = "IPC_LOCK"
+"""Pinning (registering) RDMA/EFA memory is bounded by RLIMIT_MEMLOCK; a container may raise
+it only with CAP_IPC_LOCK (llm-d's AWS EFA overlay adds it for the same reason)."""
 
 
 class Toleration(_Strict):
@@ -23,6 +28,32 @@ class Toleration(_Strict):
     value: str | None = None
     effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = None
     toleration_seconds: int | None = Field(default=None, ge=0)
+
+
+class PodPatchOp(_Strict):
+    """One RFC 6902 operation of ``pod_patch``; ``path`` is a JSON Pointer into the pod
+    template (``/metadata/...`` or ``/spec/...``)."""
+
+    op: PatchOpName
+    path: str
+    value: Any = None
+
+    @field_validator("path")
+    @classmethod
+    def _pointer(cls, v: str) -> str:
+        split_pointer(v)
+        if not v.startswith(("/metadata", "/spec")):
+            raise ValueError(f"{v!r}: point into the pod template, e.g. '/spec/hostIPC'")
+        return v
+
+    @model_validator(mode="after")
+    def _value(self) -> PodPatchOp:
+        if self.op != "remove" and "value" not in self.model_fields_set:
+            raise ValueError(f"{self.op} {self.path}: give a value")
+        return self
+
+    def as_tuple(self) -> tuple[PatchOpName, str, Any]:
+        return (self.op, self.path, self.value)
 
 
 class K8sSpec(_Strict):
@@ -48,6 +79,16 @@ class K8sSpec(_Strict):
     rdma_resources: dict[str, int] = Field(
         default_factory=dict,
         description="RDMA/EFA devices per vLLM pod, e.g. {'vpc.amazonaws.com/efa' = 32}.",
+    )
+    capabilities: list[str] = Field(
+        default_factory=list,
+        description="Linux capabilities added to every vLLM container, e.g. ['SYS_PTRACE'] "
+        "(IPC_LOCK is added by itself wherever rdma_resources are requested).",
+    )
+    pod_patch: list[PodPatchOp] = Field(
+        default_factory=list,
+        description="RFC 6902 JSON patch applied to every generated vLLM pod template, e.g. "
+        "[{op = 'add', path = '/spec/hostIPC', value = true}] (docs/kubernetes.md).",
     )
     cpu: str | None = Field(default=None, description="CPU request of each vLLM pod, e.g. '8'.")
     memory: str | None = Field(default=None, description="Memory request and limit, e.g. '64Gi'.")
@@ -110,6 +151,16 @@ class K8sSpec(_Strict):
                 raise ValueError(f"{name} = {n}: request at least 1 (or remove it)")
         return v
 
+    @field_validator("capabilities")
+    @classmethod
+    def _capabilities(cls, v: list[str]) -> list[str]:
+        for cap in v:
+            if cap.startswith("CAP_"):
+                raise ValueError(f"{cap!r}: Kubernetes names it without CAP_, write {cap[4:]!r}")
+            if not _CAPABILITY_RE.match(cap):
+                raise ValueError(f"{cap!r} is not a capability name such as 'IPC_LOCK'")
+        return v
+
     @field_validator("labels", "annotations")
     @classmethod
     def _keys(cls, v: dict[str, str]) -> dict[str, str]:
@@ -125,6 +176,11 @@ class K8sSpec(_Strict):
         return self.workload == "leaderworkerset" or (
             self.workload == "auto" and ranks > self.gpus_per_node
         )
+
+    def container_capabilities(self, *, rdma: bool) -> list[str]:
+        """Capabilities a vLLM container adds: the spec's, and IPC_LOCK when it requests
+        RDMA/EFA devices."""
+        return sorted(set(self.capabilities) | ({RDMA_CAPABILITY} if rdma else set()))
 
     def nodes_for(self, ranks: int) -> int:
         """Pods (one per node) an instance with ``ranks`` GPU workers occupies."""

@@ -20,6 +20,7 @@ from textual.widgets import ContentSwitcher, DataTable, Footer, Input, Static
 from textual.worker import get_current_worker
 
 from pdctl.sdk.errors import PdctlError
+from pdctl.sdk.events import Event
 from pdctl.tui import actions, fmt
 from pdctl.tui.actions import Action
 from pdctl.tui.commands import entries_for
@@ -30,6 +31,9 @@ from pdctl.tui.source import PreflightResult, Source, Update
 from pdctl.tui.views import VIEWS, view_named
 from pdctl.tui.views.base import Filter, Frame, View
 from pdctl.tui.widgets import AlertBanner, Tabs
+
+MAX_EVENTS = 5000
+"""Fleet events held by the UI (the journal keeps more: `pdctl events`)."""
 
 
 class MainScreen(Screen[None]):
@@ -52,6 +56,8 @@ class MainScreen(Screen[None]):
         self.rounds = rounds
         """Stop polling after this many rounds (tests and snapshots); None: forever."""
         self.history = History()
+        self.events: deque[Event] = deque(maxlen=MAX_EVENTS)
+        """The fleet's events this UI has read, oldest first."""
         self.latest: Update | None = None
         self.filter = Filter()
         self.preflight: PreflightResult | None = None
@@ -143,6 +149,8 @@ class MainScreen(Screen[None]):
             return
         for u in backlog[:-1]:
             self.history.record(u.snapshot)
+        for u in backlog:  # every round's events, also of the rounds not painted
+            self.events.extend(u.events)
         self.apply(backlog[-1])
         self.handler_ms.append((time.perf_counter() - t0) * 1000)
 
@@ -167,7 +175,8 @@ class MainScreen(Screen[None]):
         expected = self.source.expected_bps or (
             self.preflight.expected_bps if self.preflight else None
         )
-        return Frame(self.latest, self.history, self.filter, expected, self.preflight)
+        events = self.events if self.source.events is not None else None
+        return Frame(self.latest, self.history, self.filter, expected, self.preflight, events)
 
     def _summary(self, u: Update) -> Text:
         s = u.snapshot.summary
@@ -207,6 +216,10 @@ class MainScreen(Screen[None]):
         tables = self.view.query(DataTable)
         if tables:
             tables.first().focus()
+        else:  # a view without a table still gets the keys (its bindings, scrolling)
+            focusable = [w for w in self.view.query("*") if w.focusable]
+            if focusable:
+                focusable[0].focus()
 
     def action_prompt(self, mode: str) -> None:
         prompt = self.query_one("#prompt", Input)

@@ -1,8 +1,9 @@
-"""The views, in key order (1 … 7)."""
+"""The views, in key order (1 … 8)."""
 
 from __future__ import annotations
 
 from pdctl.tui.views.base import View
+from pdctl.tui.views.events import EventsView
 from pdctl.tui.views.fleet import FleetView
 from pdctl.tui.views.latency import LatencyView
 from pdctl.tui.views.planner import PlannerView
@@ -19,6 +20,7 @@ VIEWS: tuple[type[View], ...] = (
     RequestsView,
     PreflightView,
     PlannerView,
+    EventsView,
 )
 
 

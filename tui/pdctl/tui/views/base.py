@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from textual.containers import Vertical
 
+from pdctl.sdk.events import Event
 from pdctl.tui.history import History
 from pdctl.tui.source import PreflightResult, Update
 
@@ -42,6 +43,8 @@ class Frame:
     filter: Filter
     expected_bps: float | None = None
     preflight: PreflightResult | None = None
+    events: Sequence[Event] | None = None
+    """The fleet's events so far, oldest first; None: the source keeps none."""
 
 
 class View(Vertical):

@@ -12,6 +12,7 @@ from textual.widgets import Sparkline, Static
 
 from pdctl.sdk.metrics.derive import Latency
 from pdctl.sdk.metrics.monitor import InstanceMetrics
+from pdctl.sdk.router.bottleneck import verdicts
 from pdctl.tui import fmt
 from pdctl.tui.views.base import Frame, View
 from pdctl.tui.widgets import Cell, Column, SyncTable
@@ -33,6 +34,9 @@ PANELS: tuple[tuple[str, str, Callable[[InstanceMetrics], Latency]], ...] = (
 )
 
 
+WIDE = 120
+"""Narrower: each pair's verdict without its numbers, and no P→D matrix (the rendezvous
+view has the pairs' table)."""
 NO_SPLIT = "TTFT split: no disaggregated request through pdctl's router in the window"
 
 
@@ -44,7 +48,7 @@ class LatencyView(View):
     NAME = "latency"
     KEY = "4"
     ALIASES = ("lat", "l")
-    HINT = "history follows the row under the cursor; the TTFT split is the router's"
+    HINT = "history follows the row under the cursor; per pair: the TTFT split and what dominates"
 
     def compose(self) -> ComposeResult:
         with Grid(id="lat-grid"):  # two panels per row: labels above their sparklines
@@ -55,8 +59,17 @@ class LatencyView(View):
                     yield Sparkline([], id=f"lat-{key}", summary_function=max)
         yield SyncTable(COLUMNS, id="lat-table")
         yield Static(id="lat-split", classes="note")
+        yield Static(id="lat-matrix", classes="note")
+
+    def on_resize(self) -> None:
+        """The verdicts' layout depends on the width: redraw the last frame at the new one
+        (a view shown for the first time is drawn before it has a size)."""
+        last = getattr(self, "_last", None)
+        if last is not None:
+            self.show(last)
 
     def show(self, frame: Frame) -> None:
+        self._last = frame
         snap, h = frame.update.snapshot, frame.history
         insts = sorted(  # the front end (what clients see) first
             (
@@ -95,12 +108,24 @@ class LatencyView(View):
             label.update(f"{focus.name} " + _label(name, get(focus)))
             spark.data = h.series(focus.name, f"{key}_p50")
         split = Text()
+        wide = self.size.width >= WIDE
+        found = {(v.prefill, v.decode): v for v in verdicts(frame.update.requests or (),
+                                                            frame.expected_bps)}  # fmt: skip
         for pair in snap.pairs:
             if pair.segments:
                 split.append(f"{pair.prefill} → {pair.decode}  ", style="bold")
                 split.append_text(fmt.ttft_split(pair.segments))
                 split.append("\n")
-        self.query_one("#lat-split", Static).update(split or NO_SPLIT)
+                v = found.get((pair.prefill, pair.decode))
+                if v is not None:
+                    split.append_text(fmt.bottleneck(v, numbers=wide))
+                    split.append("\n")
+        split.rstrip()
+        self.query_one("#lat-split", Static).update(split if split.plain else NO_SPLIT)
+        matrix = self.query_one("#lat-matrix", Static)
+        show = wide and len(found) > 1
+        matrix.update(fmt.pair_matrix(list(found.values())) if show else "")
+        matrix.display = show
 
     @staticmethod
     def _focus(insts: list[InstanceMetrics], selected: str | None) -> InstanceMetrics | None:

@@ -25,7 +25,9 @@ from pdctl.sdk.backends.k8s.pods import (
     service_ports,
     vllm_container,
 )
+from pdctl.sdk.errors import SpecError, SpecProblem
 from pdctl.sdk.fleetplan import FleetPlan, InstancePlan, RouterPlan, build_plan
+from pdctl.sdk.jsonpatch import JsonPatchError, apply_patch
 from pdctl.sdk.spec import FleetSpec
 
 Obj = dict[str, Any]
@@ -57,11 +59,26 @@ def _identity(inst: InstancePlan) -> dict[str, str]:
 
 
 def _template(spec: FleetSpec, inst: InstancePlan, pod: Obj) -> Obj:
-    annotations = {**k8slabels.k8s_settings(spec).annotations, **_identity(inst)}
+    """A vLLM pod template, with the spec's ``pod_patch`` applied (the escape hatch for
+    whatever pdctl does not generate: hostIPC, a sidecar, a volume, a dropped capability)."""
+    k8s = k8slabels.k8s_settings(spec)
+    annotations = {**k8s.annotations, **_identity(inst)}
     meta: Obj = {"labels": names.plan_labels(spec, inst)}
     if annotations:
         meta["annotations"] = annotations
-    return {"metadata": meta, "spec": pod}
+    template: Obj = {"metadata": meta, "spec": pod}
+    if not k8s.pod_patch:
+        return template
+    try:
+        patched: Obj = apply_patch(template, [op.as_tuple() for op in k8s.pod_patch])
+    except JsonPatchError as e:
+        problem = SpecProblem(
+            "backend.k8s.pod_patch",
+            f"{e} (in the pod template of {inst.name})",
+            "fix the path; `pdctl config -o yaml` without the patch shows the template",
+        )
+        raise SpecError("(backend.k8s.pod_patch)", [problem]) from None
+    return patched
 
 
 def deployment(spec: FleetSpec, inst: InstancePlan) -> Obj:

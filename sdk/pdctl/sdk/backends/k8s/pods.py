@@ -143,7 +143,7 @@ def resources(spec: FleetSpec, inst: InstancePlan) -> Obj:
     gpus = gpus_per_pod(spec, inst)
     if gpus and k8s.gpu_resource:
         limits[k8s.gpu_resource] = requests[k8s.gpu_resource] = str(gpus)
-    if inst.role in GPU_ROLES:
+    if requests_rdma(spec, inst):
         for name, n in k8s.rdma_resources.items():
             limits[name] = requests[name] = str(n)
     if k8s.cpu is not None:
@@ -220,4 +220,11 @@ def vllm_container(
         c["envFrom"] = secrets
     if res := resources(spec, inst):
         c["resources"] = res
+    if caps := k8s.container_capabilities(rdma=requests_rdma(spec, inst)):
+        c["securityContext"] = {"capabilities": {"add": caps}}
     return {k: v for k, v in c.items() if v != []}
+
+
+def requests_rdma(spec: FleetSpec, inst: InstancePlan) -> bool:
+    """Does the instance's container get RDMA/EFA devices (``rdma_resources``)?"""
+    return inst.role in GPU_ROLES and bool(k8slabels.k8s_settings(spec).rdma_resources)
