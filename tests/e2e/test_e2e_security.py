@@ -11,8 +11,9 @@ from pathlib import Path
 import httpx
 import pytest
 
+from pdctl.sdk.client import AsyncRouterClient
+from pdctl.sdk.errors import RouterError
 from pdctl.sdk.fleet import Fleet
-from pdctl.sdk.router.control import RouterControl, RouterControlError
 from pdctl.sdk.spec import FleetSpec
 from tests.e2e.conftest import demo_spec, running_fleet
 
@@ -85,12 +86,13 @@ def test_roles_tenants_and_audit_on_the_real_fleet(fleet: Fleet, state_root: Pat
     import asyncio
 
     async def drain_and_back() -> None:
-        ctl = RouterControl(url, api_key=ENV["E2E_ADMIN_KEY"])
-        st = await ctl.drain("decode-0")
-        assert any(i.name == "decode-0" and i.drained for i in st.instances)
-        await ctl.drain("decode-0", drain=False)
-        with pytest.raises(RouterControlError):
-            await RouterControl(url, api_key=ENV["E2E_APPS_KEY"]).drain("decode-0")
+        async with AsyncRouterClient(url, api_key=ENV["E2E_ADMIN_KEY"], pool=False) as ctl:
+            st = await ctl.drain("decode-0")
+            assert any(i.name == "decode-0" and i.drained for i in st.instances)
+            await ctl.resume("decode-0")
+        async with AsyncRouterClient(url, api_key=ENV["E2E_APPS_KEY"], pool=False) as apps:
+            with pytest.raises(RouterError):
+                await apps.drain("decode-0")
 
     asyncio.run(drain_and_back())
 
