@@ -176,6 +176,9 @@ def backend(tiny_model: Path, cluster: Cluster) -> Iterator[RayBackend]:
         f"backend.ray.namespace=pdctl-{NAME}",
         "backend.ray.groups.prefill.resources.node_a=1",
         "backend.ray.groups.decode.resources.node_b=1",
+        # the router is bound to its node's address: without an admin key it would be
+        # refused (PD045); this module is about placement, test_e2e_security about keys
+        "router.insecure_control=true",
     ]
     spec = load_spec("<demo>", overrides, text=demo_spec_text()).spec
     b = RayBackend(spec, ready_timeout=300, grace=5)

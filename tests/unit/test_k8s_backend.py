@@ -83,7 +83,10 @@ async def test_up_applies_the_rendered_manifests_and_prunes_stale_objects(kubect
         ["config", "current-context"],
         ["api-resources", "-o"],
         ["apply", "-n"],
-        ["get", f"deployments.apps,services,configmaps,{LWS_RESOURCE}"],
+        [
+            "get",
+            f"deployments.apps,services,configmaps,networkpolicies.networking.k8s.io,{LWS_RESOURCE}",
+        ],
         ["delete", "deployment/node8-prefill-9"],
     ]
     apply = calls[2]
@@ -157,7 +160,7 @@ async def test_down_deletes_everything_labelled_with_the_fleet(kubectl):
     (delete,) = [c for c in kubectl.calls() if c["argv"][0] == "delete"]
     assert delete["argv"] == [
         "delete",
-        f"deployments.apps,services,configmaps,{LWS_RESOURCE}",
+        f"deployments.apps,services,configmaps,networkpolicies.networking.k8s.io,{LWS_RESOURCE}",
         "-n",
         "default",
         "-l",
@@ -174,7 +177,10 @@ async def test_down_leaves_out_leaderworkerset_when_the_cluster_has_none(kubectl
     kubectl.answer("delete.txt", "")
     assert "nothing of fleet 'node8'" in await backend().down()
     (delete,) = [c for c in kubectl.calls() if c["argv"][0] == "delete"]
-    assert delete["argv"][1] == "deployments.apps,services,configmaps"
+    assert (
+        delete["argv"][1]
+        == "deployments.apps,services,configmaps,networkpolicies.networking.k8s.io"
+    )
 
 
 async def test_named_context_goes_on_every_call(kubectl):

@@ -303,7 +303,13 @@ def test_cli_render_yaml_and_json(capsys, yaml):
     path = str(EXAMPLES / "k8s-multinode.toml")
     assert main(["render", "-f", path]) == 0
     docs = list(yaml.safe_load_all(capsys.readouterr().out))
-    assert {d["kind"] for d in docs} == {"Service", "Deployment", "LeaderWorkerSet", "ConfigMap"}
+    assert {d["kind"] for d in docs} == {
+        "Service",
+        "Deployment",
+        "LeaderWorkerSet",
+        "ConfigMap",
+        "NetworkPolicy",
+    }
     assert main(["render", "-f", path, "-o", "json"]) == 0
     assert json.loads(capsys.readouterr().out)["items"] == docs
 

@@ -23,6 +23,7 @@ BY_KIND = {
     ("apps/v1", "Deployment"): "deployment-apps-v1.json",
     ("v1", "Service"): "service-v1.json",
     ("v1", "ConfigMap"): "configmap-v1.json",
+    ("networking.k8s.io/v1", "NetworkPolicy"): "networkpolicy-networking-v1.json",
     ("leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet"): "leaderworkerset-v1.json",
 }
 DEFINITIONS_URI = "https://kubernetes.io/api/_definitions.json"

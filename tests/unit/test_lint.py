@@ -261,6 +261,23 @@ CASES: dict[str, tuple[Callable[[Any], dict[str, Any]], Callable[[Any], dict[str
         lambda md: _cpu(fleet={"connector_options": {"pdctl_nixl_sync_mode": "none"}}),
         lambda md: _cpu(fleet={"connector_options": {"pdctl_nixl_sync_mode": "strict"}}),
     ),
+    "PD045": (
+        lambda md: _gpu(router={"host": "0.0.0.0"}),
+        lambda md: _gpu(
+            router={
+                "host": "0.0.0.0",
+                "keys": [{"name": "ops", "role": "admin", "env": "PDCTL_TEST_SET_KEY"}],
+            }
+        ),
+    ),
+    "PD046": (
+        lambda md: _gpu(router={"keys": [{"name": "k", "value": "inline-secret"}]}),
+        lambda md: _gpu(router={"keys": [{"name": "k", "env": "PDCTL_TEST_SET_KEY"}]}),
+    ),
+    "PD047": (
+        lambda md: _kube({"network_policies": False}),
+        lambda md: _kube(),
+    ),
     "PD039": (
         lambda md: _cpu(router={"policy": "cache_aware"}, fleet={"kv_events": False}),
         lambda md: _cpu(router={"policy": "cache_aware"}),

@@ -39,7 +39,12 @@ def test_address_with_another_backend_is_an_error():
 
 
 def test_render_of_a_ray_fleet_shows_the_instances(capsys: pytest.CaptureFixture[str]):
-    rc = main(["render", "-f", CPU, "--json", "--backend", "ray"])
+    # on Ray the router is placed on a node's address: without an admin key, PD045
+    assert main(["render", "-f", CPU, "--json", "--backend", "ray"]) != 0
+    refused = json.loads(capsys.readouterr().out)
+    assert [f["code"] for f in refused["findings"]] == ["PD045"]
+    opt_out = ["--set", "router.insecure_control=true"]
+    rc = main(["render", "-f", CPU, "--json", "--backend", "ray", *opt_out])
     assert rc == 0
     names = [i["name"] for i in json.loads(capsys.readouterr().out)]
     assert names == ["prefill-0", "decode-0"]

@@ -16,7 +16,9 @@ import uvicorn
 from pdctl.sdk.lint import lint
 from pdctl.sdk.router import Router, RouterApp
 from pdctl.sdk.router.core import Breaker
+from pdctl.sdk.router.guard import Guard
 from pdctl.sdk.router.mock import MockConfig, MockServer
+from pdctl.sdk.router.server import server_config
 from pdctl.sdk.spec import FleetSpec
 from tests.conftest import free_ports
 
@@ -57,7 +59,10 @@ async def rig(
     max_body: int = 1 << 20,
     render: bool = False,
     fleet: dict[str, Any] | None = None,
+    environ: dict[str, str] | None = None,
+    audit_path: str | None = None,
 ) -> AsyncIterator[Rig]:
+    """``environ``: read the spec's ``[[router.keys]]`` from it (guarded router)."""
     pcfgs = prefills or [
         prefill or MockConfig(role="prefill", engine_id="prefill-0", side_channel_port=5600)
     ]
@@ -96,12 +101,12 @@ async def rig(
     plan = lint(spec, check_bound_ports=False).plan
     assert plan is not None
     r = Router(spec, plan, health_interval_s=health_interval_s)
-    app = RouterApp(r, api_key=api_key, max_body=max_body)
-    server = uvicorn.Server(
-        uvicorn.Config(
-            app, host="127.0.0.1", port=rport, lifespan="on", log_level="warning", loop="none"
-        )
-    )
+    guard = None
+    if environ is not None:
+        assert spec.router is not None
+        guard = Guard.from_spec(spec.router, r.registry, environ=environ, audit_path=audit_path)
+    app = RouterApp(r, api_key=api_key, max_body=max_body, guard=guard)
+    server = uvicorn.Server(server_config(app, "127.0.0.1", rport))  # as in production
     task = asyncio.create_task(server.serve())
     await wait_started(server)
     prefill_insts = [i for i in plan.instances if i.group_role == "prefill"]

@@ -40,14 +40,14 @@ def run(args: argparse.Namespace) -> int:
         spec = FleetSpec.model_validate_json(Path(args.spec_json).read_text())
     else:
         spec = load(args).spec
-    app = build_app(spec, mode=args.mode, max_body=args.max_body)
-    r = app.router
     host = args.host or (spec.router.host if spec.router else "127.0.0.1")
+    app = build_app(spec, mode=args.mode, max_body=args.max_body, host=host)
+    r = app.router
     port = args.port or (spec.router.port if spec.router else 8000)
     print(
         f"pdctl router: {r.mode} mode on http://{host}:{port} → "
         f"{len(r.prefills)} prefill, {len(r.decodes)} decode instance(s)"
-        + (" (API key required)" if app.api_key else ""),
+        + (" (API keys required)" if app.guard.keys.has_keys else ""),
         file=sys.stderr,
         flush=True,
     )

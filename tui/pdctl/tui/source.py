@@ -31,6 +31,7 @@ from pdctl.sdk.fleet import (
     remote_stop,
 )
 from pdctl.sdk.fleetplan import FleetPlan
+from pdctl.sdk.keys import admin_key
 from pdctl.sdk.metrics.monitor import FleetMonitor, Snapshot
 from pdctl.sdk.plan.recommend import PROFILE_ENV, LivePlanner, LiveRecommendation
 from pdctl.sdk.spec import FleetSpec
@@ -197,7 +198,12 @@ class LiveSource(Source):
         (``PDCTL_PLAN_PROFILE``, else ./pdctl-profile.json)."""
         router = None
         if spec.router is not None:
-            router = AsyncRouterClient(router_url(spec), control_timeout_s=timeout_s, pool=False)
+            router = AsyncRouterClient(
+                router_url(spec),
+                api_key=admin_key(spec),
+                control_timeout_s=timeout_s,
+                pool=False,
+            )
         super().__init__(
             title=title or f"fleet {spec.fleet.name}",
             interval_s=interval_s,

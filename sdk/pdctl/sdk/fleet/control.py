@@ -4,6 +4,9 @@ Protocol: one JSON object per line each way, over a Unix socket in the fleet's s
 directory. Requests: ``{"cmd": "ping"}``, ``{"cmd": "restart", "name": N}``,
 ``{"cmd": "stop", "name": N}``, ``{"cmd": "down"}``. Replies: ``{"ok": true, ...}`` or
 ``{"ok": false, "error": "..."}``.
+
+The socket is created mode 0600 (only the fleet's owner may connect); a client gets
+:data:`READ_TIMEOUT_S` to send its line of at most :data:`MAX_LINE` bytes.
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
 import socket
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -19,6 +23,8 @@ from typing import Any
 from pdctl.sdk.errors import PdctlError
 
 Handler = Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]
+READ_TIMEOUT_S = 10.0
+MAX_LINE = 64 * 1024
 
 
 class ControlError(PdctlError):
@@ -30,7 +36,10 @@ async def serve(path: Path, handler: Handler) -> asyncio.AbstractServer:
 
     async def on_client(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
-            line = await reader.readline()
+            try:
+                line = await asyncio.wait_for(reader.readline(), READ_TIMEOUT_S)
+            except (TimeoutError, ValueError):  # silent too long, or a line over MAX_LINE
+                return
             try:
                 req = json.loads(line)
                 if not isinstance(req, dict):
@@ -49,7 +58,16 @@ async def serve(path: Path, handler: Handler) -> asyncio.AbstractServer:
         finally:
             writer.close()
 
-    return await asyncio.start_unix_server(on_client, path=str(path))
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    old = os.umask(0o177)  # bound 0600 from the start: no window where others may connect
+    try:
+        sock.bind(str(path))
+    except OSError:
+        sock.close()
+        raise
+    finally:
+        os.umask(old)
+    return await asyncio.start_unix_server(on_client, sock=sock, limit=MAX_LINE)
 
 
 def _remove(path: Path) -> None:

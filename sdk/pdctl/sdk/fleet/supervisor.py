@@ -31,7 +31,6 @@ from dataclasses import dataclass, field
 
 import httpx
 
-from pdctl.sdk.apikey import ApiKeyError, read_api_key
 from pdctl.sdk.client import AsyncRouterClient, InstanceEvent
 from pdctl.sdk.errors import PdctlError
 from pdctl.sdk.events.journal import Journal
@@ -40,6 +39,7 @@ from pdctl.sdk.fleet.policy import Liveness, RestartPolicy, RestartTracker
 from pdctl.sdk.fleet.readiness import check_ready, health_status
 from pdctl.sdk.fleet.state import InstanceRecord, read_exit, tail
 from pdctl.sdk.fleetplan import InstancePlan, with_engine_id
+from pdctl.sdk.keys import admin_key
 from pdctl.sdk.spec import FleetSpec
 
 log = logging.getLogger("pdctl.fleet")
@@ -87,12 +87,8 @@ class _Instance:
 
 
 def router_api_key(spec: FleetSpec) -> str | None:
-    """The key the router wants on control requests (None: none set, or unreadable)."""
-    try:
-        key = read_api_key(spec.router.api_key if spec.router is not None else None)
-    except ApiKeyError:
-        return None
-    return None if key is None else key.decode()
+    """The admin key the router wants on control requests (None: none set, or unreadable)."""
+    return admin_key(spec)
 
 
 class RouterNotifier:

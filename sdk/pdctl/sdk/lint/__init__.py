@@ -16,6 +16,7 @@ from pdctl.sdk.lint import k8s as _k8s_rules
 from pdctl.sdk.lint import network as _network_rules
 from pdctl.sdk.lint import observability as _observability_rules
 from pdctl.sdk.lint import ray as _ray_rules
+from pdctl.sdk.lint import security as _security_rules
 from pdctl.sdk.lint import settings as _settings_rules
 from pdctl.sdk.lint.core import (
     MACHINE_RULES,
@@ -43,6 +44,7 @@ _REGISTERED = (
     _observability_rules,
     _connector_rules,
     _cache_rules,
+    _security_rules,
 )  # importing them registers the rules
 
 __all__ = [

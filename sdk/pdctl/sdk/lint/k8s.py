@@ -10,6 +10,7 @@ from pdctl.sdk.fleetplan import (
     is_wildcard,
 )
 from pdctl.sdk.jsonpatch import JsonPatchError, apply_patch
+from pdctl.sdk.keys import key_sources
 from pdctl.sdk.lint.core import (
     Finding,
     LintContext,
@@ -211,25 +212,25 @@ def _k8s_files(ctx: LintContext) -> Iterator[Finding]:
             "inside the pod it names nothing: vLLM takes it for a hub model and exits",
             "use a hub model name, or an absolute path baked into the image or mounted",
         )
-    key = ctx.spec.router.api_key if ctx.spec.router is not None else None
-    if key is not None and key.file:
-        yield _f(
-            "PD031",
-            "warning",
-            "router.api_key.file",
-            f"{key.file} is a file on this machine; the router pod cannot read it",
-            "the router pod does not start",
-            "keep the key in a Secret, list it in backend.k8s.secret_env and use api_key.env",
-        )
-    elif key is not None and key.env and not k8s.secret_env:
-        yield _f(
-            "PD031",
-            "warning",
-            "backend.k8s.secret_env",
-            f"router.api_key.env = {key.env!r} but no Secret provides it to the router pod",
-            "the router pod does not start (its key variable is unset)",
-            f"create a Secret with the key {key.env} and list its name in secret_env",
-        )
+    for src in key_sources(ctx.spec.router):
+        if src.file:
+            yield _f(
+                "PD031",
+                "warning",
+                f"{src.field}.file",
+                f"{src.file} is a file on this machine; the router pod cannot read it",
+                "the router pod does not start",
+                "keep the key in a Secret, list it in backend.k8s.router_secret_env and use env",
+            )
+        elif src.env and not (k8s.secret_env or k8s.router_secret_env):
+            yield _f(
+                "PD031",
+                "warning",
+                "backend.k8s.router_secret_env",
+                f"{src.field}.env = {src.env!r} but no Secret provides it to the router pod",
+                "the router pod does not start (its key variable is unset)",
+                f"create a Secret with the key {src.env} and list its name in router_secret_env",
+            )
 
 
 _RDMA_RESOURCE_HINTS = ("rdma", "efa", "infiniband")

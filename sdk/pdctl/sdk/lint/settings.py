@@ -9,6 +9,7 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
+from pdctl.sdk.keys import key_sources
 from pdctl.sdk.lint.core import (
     Finding,
     LintContext,
@@ -135,27 +136,25 @@ def _ucx_tls(ctx: LintContext) -> Iterator[Finding]:
 
 @rule("PD021", "router API key source not available")
 def _api_key(ctx: LintContext) -> Iterator[Finding]:
-    r = ctx.spec.router
-    if r is None or r.api_key is None:
-        return
-    if r.api_key.env and not ctx.environ.get(r.api_key.env):
-        yield _f(
-            "PD021",
-            "warning",
-            "router.api_key.env",
-            f"environment variable {r.api_key.env} is not set here",
-            "the router would start without the key and refuse every request",
-            f"export {r.api_key.env}=... before starting the router",
-        )
-    if r.api_key.file and not Path(os.path.expanduser(r.api_key.file)).is_file():
-        yield _f(
-            "PD021",
-            "warning",
-            "router.api_key.file",
-            f"{r.api_key.file} does not exist",
-            "the router cannot read its key and will not start",
-            "create the file (mode 600) or fix the path",
-        )
+    for src in key_sources(ctx.spec.router):
+        if src.env and not ctx.environ.get(src.env):
+            yield _f(
+                "PD021",
+                "warning",
+                f"{src.field}.env",
+                f"environment variable {src.env} (key {src.name!r}) is not set here",
+                "the router cannot read the key and will not start",
+                f"export {src.env}=... before starting the router",
+            )
+        if src.file and not Path(os.path.expanduser(src.file)).is_file():
+            yield _f(
+                "PD021",
+                "warning",
+                f"{src.field}.file",
+                f"{src.file} (key {src.name!r}) does not exist",
+                "the router cannot read its key and will not start",
+                "create the file (mode 600) or fix the path",
+            )
 
 
 @rule("PD022", "push mode behind a sequential router")

@@ -9,17 +9,20 @@ control: ``GET /v1/pdctl/state`` (mode, per-instance in-flight legs and drained 
 ``POST /v1/pdctl/instance``
 ``{"instance": NAME, "event": "up"|"down"}`` (the supervisor's word that an instance was
 restarted and is ready, or stopped/failed: no waiting for the next health check); these
-need the API key when one is set.
-Errors use OpenAI's shape. The request body is capped (413), an optional API key is
-checked in constant time and never logged, and a client that disconnects cancels both
-legs.
+``GET /v1/pdctl/audit`` (the audit log's recent entries).
+Who may call what is the :class:`~pdctl.sdk.router.guard.Guard`'s: inference endpoints
+need a key once any is configured, everything under ``/v1/pdctl/`` an admin key once one
+is; keys are compared in constant time and never logged; completions pass the tenant's
+and key's rate limits (429 with ``Retry-After``); control actions and refused keys go to
+the audit log.
+Errors use OpenAI's shape. The request body is capped (413) and a client that
+disconnects cancels both legs.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import hmac
 import json
 import time
 from collections.abc import Awaitable, Callable, MutableMapping
@@ -27,8 +30,13 @@ from typing import Any
 from urllib.parse import parse_qs
 
 from pdctl.sdk.apikey import read_api_key
+from pdctl.sdk.router.auth import KeyRing, Principal
 from pdctl.sdk.router.core import Reply, Router, StreamReply, error_body
 from pdctl.sdk.router.flightrec import FlightRecorder
+from pdctl.sdk.router.guard import Guard
+from pdctl.sdk.router.hardening import json_too_deep
+from pdctl.sdk.router.limits import Refusal
+from pdctl.sdk.router.timeline import Timeline
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -57,12 +65,22 @@ class RouterApp:
     """ASGI application over a :class:`Router`."""
 
     def __init__(
-        self, router: Router, *, max_body: int = DEFAULT_MAX_BODY, api_key: bytes | None = None
+        self,
+        router: Router,
+        *,
+        max_body: int = DEFAULT_MAX_BODY,
+        api_key: bytes | None = None,
+        guard: Guard | None = None,
     ) -> None:
+        """``guard`` decides who may do what; without one, ``api_key`` (when given) is
+        the one admin key, else nothing is guarded (a loopback-only router)."""
         self.router = router
         self.flights = FlightRecorder(router.upstreams)
         self.max_body = max_body
-        self.api_key = api_key
+        if guard is None:
+            ring = KeyRing.single(api_key) if api_key is not None else KeyRing()
+            guard = Guard(ring, router.registry)
+        self.guard = guard
         self._models = json.dumps(
             {
                 "object": "list",
@@ -85,25 +103,22 @@ class RouterApp:
         if kind != "http":
             return
         method, path = scope["method"], scope["path"]
+        verdict = self.guard.check(scope)
+        if not verdict.ok:
+            kind = "authentication_error" if verdict.status == 401 else "permission_error"
+            await _send_error(send, verdict.status, verdict.message, kind)
+            return
+        who = verdict.principal
         if path in _COMPLETION_ENDPOINTS:
             if method != "POST":
                 await _send_error(send, 405, f"use POST for {path}", "invalid_request_error")
                 return
-            if not self._authorized(scope):
-                await _send_error(
-                    send,
-                    401,
-                    "missing or wrong API key (Authorization: Bearer ...)",
-                    "authentication_error",
-                )
-                return
-            await self._completion(scope, receive, send, path)
+            await self._completion(scope, receive, send, path, who)
             return
         if path in _CONTROL_ENDPOINTS and method == "POST":
-            if not self._authorized(scope):
-                await _send_error(send, 401, "missing or wrong API key", "authentication_error")
-                return
-            await self._control(receive, send, path)
+            ex = _Exchange(receive, send)
+            await self._control(ex.receive, ex.send, path)
+            self.guard.control_done(who, scope, ex.request(), ex.status)
             return
         if method != "GET":
             await _send_error(
@@ -121,10 +136,10 @@ class RouterApp:
                 [(b"content-type", b"text/plain; version=0.0.4")],
             )
         elif path == "/v1/models":
-            if not self._authorized(scope):
-                await _send_error(send, 401, "missing or wrong API key", "authentication_error")
-                return
             await _send(send, 200, self._models)
+        elif path == "/v1/pdctl/audit":
+            entries = list(self.guard.audit.recent)[::-1]
+            await _send(send, 200, json.dumps({"entries": entries}).encode())
         elif path == "/v1/pdctl/requests":
             await self._requests(scope, send)
         elif path == "/v1/pdctl/state":
@@ -144,17 +159,6 @@ class RouterApp:
                 await self.router.stop()
                 await send({"type": "lifespan.shutdown.complete"})
                 return
-
-    def _authorized(self, scope: Scope) -> bool:
-        if self.api_key is None:
-            return True
-        for k, v in scope["headers"]:
-            if k == b"authorization":
-                scheme, _, token = v.partition(b" ")
-                return scheme.lower() == b"bearer" and hmac.compare_digest(
-                    token.strip(), self.api_key
-                )
-        return False
 
     async def _requests(self, scope: Scope, send: Send) -> None:
         q = parse_qs(scope.get("query_string", b"").decode())
@@ -186,7 +190,7 @@ class RouterApp:
     async def _control(self, receive: Receive, send: Send, path: str) -> None:
         try:
             req = json.loads(await self._read_body(receive))
-        except (_BodyTooLarge, _Disconnected, ValueError):
+        except (_BodyTooLarge, _Disconnected, ValueError, RecursionError):
             req = None
         if not isinstance(req, dict):
             await _send_error(send, 400, "send a JSON object", "invalid_request_error")
@@ -232,7 +236,10 @@ class RouterApp:
             send, 404, f"no instance named {name!r} (have: {names})", "not_found_error"
         )
 
-    async def _completion(self, scope: Scope, receive: Receive, send: Send, path: str) -> None:
+    async def _completion(
+        self, scope: Scope, receive: Receive, send: Send, path: str, who: Principal | None
+    ) -> None:
+        t0 = time.perf_counter()
         try:
             raw = await self._read_body(receive)
         except _BodyTooLarge:
@@ -255,14 +262,19 @@ class RouterApp:
                 "not_found_error" if status == 404 else "invalid_request_error",
             )
             return
+        admitted = self.guard.admit(who, body)
+        if isinstance(admitted, Refusal):
+            await _send_error(send, 429, admitted.message, "rate_limit_error", admitted.headers())
+            self.guard.limits.meter.refusal_s.observe(time.perf_counter() - t0, admitted.tenant)
+            return
+        dispatcher = self.router.dispatcher
+        tl = dispatcher.open(path, bool(body.get("stream")), _header(scope, b"traceparent"))
         handler = asyncio.current_task()
         assert handler is not None
         answered = _Flag()
         watcher = asyncio.create_task(_cancel_on_disconnect(receive, handler, answered))
         try:
-            reply = await self.router.dispatcher.dispatch(
-                path, body, _header(scope, b"traceparent")
-            )
+            reply = await dispatcher.dispatch(path, body, tl=tl)
             if isinstance(reply, Reply):
                 answered.set()
                 await _send(send, reply.status, reply.body, _hdrs(reply.headers))
@@ -270,6 +282,7 @@ class RouterApp:
             await self._stream(send, reply, answered)
         finally:
             watcher.cancel()
+            admitted.settle(_tokens_used(tl))
 
     async def _stream(self, send: Send, reply: StreamReply, answered: _Flag) -> None:
         try:
@@ -303,10 +316,15 @@ class RouterApp:
                 return b"".join(parts)
 
     def _validate(self, raw: bytes, path: str) -> tuple[dict[str, Any] | None, str]:
+        depth = self.router.settings.http.max_json_depth
         try:
             body = json.loads(raw)
         except ValueError as e:
             return None, f"request body is not valid JSON: {e}"
+        except RecursionError:
+            return None, f"request body nests deeper than {depth} levels"
+        if json_too_deep(body, depth):
+            return None, f"request body nests deeper than {depth} levels"
         if not isinstance(body, dict):
             return None, "request body must be a JSON object"
         model = body.get("model")
@@ -333,6 +351,48 @@ class RouterApp:
         if "kv_transfer_params" in body:
             return None, "'kv_transfer_params' is set by the router; remove it"
         return body, ""
+
+
+_AUDITED_FIELDS = ("instance", "drain", "event", "mode", "policy")
+
+
+class _Exchange:
+    """A control request's body and answer status, seen on the way (for the audit log)."""
+
+    def __init__(self, receive: Receive, send: Send) -> None:
+        self._receive, self._send = receive, send
+        self.body = bytearray()
+        self.status = 0
+
+    async def receive(self) -> Message:
+        msg = await self._receive()
+        if msg["type"] == "http.request":
+            self.body += msg.get("body", b"")
+        return msg
+
+    async def send(self, msg: Message) -> None:
+        if msg["type"] == "http.response.start":
+            self.status = int(msg["status"])
+        await self._send(msg)
+
+    def request(self) -> dict[str, Any] | None:
+        """The fields an auditor needs (never the whole body: it is the caller's text)."""
+        try:
+            req = json.loads(bytes(self.body))
+        except (ValueError, RecursionError):
+            return None
+        if not isinstance(req, dict):
+            return None
+        return {k: req[k] for k in _AUDITED_FIELDS if isinstance(req.get(k), str | bool)}
+
+
+def _tokens_used(tl: Timeline) -> float | None:
+    """Tokens a finished request cost (its usage); 0 for one that failed before any was
+    counted; None (keep the reservation) when it succeeded without a usage."""
+    known = [n for n in (tl.prompt_tokens, tl.completion_tokens) if n is not None]
+    if known:
+        return float(sum(known))
+    return None if tl.outcome == "ok" else 0.0
 
 
 class _Flag:
@@ -388,5 +448,12 @@ async def _send(
         await send({"type": "http.response.body", "body": body, "more_body": False})
 
 
-async def _send_error(send: Send, status: int, message: str, kind: str) -> None:
-    await _send(send, status, error_body(status, message, kind))
+async def _send_error(
+    send: Send,
+    status: int,
+    message: str,
+    kind: str,
+    headers: list[tuple[bytes, bytes]] | None = None,
+) -> None:
+    hs = [(b"content-type", b"application/json"), *(headers or [])]
+    await _send(send, status, error_body(status, message, kind), hs)

@@ -82,12 +82,20 @@ class Dispatcher:
         return tl
 
     async def dispatch(
-        self, path: str, body: dict[str, Any], traceparent: str | None = None
+        self,
+        path: str,
+        body: dict[str, Any],
+        traceparent: str | None = None,
+        *,
+        tl: Timeline | None = None,
     ) -> Reply | StreamReply:
-        """Route one validated request: the entry every request passes (where admission
-        belongs). A :class:`RouteError` becomes its OpenAI-style error reply; a request
-        cancelled (its client gone) is settled as such."""
-        tl = self.open(path, bool(body.get("stream")), traceparent)
+        """Route one validated request: the entry every request passes (admitted by the
+        app's guard before it). ``tl`` is the request's timeline when the caller opened it
+        (:meth:`open`, to read its usage afterwards). A :class:`RouteError` becomes its
+        OpenAI-style error reply; a request cancelled (its client gone) is settled as
+        such."""
+        if tl is None:
+            tl = self.open(path, bool(body.get("stream")), traceparent)
         try:
             return await self.strategy().route(path, body, tl)
         except RouteError as e:

@@ -6,14 +6,17 @@ import asyncio
 import contextlib
 import signal
 from collections.abc import Collection
+from typing import Any
 
-from pdctl.sdk.apikey import ApiKeyError
 from pdctl.sdk.errors import PdctlError
+from pdctl.sdk.keys import KeySourceError, control_exposure
 from pdctl.sdk.lint import lint, require_clean
 from pdctl.sdk.lint.waiver import refused_layout, waive
-from pdctl.sdk.router.app import DEFAULT_MAX_BODY, RouterApp, load_api_key
+from pdctl.sdk.router.app import DEFAULT_MAX_BODY, RouterApp
 from pdctl.sdk.router.core import Router, RouterMode
-from pdctl.sdk.spec import FleetSpec
+from pdctl.sdk.router.guard import Guard
+from pdctl.sdk.router.hardening import Limits
+from pdctl.sdk.spec import FleetSpec, RouterSpec
 
 
 class RouterStartError(PdctlError):
@@ -26,10 +29,12 @@ def build_app(
     mode: RouterMode | None = None,
     max_body: int = DEFAULT_MAX_BODY,
     ignore_lint: Collection[str] = (),
+    audit_path: str | None = None,
+    host: str | None = None,
 ) -> RouterApp:
-    """The router's ASGI app for ``spec``. ``ignore_lint``: the lint errors the fleet was
-    launched past (``pdctl up --ignore-lint``); a waived handshake error is named in the
-    error answers of the requests it fails."""
+    """The router of ``spec`` (bound to ``host``, default ``router.host``). ``ignore_lint``:
+    the lint errors the fleet was launched past (``pdctl up --ignore-lint``); a waived
+    handshake error is named in the error answers of the requests it fails."""
     report = waive(lint(spec, check_bound_ports=False), {c.upper() for c in ignore_lint})
     plan = require_clean(report)
     try:
@@ -37,28 +42,76 @@ def build_app(
     except ValueError as e:
         raise RouterStartError(str(e)) from None
     router.dispatcher.relay.layout_note = refused_layout(report)
+    guard = build_guard(spec, router, audit_path, host)
+    return RouterApp(router, max_body=max_body, guard=guard)
+
+
+def build_guard(
+    spec: FleetSpec, router: Router, audit_path: str | None = None, host: str | None = None
+) -> Guard:
+    """The keys, limits and audit log of ``spec``'s router; refuses (naming the fix) a
+    router that would expose its control endpoints beyond loopback without a key."""
+    problem = control_exposure(spec, host)
+    if problem is not None:
+        raise RouterStartError(problem)
     try:
-        key = load_api_key(router)
-    except ApiKeyError as e:
+        return Guard.from_spec(spec.router or RouterSpec(), router.registry, audit_path=audit_path)
+    except KeySourceError as e:
         raise RouterStartError(str(e)) from None
-    return RouterApp(router, max_body=max_body, api_key=key)
+
+
+def server_config(app: RouterApp, host: str, port: int) -> Any:
+    """uvicorn's configuration for ``app``: the hardened HTTP protocol with the spec's
+    ``router.http`` limits and, with ``router.tls``, HTTPS (and mTLS)."""
+    import ssl
+
+    import uvicorn
+
+    from pdctl.sdk.router.httpproto import hardened_protocol
+
+    rs = app.router.settings
+    h = rs.http
+    limits = Limits(
+        max_header_bytes=h.max_header_bytes,
+        max_headers=h.max_headers,
+        header_timeout_s=h.header_timeout_s,
+        body_timeout_s=h.body_timeout_s,
+        idle_timeout_s=h.idle_timeout_s,
+        max_connections=h.max_connections,
+        max_json_depth=h.max_json_depth,
+    )
+    tls: dict[str, Any] = {}
+    if rs.tls is not None:
+        tls = {"ssl_certfile": rs.tls.cert_file, "ssl_keyfile": rs.tls.key_file}
+        if rs.tls.client_ca_file:
+            tls["ssl_ca_certs"] = rs.tls.client_ca_file
+            tls["ssl_cert_reqs"] = (
+                ssl.CERT_REQUIRED if rs.tls.client_cert == "all" else ssl.CERT_OPTIONAL
+            )
+    return uvicorn.Config(
+        app,
+        host=host,
+        port=port,
+        loop="none",
+        http=hardened_protocol(limits),
+        lifespan="on",
+        access_log=False,
+        log_level="warning",
+        timeout_keep_alive=limits.idle_timeout_s,
+        backlog=4096,
+        **tls,
+    )
 
 
 def serve(app: RouterApp, host: str, port: int) -> None:
     """Serve until SIGINT/SIGTERM."""
     import uvicorn
 
-    config = uvicorn.Config(
-        app,
-        host=host,
-        port=port,
-        loop="none",
-        http="httptools",
-        lifespan="on",
-        access_log=False,
-        log_level="warning",
-        timeout_keep_alive=30,
-    )
+    config = server_config(app, host, port)
+    try:
+        config.load()  # TLS files are read here: a bad one is a clear start error
+    except (OSError, ValueError) as e:
+        raise RouterStartError(f"router.tls: cannot load the certificate or key: {e}") from None
     server = uvicorn.Server(config)
 
     async def main() -> None:
@@ -88,21 +141,42 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--mode", default=None)
     ap.add_argument("--ignore-lint", action="append", default=[], metavar="CODE")
     args = ap.parse_args(argv)
-    spec = FleetSpec.model_validate_json(Path(args.spec_json).read_text())
+    spec_file = Path(args.spec_json)
+    spec = FleetSpec.model_validate_json(spec_file.read_text())
     try:
-        app = build_app(spec, mode=args.mode, ignore_lint=args.ignore_lint)
+        app = build_app(
+            spec,
+            mode=args.mode,
+            audit_path=default_audit_path(spec_file),
+            ignore_lint=args.ignore_lint,
+        )
     except PdctlError as e:
         print(f"pdctl router: {e}", file=sys.stderr)
         return 2
     assert spec.router is not None
     r = app.router
+    scheme = "https" if spec.router.tls is not None else "http"
     print(
-        f"pdctl router: {r.mode} mode on http://{spec.router.host}:{spec.router.port} → "
+        f"pdctl router: {r.mode} mode on {scheme}://{spec.router.host}:{spec.router.port} → "
         f"{len(r.prefills)} prefill, {len(r.decodes)} decode instance(s)",
         flush=True,
     )
-    serve(app, spec.router.host, spec.router.port)
+    try:
+        serve(app, spec.router.host, spec.router.port)
+    except RouterStartError as e:
+        print(f"pdctl router: {e}", file=sys.stderr)
+        return 2
     return 0
+
+
+def default_audit_path(spec_file: object) -> str:
+    """router-audit.jsonl beside the router's spec file when that folder is writable (a
+    fleet's run directory), else standard error ("-": a read-only ConfigMap mount)."""
+    import os
+    from pathlib import Path
+
+    folder = Path(str(spec_file)).resolve().parent
+    return str(folder / "router-audit.jsonl") if os.access(folder, os.W_OK) else "-"
 
 
 if __name__ == "__main__":

@@ -51,6 +51,14 @@ from pdctl.sdk.spec.groups import (
 )
 from pdctl.sdk.spec.observability import ObservabilitySpec
 from pdctl.sdk.spec.router import ApiKeySpec, RouterSpec
+from pdctl.sdk.spec.security import (
+    AuditSpec,
+    HttpLimitsSpec,
+    KeyRole,
+    RateLimitSpec,
+    RouterKeySpec,
+    TlsSpec,
+)
 from pdctl.sdk.spec.settings import FleetSettings, ModelSpec, UcxSpec
 
 __all__ = [
@@ -59,6 +67,7 @@ __all__ = [
     "RDMA_CAPABILITY",
     "RESERVED_LABEL_PREFIXES",
     "ApiKeySpec",
+    "AuditSpec",
     "BackendKind",
     "BackendSpec",
     "ConnectorChoice",
@@ -66,23 +75,28 @@ __all__ = [
     "FleetSettings",
     "FleetSpec",
     "HashAlgo",
+    "HttpLimitsSpec",
     "InstanceGroup",
     "K8sSpec",
+    "KeyRole",
     "Mode",
     "ModelSpec",
     "ObservabilitySpec",
     "Platform",
     "PodPatchOp",
     "Port",
+    "RateLimitSpec",
     "RayGroup",
     "RaySpec",
     "RenderFallback",
     "RenderGroup",
     "RestartMode",
     "Role",
+    "RouterKeySpec",
     "RouterPath",
     "RouterPolicy",
     "RouterSpec",
+    "TlsSpec",
     "Toleration",
     "UcxSpec",
     "VllmVersion",

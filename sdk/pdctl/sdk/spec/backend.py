@@ -103,6 +103,25 @@ class K8sSpec(_Strict):
     secret_env: list[str] = Field(
         default_factory=list, description="Secrets whose keys become env (e.g. HF_TOKEN)."
     )
+    router_secret_env: list[str] = Field(
+        default_factory=list,
+        description="Secrets whose keys become env in the router pod only (its API keys: "
+        "the vLLM pods never see them).",
+    )
+    network_policies: bool = Field(
+        default=True,
+        description="Emit NetworkPolicies: vLLM HTTP and KV-event ports only from the router "
+        "(and prometheus_pod_labels for /metrics), side channels and NIXL only between the "
+        "fleet's prefill and decode pods. Off: every pod reaches every port (lint PD047).",
+    )
+    prometheus_pod_labels: dict[str, str] = Field(
+        default_factory=dict,
+        description="Labels of the Prometheus pods allowed to scrape the vLLM and router "
+        "HTTP ports, e.g. {'app.kubernetes.io/name' = 'prometheus'}; none: no scraper.",
+    )
+    prometheus_namespace: str | None = Field(
+        default=None, description="Namespace of those Prometheus pods; default: the fleet's."
+    )
     router_service_type: Literal["ClusterIP", "NodePort", "LoadBalancer"] = "ClusterIP"
     cluster_domain: str = "cluster.local"
     labels: dict[str, str] = Field(default_factory=dict, description="Added to every object.")

@@ -7,6 +7,13 @@ import re
 from pydantic import Field, field_validator, model_validator
 
 from pdctl.sdk.spec.base import Port, RenderFallback, RouterPath, RouterPolicy, _Strict
+from pdctl.sdk.spec.security import (
+    AuditSpec,
+    HttpLimitsSpec,
+    RateLimitSpec,
+    RouterKeySpec,
+    TlsSpec,
+)
 
 
 class ApiKeySpec(_Strict):
@@ -32,7 +39,36 @@ class RouterSpec(_Strict):
     connect_timeout_s: float = Field(default=5.0, gt=0)
     prefill_timeout_s: float = Field(default=120.0, gt=0)
     request_timeout_s: float = Field(default=600.0, gt=0)
-    api_key: ApiKeySpec | None = None
+    api_key: ApiKeySpec | None = Field(
+        default=None,
+        description="One key for everything (an admin key named 'default'); prefer "
+        "[[router.keys]], which adds roles and tenants.",
+    )
+    keys: list[RouterKeySpec] = Field(
+        default_factory=list,
+        description="Keys with roles (admin, inference) and tenants; see docs/security.md.",
+    )
+    tenants: dict[str, RateLimitSpec] = Field(
+        default_factory=dict,
+        description="Rate limits per tenant (the keys' tenant names): requests/s, tokens/s.",
+    )
+    insecure_control: bool = Field(
+        default=False,
+        description="Let a router bound beyond loopback start with no admin key, its "
+        "control endpoints open to the network (lint still warns: PD045).",
+    )
+    http: HttpLimitsSpec = Field(
+        default_factory=HttpLimitsSpec,
+        description="Limits on each client connection: header size and count, slow heads "
+        "and bodies, idle connections, the connection cap, JSON depth.",
+    )
+    tls: TlsSpec | None = Field(
+        default=None, description="Serve HTTPS (and optionally mTLS on the control endpoints)."
+    )
+    audit: AuditSpec = Field(
+        default_factory=AuditSpec,
+        description="The audit log of control actions and failed authentications.",
+    )
     path: RouterPath = Field(
         default="text",
         description="'text': OpenAI requests go to the engines as they are; 'tokens': a "
@@ -115,6 +151,24 @@ class RouterSpec(_Strict):
             return None
         e = self.otlp_endpoint.rstrip("/")
         return e if e.endswith("/v1/traces") else e + "/v1/traces"
+
+    @model_validator(mode="after")
+    def _keys_unique(self) -> RouterSpec:
+        names = [k.name for k in self.keys]
+        dup = sorted({n for n in names if names.count(n) > 1})
+        if dup or (self.api_key is not None and "default" in names):
+            raise ValueError(
+                f"router key names must be unique (repeated: {', '.join(dup) or 'default'}; "
+                "router.api_key is the key named 'default')"
+            )
+        tenants = {k.tenant_name for k in self.keys} | ({"default"} if self.api_key else set())
+        unknown = sorted(set(self.tenants) - tenants)
+        if unknown:
+            raise ValueError(
+                f"router.tenants names {', '.join(unknown)}, which no key belongs to; "
+                "set tenant = ... on a [[router.keys]] entry or remove the limit"
+            )
+        return self
 
     @field_validator("otlp_endpoint")
     @classmethod

@@ -1,6 +1,8 @@
 """Rebuild the schemas in this folder (see README.md): run once by hand, not by tests.
 
-python tests/data/k8s/schemas/prepare.py KUBERNETES_VALIDATE_WHEEL LWS_CRD_YAML
+python tests/data/k8s/schemas/prepare.py KUBERNETES_VALIDATE_WHEEL [LWS_CRD_YAML]
+
+Without the CRD file the LeaderWorkerSet schema is left as it is.
 """
 
 from __future__ import annotations
@@ -13,7 +15,12 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 K8S_VERSION = "v1.33.0-local-strict"
-ROOTS = {"deployment-apps-v1.json", "service-v1.json", "configmap-v1.json"}
+ROOTS = {
+    "deployment-apps-v1.json",
+    "service-v1.json",
+    "configmap-v1.json",
+    "networkpolicy-networking-v1.json",
+}
 EXTRA_DEFS = ("io.k8s.api.core.v1.PodTemplateSpec",)
 """Also kept: the core pod template, to check LeaderWorkerSet templates strictly."""
 DEFS_REF = "/api/_definitions.json#/$defs/"
@@ -58,7 +65,7 @@ def write(name: str, obj: Any) -> None:
     (HERE / name).write_text(json.dumps(obj, sort_keys=True, separators=(",", ":")) + "\n")
 
 
-def main(wheel: str, crd: str) -> None:
+def main(wheel: str, crd: str | None = None) -> None:
     import yaml  # type: ignore[import-untyped, unused-ignore]
 
     prefix = f"kubernetes_validate/kubernetes-json-schema/{K8S_VERSION}/"
@@ -69,10 +76,12 @@ def main(wheel: str, crd: str) -> None:
     for name, schema in roots.items():
         write(name, strip_descriptions(schema))
     write("_definitions.json", {"$defs": strip_descriptions(closure(seeds, defs))})
+    if crd is None:
+        return
     doc = yaml.safe_load(Path(crd).read_text())
     (v1,) = (v for v in doc["spec"]["versions"] if v["name"] == "v1")
     write("leaderworkerset-v1.json", strip_descriptions(v1["schema"]["openAPIV3Schema"]))
 
 
 if __name__ == "__main__":
-    main(*sys.argv[1:3])
+    main(*sys.argv[1:3])  # type: ignore[arg-type, unused-ignore]

@@ -17,6 +17,7 @@ from typing import Any
 
 from pdctl.sdk import k8slabels
 from pdctl.sdk.backends.k8s import names
+from pdctl.sdk.backends.k8s.netpol import network_policies
 from pdctl.sdk.backends.k8s.pods import (
     env_from,
     pod_spec,
@@ -151,7 +152,7 @@ def router_objects(spec: FleetSpec, rp: RouterPlan) -> list[Obj]:
         "volumeMounts": [{"name": "spec", "mountPath": SPEC_MOUNT, "readOnly": True}],
         **router_health_checks("http"),
     }
-    if secrets := env_from(spec):
+    if secrets := env_from(spec, router=True):
         container["envFrom"] = secrets
     pod = pod_spec(spec, [container], shm=False)
     pod["volumes"] = [{"name": "spec", "configMap": {"name": config}}]
@@ -193,7 +194,7 @@ def router_objects(spec: FleetSpec, rp: RouterPlan) -> list[Obj]:
 
 def build_manifests(spec: FleetSpec, plan: FleetPlan | None = None) -> list[Obj]:
     """Every object of the fleet, in apply order: per instance its Service and workload,
-    then the router's ConfigMap, Service and Deployment."""
+    then the router's ConfigMap, Service and Deployment, then the NetworkPolicies."""
     plan = plan if plan is not None else build_plan(spec)
     docs: list[Obj] = []
     for inst in plan.instances:
@@ -204,6 +205,7 @@ def build_manifests(spec: FleetSpec, plan: FleetPlan | None = None) -> list[Obj]
             docs.append(deployment(spec, inst))
     if plan.router is not None:
         docs.extend(router_objects(spec, plan.router))
+    docs.extend(network_policies(spec, plan))
     return docs
 
 

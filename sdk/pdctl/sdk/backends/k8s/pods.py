@@ -189,8 +189,11 @@ def _camel(snake: str) -> str:
     return head + "".join(p.title() for p in rest)
 
 
-def env_from(spec: FleetSpec) -> list[Obj]:
-    return [{"secretRef": {"name": s}} for s in k8slabels.k8s_settings(spec).secret_env]
+def env_from(spec: FleetSpec, *, router: bool = False) -> list[Obj]:
+    """The Secrets a pod reads as env; the router's pod also gets ``router_secret_env``."""
+    k8s = k8slabels.k8s_settings(spec)
+    secrets = [*k8s.secret_env, *(k8s.router_secret_env if router else [])]
+    return [{"secretRef": {"name": s}} for s in secrets]
 
 
 def vllm_container(

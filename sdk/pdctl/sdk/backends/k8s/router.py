@@ -17,23 +17,24 @@ import argparse
 import sys
 from pathlib import Path
 
-from pdctl.sdk.apikey import ApiKeyError
 from pdctl.sdk.backends.k8s.manifests import cluster_plan
-from pdctl.sdk.router.app import RouterApp, load_api_key
+from pdctl.sdk.errors import PdctlError
+from pdctl.sdk.router.app import RouterApp
 from pdctl.sdk.router.core import ROUTER_MODES, Router
-from pdctl.sdk.router.server import serve
+from pdctl.sdk.router.server import build_guard, default_audit_path, serve
 from pdctl.sdk.spec import FleetSpec, RouterSpec
 
 BIND = "0.0.0.0"
 
 
-def build(spec: FleetSpec, mode: str | None = None) -> RouterApp:
-    """The router app over the cluster plan; ValueError/ApiKeyError when it cannot run."""
+def build(spec: FleetSpec, mode: str | None = None, audit_path: str | None = None) -> RouterApp:
+    """The router app over the cluster plan; ValueError/PdctlError when it cannot run
+    (no admin key on its wildcard bind without ``router.insecure_control``, say)."""
     chosen = next((m for m in ROUTER_MODES if m == mode), None)
     if mode is not None and chosen is None:
         raise ValueError(f"unknown mode {mode!r}; use one of {', '.join(ROUTER_MODES)}")
     router = Router(spec, cluster_plan(spec), mode=chosen)
-    return RouterApp(router, api_key=load_api_key(router))
+    return RouterApp(router, guard=build_guard(spec, router, audit_path))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -43,8 +44,8 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     spec = FleetSpec.model_validate_json(Path(args.spec_json).read_text())
     try:
-        app = build(spec, args.mode)
-    except (ValueError, ApiKeyError) as e:
+        app = build(spec, args.mode, default_audit_path(args.spec_json))
+    except (ValueError, PdctlError) as e:
         print(f"pdctl router: {e}", file=sys.stderr)
         return 2
     port = (spec.router or RouterSpec()).port

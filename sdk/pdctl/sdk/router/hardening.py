@@ -1,0 +1,49 @@
+"""The router's defences against hostile clients, below the ASGI app: the limits
+(:class:`Limits`, applied by :func:`pdctl.sdk.router.httpproto.hardened_protocol` to
+uvicorn's httptools protocol, which has none of them of its own) and the JSON depth check:
+
+* request head (request line and headers) at most ``max_header_bytes`` and
+  ``max_headers`` fields (431), received within ``header_timeout_s`` of its first byte
+  (408: a slowloris trickling headers);
+* a connection that sends nothing is closed after ``header_timeout_s``; between requests
+  uvicorn's keep-alive timeout (``idle_timeout_s``) closes idle ones;
+* a request body must arrive within ``body_timeout_s`` of its headers (408; the app
+  sees a disconnect and cancels the request);
+* at most ``max_connections`` connections: a new one past the cap closes the connection
+  that has been idle longest (so a flood of idle sockets cannot lock out a health check),
+  or, when every connection is busy, is answered 503;
+* JSON bodies at most ``max_json_depth`` deep (:func:`json_too_deep`).
+
+With TLS, the verified client certificate (if any) is put in the request's scope as
+``scope["extensions"]["tls"]["client_cert_subject"]``, for mTLS on the control endpoints.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["Limits", "json_too_deep"]
+
+
+@dataclass(frozen=True)
+class Limits:
+    max_header_bytes: int = 16 * 1024
+    max_headers: int = 100
+    header_timeout_s: float = 10.0
+    body_timeout_s: float = 30.0
+    idle_timeout_s: int = 30
+    max_connections: int = 4096
+    max_json_depth: int = 64
+
+
+def json_too_deep(obj: Any, limit: int) -> bool:
+    """True when ``obj`` nests lists/objects more than ``limit`` deep (no recursion)."""
+    stack: list[tuple[Any, int]] = [(obj, 1)]
+    while stack:
+        o, d = stack.pop()
+        if isinstance(o, dict | list):
+            if d > limit:
+                return True
+            stack.extend((v, d + 1) for v in (o.values() if isinstance(o, dict) else o))
+    return False

@@ -1,0 +1,169 @@
+"""The hardened HTTP protocol itself: uvicorn's httptools protocol with the limits of
+:mod:`pdctl.sdk.router.hardening` (which says what each one does). Imports uvicorn, so only
+the server loads it (:func:`hardened_protocol`)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import OrderedDict
+from typing import Any, ClassVar
+
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+from pdctl.sdk.router.hardening import Limits
+
+__all__ = ["HardenedHttpTools", "hardened_protocol"]
+
+_STATUS = {
+    408: b"408 Request Timeout",
+    431: b"431 Request Header Fields Too Large",
+    503: b"503 Service Unavailable",
+}
+
+
+class HardenedHttpTools(HttpToolsProtocol):
+    """uvicorn's httptools protocol under :attr:`limits` (module doc: what each one does)."""
+
+    limits: ClassVar[Limits] = Limits()
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self._pd_head_bytes = 0
+        self._pd_headers = 0
+        self._pd_in_head = True
+        self._pd_refused = False
+        self._pd_timer: asyncio.TimerHandle | None = None
+        self._pd_born = time.monotonic()
+        cert = transport.get_extra_info("peercert")
+        self._pd_cert_subject = _subject(cert) if cert else None
+        idle = _idle(self.server_state)
+        if len(self.connections) > self.limits.max_connections:
+            if idle:
+                _, oldest = idle.popitem(last=False)
+                oldest.transport.close()
+            else:
+                self._pd_refuse(503, "too many connections")
+                return
+        idle[id(self)] = self
+        self._pd_arm(self.limits.header_timeout_s, 408, "nothing received")
+
+    # -- timers and refusals
+    def _pd_arm(self, after: float, status: int, why: str) -> None:
+        self._pd_disarm()
+        self._pd_timer = self.loop.call_later(after, self._pd_refuse, status, why)
+
+    def _pd_disarm(self) -> None:
+        if self._pd_timer is not None:
+            self._pd_timer.cancel()
+            self._pd_timer = None
+
+    def _pd_refuse(self, status: int, why: str) -> None:
+        self._pd_refused = True
+        self._pd_disarm()
+        if self.transport.is_closing():
+            return
+        if self.cycle is None or not self.cycle.response_started:
+            body = why.encode()
+            self.transport.write(
+                b"HTTP/1.1 " + _STATUS[status] + b"\r\ncontent-type: text/plain\r\n"
+                b"connection: close\r\ncontent-length: "
+                + str(len(body)).encode()
+                + b"\r\n\r\n"
+                + body
+            )
+        self.transport.close()
+
+    # -- protocol events
+    def data_received(self, data: bytes) -> None:
+        if self._pd_refused:
+            return
+        if self._pd_in_head:
+            # the parser calls back per complete header only: bound what it buffers
+            room = self.limits.max_header_bytes + 1024 - self._pd_head_bytes
+            if len(data) > room:
+                self._pd_head_bytes += room
+                super().data_received(data[:room])
+                if self._pd_refused or self.transport.is_closing():
+                    return
+                if self._pd_in_head:
+                    self._pd_refuse(431, "request head too large")
+                    return
+                data = data[room:]  # the head ended in there: the rest is body
+            else:
+                self._pd_head_bytes += len(data)
+        super().data_received(data)
+
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        _idle(self.server_state).pop(id(self), None)
+        self._pd_in_head = True
+        self._pd_headers = 0
+        self._pd_arm(self.limits.header_timeout_s, 408, "request head too slow")
+
+    def on_url(self, url: bytes) -> None:
+        if len(self.url) + len(url) > self.limits.max_header_bytes:
+            self._pd_refuse(431, "request line too long")
+            return
+        super().on_url(url)
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self._pd_headers += 1
+        size = sum(len(k) + len(v) + 4 for k, v in self.headers) + len(self.url)
+        if self._pd_headers > self.limits.max_headers:
+            self._pd_refuse(431, f"more than {self.limits.max_headers} header fields")
+            return
+        if size + len(name) + len(value) > self.limits.max_header_bytes:
+            self._pd_refuse(431, f"request head over {self.limits.max_header_bytes} bytes")
+            return
+        super().on_header(name, value)
+
+    def on_headers_complete(self) -> None:
+        if self._pd_refused:
+            return
+        self._pd_in_head = False
+        self._pd_head_bytes = 0
+        self._pd_arm(self.limits.body_timeout_s, 408, "request body too slow")
+        super().on_headers_complete()
+        if self._pd_cert_subject is not None and self.scope is not None:
+            ext = self.scope.setdefault("extensions", {})
+            ext["tls"] = {"client_cert_subject": self._pd_cert_subject}
+
+    def on_body(self, body: bytes) -> None:
+        if not self._pd_refused:
+            super().on_body(body)
+
+    def on_message_complete(self) -> None:
+        self._pd_disarm()
+        if not self._pd_refused:
+            super().on_message_complete()
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()
+        if not self.transport.is_closing():
+            _idle(self.server_state)[id(self)] = self
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._pd_disarm()
+        _idle(self.server_state).pop(id(self), None)
+        super().connection_lost(exc)
+
+
+def _idle(state: Any) -> OrderedDict[int, Any]:
+    """The server's idle connections, oldest first (kept on its ServerState)."""
+    idle: OrderedDict[int, Any] | None = getattr(state, "_pdctl_idle", None)
+    if idle is None:
+        idle = OrderedDict()
+        state._pdctl_idle = idle
+    return idle
+
+
+def _subject(cert: dict[str, Any]) -> str:
+    """``CN=x,O=y`` of a certificate as :meth:`ssl.SSLSocket.getpeercert` gives it."""
+    parts = [f"{k}={v}" for rdn in cert.get("subject", ()) for k, v in rdn]
+    return ",".join(parts)
+
+
+def hardened_protocol(limits: Limits) -> type[asyncio.Protocol]:
+    """uvicorn's ``httptools`` protocol with ``limits`` (pass it as ``Config(http=...)``)."""
+    return type("HardenedHttpTools", (HardenedHttpTools,), {"limits": limits})
