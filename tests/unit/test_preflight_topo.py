@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from pdctl.sdk.preflight.kvpath import PathClass, classify_same_host, p2p_ok
@@ -191,8 +191,17 @@ _TOKENS = st.sampled_from(
 )
 
 
+def test_a_gpus_own_cell_is_never_a_link():
+    """A row whose own column holds a link type (a garbled dump) adds no self-link."""
+    t = parse_topo("GPU0 GPU1 CPU\nGPU0 NV18 NV18\nGPU1 NV18 X")
+    assert t.links == {(0, 1): "NV18"}
+    assert any("own column" in n for n in t.notes)
+    assert parse_topo("GPU0 CPU\nGPU0 NV18").links == {}
+
+
 @settings(max_examples=150, deadline=None)
 @given(st.lists(st.lists(_TOKENS, max_size=12).map(" ".join), max_size=12).map("\n".join))
+@example("GPU0 CPU\nGPU0 NV18")  # once found: a self-link (0, 0)
 def test_fuzz_token_soup_never_raises(text):
     t = parse_topo(text)
     for (a, b), _cell in t.links.items():

@@ -124,6 +124,9 @@ def _topo_row(
         col_gpu = _GPU.match(col)
         if row_gpu and col_gpu:
             a, b = int(row_gpu.group(1)), int(col_gpu.group(1))
+            if a == b:  # a GPU's own cell is "X"; anything else there is not a link
+                topo.notes.append(f"row {label}: {cell!r} on its own column ignored")
+                continue
             topo.links.setdefault((min(a, b), max(a, b)), "SYS" if cell == "SOC" else cell)
         elif row_gpu:
             topo.gpu_nic[(int(row_gpu.group(1)), col)] = cell
