@@ -37,7 +37,7 @@ from pdctl.cli.cmd_demo import DEMO_WORDS
 from pdctl.sdk.fleet import Fleet
 from pdctl.sdk.paths import tiny_model_dir
 from pdctl.sdk.router.bottleneck import verdict
-from pdctl.sdk.specload import load_demo_spec
+from pdctl.sdk.demo import load_demo_spec
 from pdctl.sdk.urls import router_url
 
 KINDS = ("baseline", "prefill", "decode", "transfer")
