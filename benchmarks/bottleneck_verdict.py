@@ -3,8 +3,8 @@ fleet (the demo spec), trial after trial:
 
 * ``prefill``: a burst of long prompts (``--burst`` at once, one token each) saturates
   prefill;
-* ``decode``: long generations (``--gens`` streams of ``--gen-tokens``) keep decode
-  busy while short probes go through;
+* ``decode``: long generations (``--gens`` streams of ``--gen-tokens``, back to back until
+  the probes are through) keep decode busy;
 * ``transfer``: the connector's write-delay failpoint holds every WRITE ``--delay-ms``
   (switched on by a file, so one fleet serves every kind);
 * ``baseline``: probes alone (what the verdict says with nothing injected).
@@ -34,10 +34,10 @@ from typing import Any
 import httpx
 
 from pdctl.cli.cmd_demo import DEMO_WORDS
+from pdctl.sdk.demo import load_demo_spec
 from pdctl.sdk.fleet import Fleet
 from pdctl.sdk.paths import tiny_model_dir
 from pdctl.sdk.router.bottleneck import verdict
-from pdctl.sdk.demo import load_demo_spec
 from pdctl.sdk.urls import router_url
 
 KINDS = ("baseline", "prefill", "decode", "transfer")
@@ -86,11 +86,17 @@ def trial(kind: str, n: int, url: str, args: argparse.Namespace, switch: Path) -
         load: list[threading.Thread] = []
         if kind == "transfer":
             switch.write_text("on")
+        probes_done = threading.Event()
         if kind == "decode":
 
             def generate(i: int) -> None:
+                # back to back until the probes are through: a fixed number of
+                # generations can end before the probes start on a fast decode
                 with httpx.Client(timeout=300) as g:
-                    stream(g, url, words(20, f"{tag}-g{i}"), args.gen_tokens)
+                    k = 0
+                    while not probes_done.is_set():
+                        stream(g, url, words(20, f"{tag}-g{i}-{k}"), args.gen_tokens)
+                        k += 1
 
             load = in_threads(args.gens, generate)
             time.sleep(args.settle_s)
@@ -108,6 +114,7 @@ def trial(kind: str, n: int, url: str, args: argparse.Namespace, switch: Path) -
                 if ttft is not None:
                     probes.append(ttft)
         finally:
+            probes_done.set()
             switch.unlink(missing_ok=True)
         for th in load:
             th.join(300)
