@@ -20,7 +20,7 @@ import sys
 import types
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.1.0.dev0"
+__version__ = "0.2.0.dev0"  # after 0.1.0 (CHANGELOG); packaging reads it here
 
 _EXPORTS: dict[str, str] = {
     "Fleet": "fleet.sync",

@@ -27,9 +27,10 @@ from pdctl.cli.args import (
     deprecated,
     merge,
 )
+from pdctl.sdk import __version__
 from pdctl.sdk.errors import PdctlError
 
-VERSION = "0.1.0.dev0"
+VERSION = __version__
 
 
 @dataclass(frozen=True)
