@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 import sys
 from pathlib import Path
+from typing import Any
 
 from pdctl.sdk.freeports import free_port as free_port
 
@@ -56,3 +58,21 @@ def pdctl_router_argv(prefill: str, decode: str, port: int, tmp: Path) -> list[s
     f = tmp / f"spec-{port}.json"
     f.write_text(spec.model_dump_json())
     return [sys.executable, "-m", "pdctl.sdk.router.server", "--spec-json", str(f)]
+
+
+def greedy_body(prompt: str, max_tokens: int, stream: bool = True) -> dict[str, Any]:
+    """A completions body for the demo's model: greedy, ``ignore_eos`` (exact lengths)."""
+    return {
+        "model": "tiny",
+        "prompt": prompt,
+        "max_tokens": max_tokens,
+        "temperature": 0,
+        "ignore_eos": True,
+        "stream": stream,
+    }
+
+
+def write_record(path: str | Path, record: Any) -> None:
+    """The run's JSON record to ``path``, and a line saying where it went."""
+    Path(path).write_text(json.dumps(record, indent=1) + "\n")
+    print(f"\nrecord: {path}")

@@ -22,7 +22,6 @@ trials). A JSON record goes to ``--out``.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import tempfile
@@ -32,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from _bench import greedy_body, write_record
 
 from pdctl.cli.cmd_demo import DEMO_WORDS
 from pdctl.sdk.demo import load_demo_spec
@@ -50,14 +50,7 @@ def words(n: int, tag: str) -> str:
 
 
 def stream(c: httpx.Client, url: str, prompt: str, max_tokens: int) -> float | None:
-    body = {
-        "model": "tiny",
-        "prompt": prompt,
-        "max_tokens": max_tokens,
-        "temperature": 0,
-        "ignore_eos": True,
-        "stream": True,
-    }
+    body = greedy_body(prompt, max_tokens)
     t0 = time.perf_counter()
     try:
         with c.stream("POST", url + "/v1/completions", json=body) as r:
@@ -196,9 +189,7 @@ def main() -> int:
             f"{kind:9s}{goal}  verdicts: {', '.join(named)}  probe TTFT p50 x"
             f"{'-' if ratio is None else f'{ratio:.2f}'} of baseline"
         )
-    with open(args.out, "w") as f:
-        json.dump(records, f, indent=1)
-    print(f"\nrecord: {args.out}")
+    write_record(args.out, records)
     return 0
 
 

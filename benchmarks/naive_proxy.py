@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import uuid
+from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
@@ -41,7 +42,7 @@ def make_app(prefill: str, decode: str) -> FastAPI:
             )
             r = await client.send(req, stream=True)
 
-            async def relay():  # type: ignore[no-untyped-def]
+            async def relay() -> AsyncIterator[bytes]:
                 async for chunk in r.aiter_raw():
                     yield chunk
                 await r.aclose()

@@ -232,7 +232,7 @@ def summarize(rec: dict[str, Any]) -> dict[str, Any]:
     def get(router: str, stream: bool, conc: int) -> dict[str, Any] | None:
         for r in rec["results"]:
             if (r["router"], r["stream"], r["concurrency"]) == (router, stream, conc):
-                return r
+                return dict(r)
         return None
 
     ratios: dict[str, Any] = {}

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from _bench import find_vllm_router, free_port, vllm_router_argv
+from _bench import find_vllm_router, free_port, greedy_body, vllm_router_argv
 
 from pdctl.cli.cmd_demo import DEMO_WORDS
 from pdctl.sdk.demo import load_demo_spec
@@ -48,14 +48,7 @@ def wait_health(url: str, timeout: float = 60) -> None:
 
 
 def one(c: httpx.Client, url: str, prompt: str, max_tokens: int) -> tuple[float, float, str]:
-    body = {
-        "model": "tiny",
-        "prompt": prompt,
-        "max_tokens": max_tokens,
-        "temperature": 0,
-        "ignore_eos": True,
-        "stream": True,
-    }
+    body = greedy_body(prompt, max_tokens)
     t0 = time.perf_counter()
     ttft = None
     text = ""

@@ -28,7 +28,7 @@ from typing import Any
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _bench import free_port
+from _bench import free_port, greedy_body
 
 from pdctl.cli.cmd_demo import DEMO_WORDS
 from pdctl.sdk.demo import load_demo_spec
@@ -73,14 +73,7 @@ async def wait_up(url: str) -> None:
 
 
 async def one(c: httpx.AsyncClient, url: str, prompt: str, stream: bool) -> float:
-    body = {
-        "model": "tiny",
-        "prompt": prompt,
-        "max_tokens": 16,
-        "temperature": 0,
-        "ignore_eos": True,
-        "stream": stream,
-    }
+    body = greedy_body(prompt, 16, stream)
     t0 = time.perf_counter()
     if stream:
         async with c.stream("POST", url + "/v1/completions", json=body) as r:

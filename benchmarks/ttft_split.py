@@ -17,12 +17,12 @@ baseline. A JSON record goes to ``--out``.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import time
 from typing import Any
 
 import httpx
+from _bench import greedy_body, write_record
 
 from pdctl.cli.cmd_demo import DEMO_WORDS
 from pdctl.sdk.demo import load_demo_spec
@@ -44,14 +44,7 @@ OWNER = {
 
 
 def ttft_ms(c: httpx.Client, url: str, prompt: str) -> float:
-    body = {
-        "model": "tiny",
-        "prompt": prompt,
-        "max_tokens": 4,
-        "temperature": 0,
-        "ignore_eos": True,
-        "stream": True,
-    }
+    body = greedy_body(prompt, 4)
     t0 = time.perf_counter()
     with c.stream("POST", url + "/v1/completions", json=body) as r:
         r.raise_for_status()
@@ -175,9 +168,7 @@ def main() -> int:
             b = base.get(name, {}).get("p50_ms")
             if b:
                 print(f"    {name:24s} {s['p50_ms'] / b:6.2f}")
-    with open(args.out, "w") as f:
-        json.dump(records, f, indent=1)
-    print(f"\nrecord: {args.out}")
+    write_record(args.out, records)
     return 0
 
 
