@@ -39,9 +39,14 @@ class ConfirmScreen(ModalScreen[bool]):
 
 
 KEYS: Sequence[tuple[str, str]] = (
-    ("1-7", "switch view (fleet, rendezvous, transfers, latency, requests, preflight, plan)"),
+    (
+        "1-8",
+        "switch view (fleet, rendezvous, transfers, latency, requests, preflight, plan, events)",
+    ),
     (":", "jump to a view by name (:rdv, :xfer, :lat, :req, :pf), :q quits"),
-    ("/", "filter the rows (role:decode  health:DOWN  outcome:error  any-word)"),
+    ("/", "filter the rows (role:decode  group:decode-b  host:10.0.0.7  health:DOWN  any-word)"),
+    ("g", "fleet: group by role, spec group, host, or one row per instance"),
+    ("s / S", "fleet: sort by the next column / reverse; Enter on a group opens or closes it"),
     ("Esc", "clear the filter · back from details"),
     (
         "Enter",

@@ -4,7 +4,7 @@ banner, the summary line and the view tabs."""
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from rich.text import Text
@@ -40,6 +40,7 @@ class SyncTable(DataTable[Cell]):
         self._room_left = 0
         self._rows: dict[str, tuple[Cell, ...]] = {}
         self._order: list[str] = []
+        self._fallback: Mapping[str, str] = {}
 
     def _pick(self) -> tuple[Column, ...]:
         """The essential columns, then optional ones in order while they fit."""
@@ -54,8 +55,15 @@ class SyncTable(DataTable[Cell]):
         self._room_left = max(0, room - used)
         return tuple(c for c in self.all_columns if not c.wide or c.key in keep)
 
-    def sync(self, rows: Sequence[tuple[str, Sequence[Cell]]]) -> None:
-        """Show ``rows`` (key, one cell per column of ``all_columns``)."""
+    def sync(
+        self,
+        rows: Sequence[tuple[str, Sequence[Cell]]],
+        fallback: Mapping[str, str] | None = None,
+    ) -> None:
+        """Show ``rows`` (key, one cell per column of ``all_columns``). The cursor stays on
+        its row's key; when that row is gone, it moves to ``fallback[key]`` (a closed
+        group's row) if given."""
+        self._fallback = fallback or {}
         shown = self._pick()
         index = [i for i, c in enumerate(self.all_columns) if c in shown]
         keys = [k for k, _ in rows]
@@ -100,6 +108,8 @@ class SyncTable(DataTable[Cell]):
             self.add_row(*new, key=key)
             self._rows[key] = new
         self._order = [k for k, _ in rows]
+        if selected is not None and selected not in self._rows:
+            selected = self._fallback.get(selected)
         if selected is not None and selected in self._rows:
             with contextlib.suppress(RowDoesNotExist):
                 self.move_cursor(row=self.get_row_index(selected), animate=False)
