@@ -25,6 +25,7 @@ from pdctl.tui.views.fleetlayout import (
     plan,
     sort_rows,
 )
+from pdctl.tui.widgets import Cell
 from tests.unit import tui_support
 
 clock = tui_support.clock
@@ -53,7 +54,27 @@ def row(
         kv_usage=kv,
         request_rate=rate,
     )
-    return Row(m, tuple(f"{name}:{c.key}" for c in COLUMNS), inflight, (1.0, 2.0))
+    cells: tuple[Cell, ...] = tuple(f"{name}:{c.key}" for c in COLUMNS)
+    return Row(m, lambda: cells, inflight, lambda: (1.0, 2.0))
+
+
+def test_a_closed_group_draws_none_of_its_members() -> None:
+    drawn: list[str] = []
+
+    def lazy(name: str) -> Row:
+        r = row(name)
+
+        def draw() -> tuple[Cell, ...]:
+            drawn.append(name)
+            return r.cells
+
+        return Row(r.metrics, draw, r.in_flight, r.trend_of)
+
+    members = [lazy(f"decode-{i}") for i in range(100)]
+    plan(members, Arrangement(grouping="role"))
+    assert drawn == []
+    plan(members, Arrangement(grouping="role", expanded=frozenset({"decode"})))
+    assert len(drawn) == 100
 
 
 def test_group_and_host_come_from_the_name_and_the_url() -> None:

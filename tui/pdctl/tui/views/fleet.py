@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from dataclasses import replace
+from functools import partial
 from typing import Any, ClassVar
 
 from rich.text import Text
@@ -12,7 +13,11 @@ from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.widgets import DataTable, Static
 
+from pdctl.sdk.client import RoutedInstance
+from pdctl.sdk.fleet import InstanceStatus
+from pdctl.sdk.metrics.monitor import InstanceMetrics
 from pdctl.tui import fmt
+from pdctl.tui.history import History
 from pdctl.tui.views.base import Frame, View
 from pdctl.tui.views.fleetlayout import (
     Arrangement,
@@ -59,6 +64,33 @@ def cache_cell(state: str | None, hit: float | None) -> Cell:
         return fmt.DASH
     style = {"EXACT": "green", "DEGRADED": "yellow"}.get(state, "dim")
     return Text(f"{state} {fmt.pct(hit)}", style=style)
+
+
+def draw(
+    i: InstanceMetrics,
+    r: RoutedInstance | None,
+    proc: InstanceStatus | None,
+    load: Cell,
+    inflight: float | None,
+    h: History,
+) -> tuple[Cell, ...]:
+    """One instance's cells (column order)."""
+    return (
+        Text(TREE.get(i.role, "  ") + i.name),
+        Text(i.role, style=ROLE_STYLE.get(i.role, "")),
+        i.url.removeprefix("http://"),
+        fmt.health(i.health, drained=bool(r and r.drained)),
+        fmt.process(proc.state, proc.restarts, proc.next_restart_in_s) if proc else "-",
+        load,
+        fmt.pct(i.kv_usage),
+        fmt.ms_pair(i.ttft.p50, i.ttft.p99),
+        fmt.ms(i.itl.p50),
+        fmt.num(i.request_rate, 2),
+        fmt.count(inflight),
+        fmt.size(i.transfers.bytes_total),
+        fmt.spark(h.series(i.name, "req_rate"), 12),
+        cache_cell(r.kv_index, r.prefix_hit_rate) if r else fmt.DASH,
+    )
 
 
 class FleetView(View):
@@ -120,25 +152,17 @@ class FleetView(View):
             else:
                 inflight = r.in_flight if r else None
                 load = f"{fmt.count(i.running)}/{fmt.count(i.waiting)}"
-            trend = tuple(h.series(i.name, "req_rate"))
-            cells: tuple[Cell, ...] = (
-                Text(TREE.get(i.role, "  ") + i.name),
-                Text(i.role, style=ROLE_STYLE.get(i.role, "")),
-                i.url.removeprefix("http://"),
-                fmt.health(i.health, drained=bool(r and r.drained)),
-                fmt.process(proc.state, proc.restarts, proc.next_restart_in_s) if proc else "-",
-                load,
-                fmt.pct(i.kv_usage),
-                fmt.ms_pair(i.ttft.p50, i.ttft.p99),
-                fmt.ms(i.itl.p50),
-                fmt.num(i.request_rate, 2),
-                fmt.count(inflight),
-                fmt.size(i.transfers.bytes_total),
-                fmt.spark(trend, 12),
-                cache_cell(r.kv_index, r.prefix_hit_rate) if r else fmt.DASH,
-            )
             running = None if proc is None else proc.state == "running"
-            out.append(Row(i, cells, None if inflight is None else float(inflight), trend, running))
+            flight = None if inflight is None else float(inflight)
+            out.append(
+                Row(
+                    i,
+                    partial(draw, i, r, proc, load, inflight, h),
+                    flight,
+                    partial(h.series, i.name, "req_rate"),
+                    running,
+                )
+            )
         return out
 
     def show(self, frame: Frame) -> None:

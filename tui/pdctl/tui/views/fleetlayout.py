@@ -13,6 +13,7 @@ import re
 import statistics
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 
 from rich.text import Text
 
@@ -32,15 +33,24 @@ OUTLIER_PREFIX = "!"
 
 @dataclass(frozen=True)
 class Row:
-    """One instance: its figures, what the router says of it, and its drawn cells (one
-    per column of the fleet table, in :data:`pdctl.tui.views.fleet.COLUMNS` order)."""
+    """One instance: its figures, what the router says of it, and how to draw its cells
+    (one per column of the fleet table, in :data:`pdctl.tui.views.fleet.COLUMNS` order;
+    drawn only when the row is shown: a closed group of 500 costs no formatting)."""
 
     metrics: InstanceMetrics
-    cells: tuple[Cell, ...]
+    draw: Callable[[], tuple[Cell, ...]]
     in_flight: float | None = None
-    trend: tuple[float, ...] = ()
+    trend_of: Callable[[], Sequence[float]] = tuple
     running_process: bool | None = None
     """The launcher's process state is running (None: no launcher here)."""
+
+    @cached_property
+    def cells(self) -> tuple[Cell, ...]:
+        return self.draw()
+
+    @cached_property
+    def trend(self) -> tuple[float, ...]:
+        return tuple(self.trend_of())
 
     @property
     def name(self) -> str:
