@@ -10,6 +10,8 @@ pytest.importorskip("textual", reason="the TUI tests need the tui extra (pip ins
 
 from pdctl.sdk.metrics.derive import Latency
 from pdctl.sdk.metrics.monitor import InstanceMetrics
+from pdctl.tui import fmt
+from pdctl.tui.history import History
 from pdctl.tui.views.fleet import COLUMNS
 from pdctl.tui.views.fleetlayout import (
     AUTO_GROUP_AT,
@@ -24,6 +26,7 @@ from pdctl.tui.views.fleetlayout import (
     outliers,
     plan,
     sort_rows,
+    subjects,
 )
 from pdctl.tui.widgets import Cell
 from tests.unit import tui_support
@@ -55,7 +58,7 @@ def row(
         request_rate=rate,
     )
     cells: tuple[Cell, ...] = tuple(f"{name}:{c.key}" for c in COLUMNS)
-    return Row(m, lambda: cells, inflight, lambda: (1.0, 2.0))
+    return Row(m, lambda: cells, inflight)
 
 
 def test_a_closed_group_draws_none_of_its_members() -> None:
@@ -68,7 +71,7 @@ def test_a_closed_group_draws_none_of_its_members() -> None:
             drawn.append(name)
             return r.cells
 
-        return Row(r.metrics, draw, r.in_flight, r.trend_of)
+        return Row(r.metrics, draw, r.in_flight)
 
     members = [lazy(f"decode-{i}") for i in range(100)]
     plan(members, Arrangement(grouping="role"))
@@ -144,9 +147,8 @@ def test_an_aggregate_sums_what_adds_and_takes_the_worst_of_the_rest() -> None:
         row("decode-1", kv=0.9, ttft99=0.4, rate=2.5, inflight=None, health="DOWN"),
         row("decode-2", host="10.0.0.2", kv=None, ttft99=None, rate=None, inflight=1),
     ]
-    cells = dict(
-        zip([c.key for c in COLUMNS], aggregate("decode", "role", members, False), strict=True)
-    )
+    drawn = aggregate("decode", members, False, (1.0, 3.0, 2.0))
+    cells = dict(zip([c.key for c in COLUMNS], drawn, strict=True))
     assert str(cells["name"]) == "▸ decode (3)"
     assert str(cells["health"]) == "2/3 UP"
     assert cells["endpoint"] == "2 hosts"
@@ -155,6 +157,25 @@ def test_an_aggregate_sums_what_adds_and_takes_the_worst_of_the_rest() -> None:
     assert cells["inflight"] == "4"
     assert cells["load"] == "3/0"
     assert str(cells["ttft"]).endswith("/400")
+    assert cells["trend"] == fmt.spark([1.0, 3.0, 2.0], 12)
+
+
+def test_a_groups_trend_is_the_history_of_its_members_summed_request_rate() -> None:
+    from pdctl.sdk.metrics.monitor import Snapshot, Summary
+
+    h = History(groups=subjects)
+    rows = [row("decode-0", rate=1.0), row("decode-1", rate=2.5, host="10.0.0.2")]
+    rows.append(row("decode-2", rate=4.0, health="DOWN"))  # not UP: not in the sum
+    for _ in range(2):
+        h.record(Snapshot(0.0, 1.0, tuple(r.metrics for r in rows), {}, (), None, (), Summary()))
+    assert h.series("role:decode", "req_rate") == [3.5, 3.5]
+    assert h.series("host:10.0.0.2", "req_rate") == [2.5, 2.5]
+    assert h.series("group:decode", "req_rate") == [3.5, 3.5]
+    got = plan(rows, Arrangement(grouping="role"), lambda s: h.series(s, "req_rate"))
+    cells = dict(
+        zip([c.key for c in COLUMNS], dict(got.rows)[GROUP_PREFIX + "decode"], strict=True)
+    )
+    assert cells["trend"] == fmt.spark([3.5, 3.5], 12)
 
 
 def test_a_plan_groups_opens_only_what_is_expanded_and_knows_where_the_cursor_goes() -> None:

@@ -7,13 +7,15 @@ Missing figures are skipped, so a series holds only real observations.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from pdctl.sdk.metrics.monitor import InstanceMetrics, Snapshot
 
 FLEET = "fleet"
 
 Figure = Callable[[InstanceMetrics], float | None]
+Grouper = Callable[[InstanceMetrics], Iterable[str]]
+"""The group subjects an instance adds its request rate to (e.g. ``role:decode``)."""
 
 INSTANCE_FIGURES: dict[str, Figure] = {
     "req_rate": lambda i: i.request_rate,
@@ -38,8 +40,11 @@ INSTANCE_FIGURES: dict[str, Figure] = {
 
 
 class History:
-    def __init__(self, points: int = 120) -> None:
+    def __init__(self, points: int = 120, groups: Grouper | None = None) -> None:
         self.points = points
+        self.groups = groups
+        """Groups whose summed request rate is kept too (one series per group, so a
+        group's trend costs one lookup however many members it has)."""
         self._series: dict[tuple[str, str], deque[float]] = {}
         self.updates = 0
 
@@ -57,11 +62,17 @@ class History:
 
     def record(self, snap: Snapshot) -> None:
         self.updates += 1
+        sums: dict[str, float] = {}
         for inst in snap.instances:
             if inst.health != "UP" or inst.role == "router":
                 continue
             for figure, get in INSTANCE_FIGURES.items():
                 self.add(inst.name, figure, get(inst))
+            if self.groups is not None and inst.request_rate is not None:
+                for g in self.groups(inst):
+                    sums[g] = sums.get(g, 0.0) + inst.request_rate
+        for g, total in sums.items():
+            self.add(g, "req_rate", total)
         s = snap.summary
         self.add(FLEET, "req_rate", s.request_rate)
         self.add(FLEET, "kv_rate", s.transfer_bps)

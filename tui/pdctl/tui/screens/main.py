@@ -30,6 +30,7 @@ from pdctl.tui.messages import ActionDone, Polled, PollFailed, PreflightDone
 from pdctl.tui.source import PreflightResult, Source, Update
 from pdctl.tui.views import VIEWS, view_named
 from pdctl.tui.views.base import Filter, Frame, View
+from pdctl.tui.views.fleetlayout import subjects
 from pdctl.tui.widgets import AlertBanner, Tabs
 
 MAX_EVENTS = 5000
@@ -55,7 +56,7 @@ class MainScreen(Screen[None]):
         self.readonly = readonly
         self.rounds = rounds
         """Stop polling after this many rounds (tests and snapshots); None: forever."""
-        self.history = History()
+        self.history = History(groups=subjects)  # the fleet view's groups' trends
         self.events: deque[Event] = deque(maxlen=MAX_EVENTS)
         """The fleet's events this UI has read, oldest first."""
         self.latest: Update | None = None

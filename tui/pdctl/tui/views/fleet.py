@@ -154,22 +154,14 @@ class FleetView(View):
                 load = f"{fmt.count(i.running)}/{fmt.count(i.waiting)}"
             running = None if proc is None else proc.state == "running"
             flight = None if inflight is None else float(inflight)
-            out.append(
-                Row(
-                    i,
-                    partial(draw, i, r, proc, load, inflight, h),
-                    flight,
-                    partial(h.series, i.name, "req_rate"),
-                    running,
-                )
-            )
+            out.append(Row(i, partial(draw, i, r, proc, load, inflight, h), flight, running))
         return out
 
     def show(self, frame: Frame) -> None:
         self._frame = frame
         rows = self.rows(frame)
         self._count = len(rows)
-        p = plan(rows, self.arrangement)
+        p = plan(rows, self.arrangement, partial(frame.history.series, figure="req_rate"))
         status = self.query_one("#fleet-status", Static)
         status.display = p.grouping != "none" or self.arrangement.sort is not None
         if status.display:

@@ -9,6 +9,7 @@ members' TTFT and ITL p50); the docs and the view's status line say so.
 
 from __future__ import annotations
 
+import heapq
 import re
 import statistics
 from collections.abc import Callable, Mapping, Sequence
@@ -40,7 +41,6 @@ class Row:
     metrics: InstanceMetrics
     draw: Callable[[], tuple[Cell, ...]]
     in_flight: float | None = None
-    trend_of: Callable[[], Sequence[float]] = tuple
     running_process: bool | None = None
     """The launcher's process state is running (None: no launcher here)."""
 
@@ -49,8 +49,9 @@ class Row:
         return self.draw()
 
     @cached_property
-    def trend(self) -> tuple[float, ...]:
-        return tuple(self.trend_of())
+    def order(self) -> tuple[object, ...]:
+        """Role order, then the name in natural order (decode-2 before decode-10)."""
+        return (ROLE_ORDER.get(self.role, 3), _natural(self.name))
 
     @property
     def name(self) -> str:
@@ -139,19 +140,15 @@ SORT_VALUES: dict[str, Callable[[Row], float | str | None]] = {
     "rate": lambda r: r.metrics.request_rate,
     "inflight": lambda r: r.in_flight,
     "moved": lambda r: r.metrics.transfers.bytes_total,
-    "trend": lambda r: r.trend[-1] if r.trend else None,
+    "trend": lambda r: r.metrics.request_rate,
     "cache": lambda r: r.metrics.prefix_hit_rate,
 }
 """Column key → what sorting by it compares (``load``: the waiting queue; ``ttft``: p99)."""
 
 
-def _base_order(r: Row) -> tuple[object, ...]:
-    return (ROLE_ORDER.get(r.role, 3), _natural(r.name))
-
-
 def sort_rows(rows: Sequence[Row], arrangement: Arrangement) -> list[Row]:
     """``rows`` in the arrangement's order; instances without the figure go last either way."""
-    out = sorted(rows, key=_base_order)
+    out = sorted(rows, key=lambda r: r.order)
     if arrangement.sort is None or arrangement.sort not in SORT_VALUES:
         return out
     value = SORT_VALUES[arrangement.sort]
@@ -182,8 +179,8 @@ def outliers(rows: Sequence[Row], per_kind: int = OUTLIERS_PER_KIND) -> list[tup
         if kind != "down" and len({v for v, _ in known}) < 2:
             continue  # the same everywhere: nobody stands out
         vals = [(v, r) for v, r in known if v > 0]
-        vals.sort(key=lambda vr: (-vr[0], _natural(vr[1].name)))
-        for _, r in vals[:per_kind]:
+        # the largest first; among equals, the first in name order (rows come sorted)
+        for _, r in heapq.nlargest(per_kind, vals, key=lambda vr: vr[0]):
             if r.name not in why:
                 picked.append(r)
                 why[r.name] = []
@@ -206,17 +203,11 @@ def _median(xs: Sequence[float | None]) -> float | None:
     return statistics.median(known) if known else None
 
 
-def _trend(rows: Sequence[Row]) -> list[float]:
-    width = max((len(r.trend) for r in rows), default=0)
-    total = [0.0] * width
-    for r in rows:
-        for k, v in enumerate(r.trend):
-            total[width - len(r.trend) + k] += v
-    return total
-
-
-def aggregate(label: str, grouping: str, members: Sequence[Row], open_: bool) -> tuple[Cell, ...]:
-    """The cells of a group's row (column order of the fleet table)."""
+def aggregate(
+    label: str, members: Sequence[Row], open_: bool, trend: Sequence[float] = ()
+) -> tuple[Cell, ...]:
+    """The cells of a group's row (column order of the fleet table); ``trend``: the
+    group's summed request rate over time (kept by the history, see :func:`subjects`)."""
     ms = [r.metrics for r in members]
     up = sum(m.health == "UP" for m in ms)
     roles = {r.role for r in members}
@@ -236,13 +227,19 @@ def aggregate(label: str, grouping: str, members: Sequence[Row], open_: bool) ->
         fmt.num(_sum([m.request_rate for m in ms]), 2),
         fmt.count(_sum([r.in_flight for r in members])),
         fmt.size(_sum([m.transfers.bytes_total for m in ms])),
-        fmt.spark(_trend(members), 12),
+        fmt.spark(trend, 12),
         fmt.DASH,
     )
 
 
 def _group_key(r: Row, grouping: str) -> str:
     return {"role": r.role, "group": r.group, "host": r.host}[grouping]
+
+
+def subjects(i: InstanceMetrics) -> tuple[str, ...]:
+    """The history subjects of an instance's groups (``role:decode``, ``group:decode-b``,
+    ``host:10.0.0.7``): the history sums their request rate for the groups' trends."""
+    return (f"role:{i.role}", f"group:{group_of(i.name)}", f"host:{host_of(i.url)}")
 
 
 @dataclass(frozen=True)
@@ -257,8 +254,13 @@ class Plan:
     """Instance row key → its group row's key (where the cursor goes when it closes)."""
 
 
-def plan(rows: Sequence[Row], arrangement: Arrangement) -> Plan:
-    """The table for ``rows`` (already filtered) under ``arrangement``."""
+def plan(
+    rows: Sequence[Row],
+    arrangement: Arrangement,
+    trend: Callable[[str], Sequence[float]] = lambda subject: (),
+) -> Plan:
+    """The table for ``rows`` (already filtered) under ``arrangement``; ``trend`` gives a
+    group subject's summed request rate over time (see :func:`subjects`)."""
     grouping = arrangement.resolved(len(rows))
     ordered = sort_rows(rows, arrangement)
     if grouping == "none":
@@ -284,7 +286,8 @@ def plan(rows: Sequence[Row], arrangement: Arrangement) -> Plan:
     for g in sorted(groups, key=keys[grouping]):
         gkey = GROUP_PREFIX + g
         is_open = g in arrangement.expanded
-        out.append((gkey, aggregate(g, grouping, groups[g], is_open)))
+        drawn = aggregate(g, groups[g], is_open, trend(f"{grouping}:{g}"))
+        out.append((gkey, drawn))
         for r in groups[g]:
             fallback[r.name] = gkey
             if is_open:
