@@ -36,6 +36,7 @@ from pdctl.sdk.metrics.promtext import parse, total
 from pdctl.sdk.paths import demo_spec_text
 from pdctl.sdk.specload import load_spec
 from tests.e2e.conftest import WORDS, demo_spec, extra_router, running_fleet
+from tests.streams import adata
 
 pytestmark = pytest.mark.e2e
 
@@ -98,10 +99,10 @@ async def run_phase(
             text = ""
             async with c.stream("POST", url + "/v1/completions", json=greedy(t, stream=True)) as r:
                 assert r.status_code == 200, await r.aread()
-                async for line in r.aiter_lines():
-                    if not line.startswith("data: {"):
+                async for d in adata(r):
+                    if not d.startswith("{"):
                         continue
-                    chunk = json.loads(line[6:])
+                    chunk = json.loads(d)
                     assert "error" not in chunk, chunk
                     if first is None:
                         first = time.perf_counter() - t0

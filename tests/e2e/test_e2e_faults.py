@@ -20,6 +20,7 @@ from pdctl.sdk.paths import demo_spec_text
 from pdctl.sdk.spec import FleetSpec
 from pdctl.sdk.specload import load_spec
 from tests.e2e.conftest import WORDS, demo_spec, kill_api_server, running_fleet
+from tests.streams import adata
 
 pytestmark = pytest.mark.e2e
 
@@ -112,10 +113,10 @@ async def stream_one(
     body = greedy(text, stream=True, return_token_ids=True)
     async with c.stream("POST", url + "/v1/completions", json=body) as r:
         assert r.status_code == 200
-        async for line in r.aiter_lines():
-            if not line.startswith("data: ") or line == "data: [DONE]":
+        async for d in adata(r):
+            if d == "[DONE]":
                 continue
-            obj = json.loads(line.removeprefix("data: "))
+            obj = json.loads(d)
             if "error" in obj:
                 errors.append(obj["error"])
                 continue

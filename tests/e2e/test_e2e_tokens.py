@@ -22,6 +22,7 @@ from pdctl.sdk.metrics.promtext import parse
 from pdctl.sdk.spec import FleetSpec
 from tests.conftest import free_ports
 from tests.e2e.conftest import WORDS, demo_spec, extra_router, running_fleet
+from tests.streams import data
 
 pytestmark = pytest.mark.e2e
 
@@ -124,9 +125,9 @@ def test_tokens_path_streams_the_same_text(fleet: Fleet):
                 "POST", router_url(fleet) + "/v1/completions", json=body(prompt, stream=True)
             ) as r:
                 assert r.status_code == 200
-                for line in r.iter_lines():
-                    if line.startswith("data: ") and line != "data: [DONE]":
-                        for ch in json.loads(line[6:]).get("choices") or []:
+                for d in data(r):
+                    if d != "[DONE]":
+                        for ch in json.loads(d).get("choices") or []:
                             text += ch.get("text") or ""
             assert text == whole.json()["choices"][0]["text"]
 

@@ -21,6 +21,7 @@ from pdctl.sdk.router.mock import MockConfig, MockServer
 from pdctl.sdk.router.server import server_config
 from pdctl.sdk.spec import FleetSpec
 from tests.conftest import free_ports
+from tests.streams import adata
 
 
 @pytest.fixture(scope="module")
@@ -291,9 +292,9 @@ async def test_streaming_relays_events():
         async with c.stream("POST", t.url + "/v1/completions", json=body(stream=True)) as r:
             assert r.status_code == 200
             assert r.headers["content-type"].startswith("text/event-stream")
-            events = [ln async for ln in r.aiter_lines() if ln.startswith("data: ")]
+            events = [d async for d in adata(r)]
         assert len(events) == 6
-        assert events[-1] == "data: [DONE]"
+        assert events[-1] == "[DONE]"
         assert t.p.state.requests[0]["body"]["stream"] is False
         tl = t.router.recent()[0]
         assert (tl["outcome"], tl["completion_tokens"], tl["stream"]) == ("ok", 5, True)
@@ -303,11 +304,11 @@ async def test_decode_dying_mid_stream_gives_a_clean_error_and_router_stays_up()
     dcfg = MockConfig(role="decode", chunks=5, chunk_delay_s=0.01, die_after_chunks=2)
     async with rig("push", decodes=[dcfg]) as t, httpx.AsyncClient() as c:
         async with c.stream("POST", t.url + "/v1/completions", json=body(stream=True)) as r:
-            lines = [ln async for ln in r.aiter_lines() if ln.startswith("data: ")]
-        err = json.loads(lines[-2].removeprefix("data: "))["error"]
+            events = [d async for d in adata(r)]
+        err = json.loads(events[-2])["error"]
         assert err["code"] == 502
         assert "failed mid-answer" in err["message"]
-        assert lines[-1] == "data: [DONE]"
+        assert events[-1] == "[DONE]"
         assert (await c.get(t.url + "/health")).status_code == 200
         t.d.config.die_after_chunks = None
         r2 = await c.post(t.url + "/v1/completions", json=body())

@@ -22,6 +22,7 @@ import httpx
 from pdctl.sdk.client import AsyncRouterClient
 from pdctl.sdk.router.migrate import StreamTracker
 from pdctl.sdk.router.mock import MockConfig
+from tests.streams import adata
 from tests.unit.test_router import body, rig
 
 TWO_DECODES = [MockConfig(role="decode"), MockConfig(role="decode")]
@@ -37,7 +38,7 @@ def two_prefills(**first: Any) -> list[MockConfig]:
 async def read_stream(c: httpx.AsyncClient, url: str, payload: dict[str, Any]) -> list[str]:
     async with c.stream("POST", url, json=payload, timeout=10) as r:
         assert r.status_code == 200
-        return [ln.removeprefix("data: ") async for ln in r.aiter_lines() if ln.startswith("data:")]
+        return [d async for d in adata(r)]
 
 
 # ---------------------------------------------------------------------- client errors

@@ -16,6 +16,7 @@ from pdctl.sdk.router.lease import Lease
 from pdctl.sdk.router.mock import MockConfig
 from pdctl.sdk.router.replies import StreamReply
 from pdctl.sdk.router.upstream import Pool, Response
+from tests.streams import adata
 from tests.unit.test_router import body, event_loop_policy, rig
 
 __all__ = ["event_loop_policy"]  # the uvloop policy fixture, shared
@@ -137,9 +138,8 @@ async def test_a_stream_abandoned_by_its_client_frees_every_slot():
         payload: dict[str, Any] = body(stream=True, max_tokens=50)
         async with c.stream("POST", t.url + "/v1/completions", json=payload) as r:
             assert r.status_code == 200
-            async for line in r.aiter_lines():
-                if line.startswith("data: "):
-                    break
+            async for _ in adata(r):
+                break  # one event, then the client goes
         for _ in range(100):  # a poll: the router learns of the disconnect asynchronously
             if t.router.recent() and t.d.state.in_flight == 0:
                 break

@@ -154,3 +154,20 @@ def test_retry_takes_ascii_digits_only():
     assert p.retry_ms == 1500
     p.feed(b"retry: 15s\nretry: \xd9\xa3\n\n")  # letters; an Arabic-Indic digit
     assert p.retry_ms == 1500
+
+
+def test_nothing_reads_a_stream_with_httpx_line_iterators():
+    """Every event stream pdctl reads, in its code, benchmarks and tests, goes through
+    :class:`EventParser` (``tests/streams.py`` in tests): httpx's ``iter_lines`` cuts
+    lines at U+2028/U+0085 too. The one exception shows the old way losing text."""
+    from tests.conftest import REPO
+
+    allowed = {"tests/unit/test_client.py": 1, "tests/unit/test_sse.py": 2}  # and this test
+    found: dict[str, int] = {}
+    for top in ("sdk", "tui", "connector", "tests", "benchmarks", "scripts"):
+        for path in (REPO / top).rglob("*.py"):
+            text = path.read_text(encoding="utf-8")
+            n = text.count(".iter_lines(") + text.count(".aiter_lines(")
+            if n:
+                found[str(path.relative_to(REPO))] = n
+    assert {k: v for k, v in found.items() if allowed.get(k) != v} == {}
