@@ -192,3 +192,25 @@ def test_with_engine_id_rewrites_argv_and_config():
         q.argv[: q.argv.index("--kv-transfer-config")]
         == p.argv[: p.argv.index("--kv-transfer-config")]
     )
+
+
+def test_a_local_cpu_fleet_on_loopback_keeps_ucx_listeners_on_lo():
+    """UCX opens TCP listeners on every interface unless told otherwise; a CPU fleet
+    whose engines all bind loopback is given UCX_NET_DEVICES=lo (what `pdctl audit`
+    found open on the demo fleet)."""
+    cpu = {"mode": "push", "platform": "cpu"}
+    groups = {
+        "prefill": [{"host": "127.0.0.1", "cpu_cores": [0]}],
+        "decode": [{"host": "localhost", "cpu_cores": [1]}],
+    }
+    for inst in plan_of(fleet=cpu, **groups).instances:
+        assert inst.env["UCX_NET_DEVICES"] == "lo"
+    # the operator's choice wins, in either place it can be made
+    mine = plan_of(fleet={**cpu, "ucx": {"net_devices": "eth1"}}, **groups)
+    assert {i.env["UCX_NET_DEVICES"] for i in mine.instances} == {"eth1"}
+    env = plan_of(fleet={**cpu, "ucx": {"env": {"UCX_NET_DEVICES": "all"}}}, **groups)
+    assert {i.env["UCX_NET_DEVICES"] for i in env.instances} == {"all"}
+    # an engine reachable from elsewhere, or a GPU fleet: UCX chooses
+    wide = {**groups, "decode": [{"host": "10.0.0.2", "cpu_cores": [1]}]}
+    assert all("UCX_NET_DEVICES" not in i.env for i in plan_of(fleet=cpu, **wide).instances)
+    assert all("UCX_NET_DEVICES" not in i.env for i in plan_of().instances)

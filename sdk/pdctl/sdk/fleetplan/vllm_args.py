@@ -15,6 +15,7 @@ from typing import Any
 
 from pdctl.sdk.fleetplan.cores import cpu_binding
 from pdctl.sdk.fleetplan.model import InstancePlan
+from pdctl.sdk.fleetplan.ports import is_loopback
 from pdctl.sdk.spec import FleetSpec, InstanceGroup, Mode, RenderGroup, Role
 
 CPU_ENTRYPOINT = "vllm.entrypoints.openai.api_server"
@@ -169,6 +170,15 @@ def engine_argv(
     return args
 
 
+def loopback_only(spec: FleetSpec) -> bool:
+    """A CPU fleet on this machine whose engines all bind loopback: UCX's network
+    listeners have no reason to leave it (``fleet.ucx.net_devices`` overrides; the
+    router's own address does not matter: it never speaks UCX)."""
+    if spec.backend.kind != "local" or spec.fleet.platform != "cpu":
+        return False
+    return all(is_loopback(g.host) for _, _, g in spec.groups())
+
+
 def engine_env(
     spec: FleetSpec,
     g: InstanceGroup,
@@ -199,6 +209,11 @@ def engine_env(
         env["UCX_TLS"] = fleet.ucx.tls
     if fleet.ucx.net_devices is not None:
         env["UCX_NET_DEVICES"] = fleet.ucx.net_devices
+    elif loopback_only(spec):
+        # UCX otherwise opens TCP listeners on every network interface of the machine
+        # (found by `pdctl audit` on the demo fleet): a fleet confined to loopback keeps
+        # them there too; shared memory, what KV moves over on one machine, is unaffected
+        env["UCX_NET_DEVICES"] = "lo"
     env.update(fleet.ucx.env)
     if fleet.platform == "gpu" and devices:
         env["CUDA_VISIBLE_DEVICES"] = ",".join(str(d) for d in devices)

@@ -60,7 +60,11 @@ class UcxSpec(_Strict):
     """UCX transport settings, passed to every instance as environment variables."""
 
     tls: str | None = Field(default=None, description="``UCX_TLS``; unset lets UCX choose.")
-    net_devices: str | None = Field(default=None, description="``UCX_NET_DEVICES``.")
+    net_devices: str | None = Field(
+        default=None,
+        description="``UCX_NET_DEVICES``; unset: ``lo`` for a local CPU fleet whose engines "
+        "all bind loopback, else UCX chooses.",
+    )
     env: dict[str, str] = Field(default_factory=dict, description="Other ``UCX_*`` variables.")
 
     @field_validator("env")
