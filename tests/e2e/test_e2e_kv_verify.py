@@ -1,0 +1,114 @@
+"""The KV digest check on a real vLLM-CPU 1P1D push fleet (pdctl's connector, verify rate
+1.0, prefix caching on both sides, ``kv_load_failure_policy = recompute``), with the
+corrupting failpoint misplacing two blocks of the WRITE of every request tagged
+:data:`BAD_TAG` (one in :data:`EVERY`): every corrupted request is detected and
+recomputed (its answer equals the colocated one), no clean request is flagged, prefix
+hits on either side included, and the decode never keeps the misplaced blocks in its
+prefix cache. One fleet for the module."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from pdctl.sdk.fleet import Fleet
+from pdctl.sdk.metrics import parse, total
+from pdctl.sdk.metrics import rendezvous as rv
+from tests.e2e.conftest import WORDS, demo_spec, running_fleet
+
+pytestmark = pytest.mark.e2e
+
+NAME = "e2e-kvverify"
+BAD_TAG = "kvbad"
+EVERY = 4
+MAX_TOKENS = 12
+SHARED = " ".join(WORDS[(k * 7) % len(WORDS)] for k in range(90))
+"""A prefix of several blocks that the prefix-hit prompts share."""
+
+
+@pytest.fixture(scope="module")
+def fleet(tiny_model: Path, state_root: Path) -> Iterator[Fleet]:
+    spec, _ = demo_spec(tiny_model, NAME)
+    spec.fleet.enable_prefix_caching = True
+    spec.fleet.failure_policy = "recompute"
+    spec.fleet.connector_options["pdctl_kv_verify_rate"] = 1.0
+    spec.fleet.connector_options["pdctl_failpoint_kv_corrupt"] = f"swap:match:{BAD_TAG}"
+    old = os.environ.get("PDCTL_ALLOW_FAILPOINTS")
+    os.environ["PDCTL_ALLOW_FAILPOINTS"] = "1"
+    try:
+        yield from running_fleet(spec)
+    finally:
+        if old is None:
+            os.environ.pop("PDCTL_ALLOW_FAILPOINTS", None)
+        else:
+            os.environ["PDCTL_ALLOW_FAILPOINTS"] = old
+
+
+def url_of(f: Fleet, name: str) -> str:
+    (s,) = [s for s in f.status() if s.name == name]
+    return s.url
+
+
+def body(text: str) -> dict[str, Any]:
+    return {
+        "model": "tiny",
+        "prompt": text,
+        "max_tokens": MAX_TOKENS,
+        "temperature": 0,
+        "ignore_eos": True,
+        "return_token_ids": True,
+    }
+
+
+def verified(c: httpx.Client, decode: str) -> dict[str, float | None]:
+    s = parse(c.get(decode + "/metrics").text)
+    out = {
+        r: total(s, rv.KV_VERIFY + "_total", {rv.RESULT_LABEL: r}) for r in rv.KV_VERIFY_RESULTS
+    }
+    out["registrations"] = total(s, rv.REGISTRATIONS_SENT + "_total")
+    return out
+
+
+def unique(i: int) -> str:
+    """A prompt of several blocks that shares no block with any other."""
+    return f"{i} " + " ".join(WORDS[(i * 3 + k * k) % len(WORDS)] for k in range(110))
+
+
+def test_every_corrupted_write_is_caught_and_no_clean_one_is(fleet: Fleet):
+    router, prefill, decode = (url_of(fleet, n) for n in ("router", "prefill-0", "decode-0"))
+    prompts = [unique(i) if i % 2 else f"{SHARED} {WORDS[i % len(WORDS)]} {i}" for i in range(16)]
+    bad = {i for i in range(len(prompts)) if i % EVERY == 1}  # unique prompts only
+    with httpx.Client(timeout=180) as c:
+        before = verified(c, decode)
+        # every result is exported (at 0) from the start
+        assert all(before[r] is not None for r in rv.KV_VERIFY_RESULTS), before
+        # what one instance alone answers (the prefill, so decode's cache stays cold)
+        ref = []
+        for p in prompts:
+            r = c.post(prefill + "/v1/completions", json=body(p))
+            assert r.status_code == 200, r.text
+            ref.append(r.json()["choices"][0]["token_ids"])
+        for i, p in enumerate(prompts):
+            rid = f"{BAD_TAG}-{uuid.uuid4().hex[:8]}" if i in bad else uuid.uuid4().hex
+            r = c.post(router + "/v1/completions", json=body(p), headers={"X-Request-Id": rid})
+            assert r.status_code == 200, (i, r.text)
+            assert r.json()["choices"][0]["token_ids"] == ref[i], f"prompt {i} ({rid})"
+        # the corrupted prompts again, clean: decode kept none of the misplaced blocks
+        for i in sorted(bad):
+            r = c.post(router + "/v1/completions", json=body(prompts[i]))
+            assert r.status_code == 200, r.text
+            assert r.json()["choices"][0]["token_ids"] == ref[i], f"prompt {i} again"
+        after = verified(c, decode)
+    got = {k: (after[k] or 0.0) - (before[k] or 0.0) for k in after}
+    assert got["mismatch"] == len(bad), got
+    assert got["missing"] == 0, got
+    assert got["unsupported"] == 0, got
+    # every registered request was verified: the clean ones (prefix hits included) ok
+    assert got["ok"] + got["mismatch"] == got["registrations"], got
+    assert got["ok"] >= len(prompts) - len(bad), got
