@@ -116,9 +116,11 @@ class KvVerifier:
 
     # ------------------------------------------------------------------ decode: ask
 
-    def ask(self, req_id: str, reg_data: dict[str, Any]) -> None:
-        """D, writer thread: add the request to the sample (or not) before registering."""
-        if self.rate <= 0 or not kvdigest.sampled(req_id, self.rate):
+    def ask(self, req_id: str, reg_data: dict[str, Any], base_id: str = "") -> None:
+        """D, writer thread: add the request to the sample (or not) before registering.
+        The draw hashes ``base_id`` (vLLM's id without its random suffix:
+        ``cmpl-<X-Request-Id>-0``), so it is the same on every rank and for a retry."""
+        if self.rate <= 0 or not kvdigest.sampled(base_id or req_id, self.rate):
             return
         if (
             not self._covered(int(reg_data.get("remote_tp_size") or 1))

@@ -50,6 +50,7 @@ from vllm.distributed.kv_transfer.kv_connector.v1.nixl.stats import (
     NixlKVConnectorStats,
     NixlPromMetrics,
 )
+from vllm.distributed.kv_transfer.kv_connector.v1.nixl.utils import get_base_request_id
 
 from pdctl.connector.book import RendezvousBook, fold
 from pdctl.connector.compat import PULL_CONNECTOR, vllm_class
@@ -319,7 +320,8 @@ class PdctlPushWorker(FlightWorker, LifecycleWorker):
     # a decode registration left (writer thread)
     def _do_send_reg_notif(self, req_id: str, reg_data: dict[str, Any]) -> None:
         if not reg_data.get(RELEASE_KEY):
-            self._pdctl_kv.ask(req_id, reg_data)  # the digest check samples it (or not)
+            # the digest check samples it (or not)
+            self._pdctl_kv.ask(req_id, reg_data, get_base_request_id(req_id))
         super()._do_send_reg_notif(req_id, reg_data)
         if reg_data.get(RELEASE_KEY):
             return
