@@ -68,9 +68,7 @@ def body(text: str) -> dict[str, Any]:
 
 def verified(c: httpx.Client, decode: str) -> dict[str, float | None]:
     s = parse(c.get(decode + "/metrics").text)
-    out = {
-        r: total(s, rv.KV_VERIFY + "_total", {rv.RESULT_LABEL: r}) for r in rv.KV_VERIFY_RESULTS
-    }
+    out = {r: total(s, rv.KV_VERIFY + "_total", {rv.RESULT_LABEL: r}) for r in rv.KV_VERIFY_RESULTS}
     out["registrations"] = total(s, rv.REGISTRATIONS_SENT + "_total")
     return out
 

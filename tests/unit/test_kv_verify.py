@@ -153,8 +153,12 @@ def prefill_write(
 def pair(**extra: Any) -> tuple[KvVerifier, KvVerifier, list[str], dict[str, torch.Tensor]]:
     p_kv, d_kv = caches(1), caches(2)
     results: list[str] = []
-    p = KvVerifier(worker(p_kv), Cfg(**extra), results.append)
-    d = KvVerifier(worker(d_kv), Cfg(pdctl_kv_verify_rate=1.0, **extra), results.append)
+
+    def report(result: str, _rid: str) -> None:
+        results.append(result)
+
+    p = KvVerifier(worker(p_kv), Cfg(**extra), report)
+    d = KvVerifier(worker(d_kv), Cfg(pdctl_kv_verify_rate=1.0, **extra), report)
     return p, d, results, d_kv
 
 
@@ -229,7 +233,7 @@ def test_uncovered_layouts_are_neither_asked_nor_tagged():
     d.ask("cmpl-x-0", reg)
     assert ASK_KEY not in reg
     assert results == ["unsupported"]
-    p = KvVerifier(worker(caches(), tp=2), Cfg(), results.append)
+    p = KvVerifier(worker(caches(), tp=2), Cfg(), lambda r, _i: results.append(r))
     notif, _ = prefill_write(p, True, dst=[1], src=[1])
     assert notif == b"cmpl-r1-0-bbbb:1"  # heterogeneous TP: the prefill declines
 

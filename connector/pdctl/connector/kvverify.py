@@ -77,7 +77,7 @@ def _single_group(ids: Any) -> list[int] | None:
 class KvVerifier:
     """One worker's digest state: the prefill's WRITE side and the decode's check."""
 
-    def __init__(self, worker: Any, cfg: Any, report: Callable[[str], None]) -> None:
+    def __init__(self, worker: Any, cfg: Any, report: Callable[[str, str], None]) -> None:
         self.worker = worker
         self.rate = parse_rate(cfg.get_from_extra_config(RATE, DEFAULT_RATE))
         spec = str(cfg.get_from_extra_config(FAILPOINT_KV_CORRUPT, "") or "")
@@ -85,7 +85,7 @@ class KvVerifier:
         if self.corrupt is not None:
             _log.warning("pdctl: failpoint %s = %r is on", FAILPOINT_KV_CORRUPT, spec)
         self.report = report
-        """Counts one result (telemetry; never raises)."""
+        """Counts one result of one request (telemetry; never raises)."""
         self.asked = False
         """P, writer thread: the WRITE being posted was asked for digests."""
         self._write = threading.local()
@@ -126,7 +126,7 @@ class KvVerifier:
             not self._covered(int(reg_data.get("remote_tp_size") or 1))
             or int(reg_data.get("remote_pp_size") or 1) != 1
         ):
-            self.report(UNSUPPORTED)
+            self.report(UNSUPPORTED, req_id)
             return
         reg_data[ASK_KEY] = 1
         with self._lock:
@@ -226,7 +226,7 @@ class KvVerifier:
             if meta is None:  # aborted or failed meanwhile
                 continue
             if expected is None:
-                self.report(MISSING)
+                self.report(MISSING, rid)
                 continue
             bad = self._compare(rid, meta, expected)
             if bad:
@@ -248,10 +248,10 @@ class KvVerifier:
         unwritten = sorted(set(awaited) - set(expected))
         foreign = sorted(set(expected) - set(awaited))
         if not (wrong or unwritten or foreign):
-            self.report(OK)
+            self.report(OK, rid)
             return False
         self.detected += 1
-        self.report(MISMATCH)
+        self.report(MISMATCH, rid)
         _log.error(
             "pdctl: KV of %s does not match what the prefill sent: blocks %s differ, %s "
             "not written, %s written but not awaited (of %d); failing the receive "

@@ -58,6 +58,7 @@ from pdctl.connector.events import FLIGHT_HOOKS, FlightConnector, FlightWorker, 
 from pdctl.connector.kvverify import ASK_KEY, KvVerifier
 from pdctl.connector.lifecycle import LifecycleWorker
 from pdctl.connector.pushsched import RELEASE_KEY, PdctlPushScheduler
+from pdctl.sdk.metrics import flight as fl
 from pdctl.sdk.metrics import rendezvous as rv
 
 if TYPE_CHECKING:
@@ -289,10 +290,7 @@ class PdctlPushWorker(FlightWorker, LifecycleWorker):
         worker.xfer_stats = stats
         worker.attach_flight(vllm_config)
         worker._lifecycle_init(vllm_config)
-        tel = worker._pdctl
-        worker._pdctl_kv = KvVerifier(
-            worker, vllm_config.kv_transfer_config, lambda r: tel.record(tel.book.kv_verified, r)
-        )
+        worker._pdctl_kv = KvVerifier(worker, vllm_config.kv_transfer_config, worker._kv_checked)
         worker.nixl_wrapper.make_prepped_xfer = worker._pdctl_kv.tag(
             worker.nixl_wrapper.make_prepped_xfer
         )
@@ -333,6 +331,12 @@ class PdctlPushWorker(FlightWorker, LifecycleWorker):
     # ------------------------------------------------------------------ KV digests
     # (pdctl.connector.kvverify: the prefill digests what each WRITE sends, the decode
     # checks it before vLLM hears the receive is done)
+
+    def _kv_checked(self, result: str, request_id: str) -> None:
+        self._pdctl.record(self._pdctl.book.kv_verified, result)
+        name = {"ok": fl.KV_VERIFIED, "mismatch": fl.KV_MISMATCH}.get(result)
+        if name is not None:  # the request's flight shows it (the router joins it)
+            self._flight.guard(self._flight.add, request_id, name, 1.0)
 
     def _do_start_push_kv(self, request_id: str, local_block_ids: Any, reg: dict[str, Any]) -> None:
         self._pdctl_kv.asked = bool(reg.get(ASK_KEY))
