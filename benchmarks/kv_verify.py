@@ -4,7 +4,9 @@ One demo fleet runs with ``pdctl_kv_verify_rate = 0.5``. The decode draws its sa
 from a hash of the request id (``cmpl-<X-Request-Id>-0``), so the script picks request
 ids in and out of the sample and interleaves them, round by round, on the same fleet and
 cores: each round sends one fresh streamed prompt that is verified (as at rate 1.0) and
-one that is not (as at rate 0), in alternating order. It prints the median TTFT of each
+one that is not (as at rate 0), in alternating order. pdctl's router names requests
+itself, so the script sends both legs straight to the instances, concurrently, as the
+router does (TTFT: from sending both legs to decode's first byte). It prints the median TTFT of each
 kind over the rounds and their ratio; the default rate's overhead (0.01 of the requests
 verified) follows from the same figures as ``1 + 0.01 * (ratio - 1)`` and is printed as
 derived, not measured. It also checks the decode's ``pdctl:kv_verify_total`` moved by
@@ -19,6 +21,7 @@ well as the medians.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import statistics
 import time
@@ -36,7 +39,7 @@ from pdctl.sdk.fleet import Fleet
 from pdctl.sdk.metrics import parse, total
 from pdctl.sdk.metrics import rendezvous as rv
 from pdctl.sdk.paths import tiny_model_dir
-from pdctl.sdk.urls import router_url
+from pdctl.sdk.pd import PrefillIdentity, prefill_body, push_decode_body
 
 RATE = 0.5
 
@@ -49,7 +52,7 @@ def request_id(verified: bool) -> str:
             return rid
 
 
-def ttft_ms(c: httpx.Client, url: str, prompt: str, rid: str) -> float:
+async def _ttft_ms(p: str, d: str, ident: PrefillIdentity, prompt: str, rid: str) -> float:
     body = {
         "model": "tiny",
         "prompt": prompt,
@@ -58,12 +61,28 @@ def ttft_ms(c: httpx.Client, url: str, prompt: str, rid: str) -> float:
         "ignore_eos": True,
         "stream": True,
     }
-    t0 = time.perf_counter()
-    with c.stream("POST", url + "/v1/completions", json=body, headers={"X-Request-Id": rid}) as r:
-        r.raise_for_status()
-        for _ in r.iter_bytes():
-            return (time.perf_counter() - t0) * 1000
-    raise RuntimeError("empty answer")
+    headers = {"X-Request-Id": rid}
+    async with httpx.AsyncClient(timeout=120) as c:
+
+        async def decode() -> float:
+            dbody = push_decode_body(body, ident, rid)
+            async with c.stream("POST", d + "/v1/completions", json=dbody, headers=headers) as r:
+                r.raise_for_status()
+                async for _ in r.aiter_bytes():
+                    return (time.perf_counter() - t0) * 1000
+            raise RuntimeError("empty answer")
+
+        t0 = time.perf_counter()
+        pr, ms = await asyncio.gather(
+            c.post(p + "/v1/completions", json=prefill_body(body), headers=headers), decode()
+        )
+        pr.raise_for_status()
+        return ms
+
+
+def ttft_ms(p: str, d: str, ident: PrefillIdentity, prompt: str, rid: str) -> float:
+    ms: float = asyncio.run(_ttft_ms(p, d, ident, prompt, rid))
+    return ms
 
 
 def prompt(n: int, words: int) -> str:
@@ -83,21 +102,23 @@ def quartiles(xs: list[float]) -> tuple[float, float, float]:
 def run(rounds: int, words: int, gap_s: float) -> dict[str, Any]:
     overrides = [f"fleet.connector_options.pdctl_kv_verify_rate={RATE}"]
     spec = load_demo_spec(tiny_model_dir(), overrides).spec
-    router = router_url(spec)
     on: list[float] = []
     off: list[float] = []
     with Fleet(spec, ready_timeout=400, grace=5) as fleet:
+        pplan = next(i for i in fleet.fleet.plan.instances if i.role == "prefill")
+        prefill, ident = pplan.url, PrefillIdentity.from_plan(pplan)
         decode = next(i.url for i in fleet.fleet.plan.instances if i.role == "decode")
         with httpx.Client(timeout=120) as c:
             for i in range(4):  # warm-up: handshakes, first compiles, both kinds
-                ttft_ms(c, router, prompt(10_000 + i, words), request_id(i % 2 == 0))
+                ttft_ms(prefill, decode, ident, prompt(10_000 + i, words), request_id(i % 2 == 0))
             time.sleep(1.0)
             before = verified_ok(c, decode)
             for i in range(rounds):
                 t = time.monotonic()
                 order = (True, False) if i % 2 == 0 else (False, True)
                 for k, verified in enumerate(order):
-                    ms = ttft_ms(c, router, prompt(2 * i + k, words), request_id(verified))
+                    rid = request_id(verified)
+                    ms = ttft_ms(prefill, decode, ident, prompt(2 * i + k, words), rid)
                     (on if verified else off).append(ms)
                 time.sleep(max(0.0, gap_s - (time.monotonic() - t)))
             time.sleep(1.0)

@@ -8,7 +8,9 @@ prefix cache. One fleet for the module."""
 
 from __future__ import annotations
 
+import asyncio
 import os
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,6 +22,7 @@ import pytest
 from pdctl.sdk.fleet import Fleet
 from pdctl.sdk.metrics import parse, total
 from pdctl.sdk.metrics import rendezvous as rv
+from pdctl.sdk.pd import PrefillIdentity, prefill_body, push_decode_body
 from tests.e2e.conftest import WORDS, demo_spec, running_fleet
 
 pytestmark = pytest.mark.e2e
@@ -73,6 +76,29 @@ def verified(c: httpx.Client, decode: str) -> dict[str, float | None]:
     return out
 
 
+def direct(f: Fleet, text: str, rid: str) -> httpx.Response:
+    """Both legs sent straight to the instances with our own request id (the router names
+    requests itself; the failpoint selects by id), concurrently as the router does."""
+    p, d = f.fleet.plan.instances[:2]
+    ident = PrefillIdentity.from_plan(p)
+    headers = {"X-Request-Id": rid}
+
+    async def both() -> httpx.Response:
+        async with httpx.AsyncClient(timeout=180) as c:
+            pr, dr = await asyncio.gather(
+                c.post(p.url + "/v1/completions", json=prefill_body(body(text)), headers=headers),
+                c.post(
+                    d.url + "/v1/completions",
+                    json=push_decode_body(body(text), ident, rid),
+                    headers=headers,
+                ),
+            )
+        assert pr.status_code == 200, pr.text
+        return dr
+
+    return asyncio.run(both())
+
+
 def unique(i: int) -> str:
     """A prompt of several blocks that shares no block with any other."""
     return f"{i} " + " ".join(WORDS[(i * 3 + k * k) % len(WORDS)] for k in range(110))
@@ -93,16 +119,27 @@ def test_every_corrupted_write_is_caught_and_no_clean_one_is(fleet: Fleet):
             assert r.status_code == 200, r.text
             ref.append(r.json()["choices"][0]["token_ids"])
         for i, p in enumerate(prompts):
-            rid = f"{BAD_TAG}-{uuid.uuid4().hex[:8]}" if i in bad else uuid.uuid4().hex
-            r = c.post(router + "/v1/completions", json=body(p), headers={"X-Request-Id": rid})
+            if i in bad:  # corrupted: detected and recomputed by decode
+                r = direct(fleet, p, f"{BAD_TAG}-{uuid.uuid4().hex}")
+            else:  # clean, through the router
+                r = c.post(router + "/v1/completions", json=body(p))
             assert r.status_code == 200, (i, r.text)
-            assert r.json()["choices"][0]["token_ids"] == ref[i], f"prompt {i} ({rid})"
+            assert r.json()["choices"][0]["token_ids"] == ref[i], f"prompt {i}"
         # the corrupted prompts again, clean: decode kept none of the misplaced blocks
         for i in sorted(bad):
             r = c.post(router + "/v1/completions", json=body(prompts[i]))
             assert r.status_code == 200, r.text
             assert r.json()["choices"][0]["token_ids"] == ref[i], f"prompt {i} again"
         after = verified(c, decode)
+        # the router's flights say the clean requests were verified
+        deadline = time.monotonic() + 15
+        while True:
+            flights = c.get(router + "/v1/pdctl/requests?limit=1000").json()["requests"]
+            # those that pushed KV (a decode that hit its own cache for all of it did not)
+            said = [r["push"]["verified"] for r in flights if (r.get("push") or {}).get("bytes")]
+            if (said and None not in said) or time.monotonic() > deadline:
+                break
+            time.sleep(0.5)
     got = {k: (after[k] or 0.0) - (before[k] or 0.0) for k in after}
     assert got["mismatch"] == len(bad), got
     assert got["missing"] == 0, got
@@ -110,3 +147,5 @@ def test_every_corrupted_write_is_caught_and_no_clean_one_is(fleet: Fleet):
     # every registered request was verified: the clean ones (prefix hits included) ok
     assert got["ok"] + got["mismatch"] == got["registrations"], got
     assert got["ok"] >= len(prompts) - len(bad), got
+    assert len(said) >= got["ok"] - len(bad), (said, got)  # the router's share of the ok
+    assert all(v is True for v in said), said
