@@ -22,14 +22,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import statistics
 import time
 import uuid
-from pathlib import Path
 from typing import Any
 
 import httpx
+from _bench import greedy_body, write_record
 
 from pdctl.cli.cmd_demo import DEMO_WORDS
 from pdctl.connector.kvdigest import sampled
@@ -53,14 +52,7 @@ def request_id(verified: bool) -> str:
 
 
 async def _ttft_ms(p: str, d: str, ident: PrefillIdentity, prompt: str, rid: str) -> float:
-    body = {
-        "model": "tiny",
-        "prompt": prompt,
-        "max_tokens": 4,
-        "temperature": 0,
-        "ignore_eos": True,
-        "stream": True,
-    }
+    body = greedy_body(prompt, 4)
     headers = {"X-Request-Id": rid}
     async with httpx.AsyncClient(timeout=120) as c:
 
@@ -146,7 +138,7 @@ def main() -> int:
     ap.add_argument("--out", default="kv_verify.json")
     args = ap.parse_args()
     rec = run(args.rounds, args.prompt_words, args.gap_s)
-    Path(args.out).write_text(json.dumps(rec, indent=2))
+    write_record(args.out, rec)
     on, off = rec["ttft_ms_verified_p25_p50_p75"], rec["ttft_ms_unverified_p25_p50_p75"]
     print(
         f"TTFT p50 verified {on[1]:.1f} ms (p25 {on[0]:.1f}, p75 {on[2]:.1f}) vs unverified "
