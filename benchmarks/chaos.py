@@ -256,8 +256,9 @@ async def soak(arm: str, args: argparse.Namespace) -> dict[str, Any]:
                         {**rep.as_dict(), "p50_s": statistics.median(a.seconds for a in over)}
                     )
                 if "kv-corrupt" in faults:
-                    decode = next(p.url for p in fleet.plan.instances if p.role == "decode")
-                    kv = await kvcorrupt.kv_corrupt(c, router, decode, n=args.corrupt_n)
+                    p, d = fleet.plan.instances[:2]
+                    ident = PrefillIdentity.from_plan(fleet._instances[p.name].plan)
+                    kv = await kvcorrupt.kv_corrupt(c, (p.url, ident), d.url, n=args.corrupt_n)
                     print(f"  kv-corrupt: {kv}", flush=True)
                     reports.append(kv)
                 for name in [f for f in faults if f in KILLS or f.startswith("side-channel")]:

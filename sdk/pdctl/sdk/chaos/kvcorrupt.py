@@ -4,8 +4,10 @@ connector's digest check catches every one.
 The fleet runs with ``pdctl_kv_verify_rate = 1.0`` and the corrupting failpoint
 ``pdctl_failpoint_kv_corrupt = "swap:match:<TAG>"`` (:func:`overrides`): the prefill
 misplaces two blocks of the WRITE of every request whose id contains :data:`TAG`. The
-fault sends ``n`` requests through the router, one in ``every`` tagged (each a prompt of
-several blocks), and reads the decode's ``pdctl:kv_verify_total`` before and after.
+fault sends ``n`` requests, one in ``every`` tagged (each a prompt of several blocks),
+both legs straight to the instances and concurrently as the router does (the router
+names requests itself, and the failpoint selects by id), and reads the decode's
+``pdctl:kv_verify_total`` before and after.
 Every tagged request must be detected (a mismatch each) and answered per the fleet's
 ``failure_policy`` (``fail``: an error status; ``recompute``: 200), no clean one flagged.
 """
@@ -21,6 +23,7 @@ import httpx
 from pdctl.sdk.chaos import completion
 from pdctl.sdk.metrics import parse, total
 from pdctl.sdk.metrics import rendezvous as rv
+from pdctl.sdk.pd import PrefillIdentity, prefill_body, push_decode_body
 
 TAG = "kvcorrupt"
 
@@ -48,7 +51,12 @@ async def _verified(c: httpx.AsyncClient, decode: str) -> dict[str, float]:
 
 
 async def kv_corrupt(
-    c: httpx.AsyncClient, router: str, decode: str, *, n: int = 16, every: int = 4
+    c: httpx.AsyncClient,
+    prefill: tuple[str, PrefillIdentity],
+    decode: str,
+    *,
+    n: int = 16,
+    every: int = 4,
 ) -> dict[str, Any]:
     """Run the fault; returns sent/tagged counts, statuses of each kind, and the
     decode's verify results over the fault (``false_positives``: mismatches beyond the
@@ -60,12 +68,22 @@ async def kv_corrupt(
     async def one(i: int) -> None:
         bad = i % every == every - 1
         rid = f"{TAG}-{uuid.uuid4().hex[:8]}" if bad else uuid.uuid4().hex
+        body = completion(_prompt(i), 8)
+        headers = {"X-Request-Id": rid}
         try:
-            r = await c.post(
-                router + "/v1/completions",
-                json=completion(_prompt(i), 8),
-                headers={"X-Request-Id": rid},
-                timeout=120,
+            _, r = await asyncio.gather(
+                c.post(
+                    prefill[0] + "/v1/completions",
+                    json=prefill_body(body),
+                    headers=headers,
+                    timeout=120,
+                ),
+                c.post(
+                    decode + "/v1/completions",
+                    json=push_decode_body(body, prefill[1], rid),
+                    headers=headers,
+                    timeout=120,
+                ),
             )
             key = str(r.status_code)
         except httpx.HTTPError as e:
