@@ -32,6 +32,13 @@ prefill's side channel (the connector's failpoint) under traffic through the rou
     python benchmarks/chaos.py --arms strict,norelease --rounds 2 --faults \
         side-channel-cut-refused,side-channel-cut-blackholed
 
+``kv-corrupt`` (:mod:`pdctl.sdk.chaos.kvcorrupt`) arms the KV digest check at rate 1.0
+and the corrupting failpoint (the prefill misplaces two blocks of every tagged WRITE);
+each round sends ``--corrupt-n`` requests, one in four tagged, and reports how many were
+detected (``undetected`` and ``false_positives`` must be 0) and how they were answered:
+
+    python benchmarks/chaos.py --arms strict --rounds 2 --faults kv-corrupt
+
 A killed instance is restarted by the fleet's supervisor (not by the benchmark); the
 report's ``service_back_s`` is the time from the kill until the router served again.
 Loopback only; bounded by ``--rounds`` and the per-request timeouts.
@@ -55,7 +62,7 @@ from typing import Any
 import httpx
 
 from pdctl.sdk import chaos
-from pdctl.sdk.chaos import kills, sidechannel
+from pdctl.sdk.chaos import kills, kvcorrupt, sidechannel
 from pdctl.sdk.demo import load_demo_spec
 from pdctl.sdk.fleet import AsyncFleet
 from pdctl.sdk.fleet.procs import cpu_seconds, instance_pids
@@ -213,6 +220,8 @@ async def soak(arm: str, args: argparse.Namespace) -> dict[str, Any]:
         f"fleet.connector_options.pdctl_failpoint_write_delay={args.write_delay_ms}:while:{switch}"
     )
     overrides.append(f"fleet.connector_options.pdctl_failpoint_side_channel=refused:while:{cut}")
+    if "kv-corrupt" in args.faults.split(","):
+        overrides.extend(kvcorrupt.overrides())
     spec = load_demo_spec(tiny_model_dir(), overrides).spec
     router = router_url(spec)
     max_len = spec.model.max_model_len or 1024
@@ -246,6 +255,15 @@ async def soak(arm: str, args: argparse.Namespace) -> dict[str, Any]:
                     reports.append(
                         {**rep.as_dict(), "p50_s": statistics.median(a.seconds for a in over)}
                     )
+                if "kv-corrupt" in faults:
+                    p, d = fleet.plan.instances[:2]
+                    ident = PrefillIdentity.from_plan(fleet._instances[p.name].plan)
+                    kv = await kvcorrupt.kv_corrupt(c, (p.url, ident), d.url, n=args.corrupt_n)
+                    # every block back on both sides, the failed receives included
+                    kv["kv_back_s"], _ = await chaos.kv_back_to_idle(c, baseline, wait_s=30)
+                    kv["lost"] = 0  # every request is answered (tagged and clean statuses)
+                    print(f"  kv-corrupt: {kv}", flush=True)
+                    reports.append(kv)
                 for name in [f for f in faults if f in KILLS or f.startswith("side-channel")]:
                     reports.append(
                         await new_fault(
@@ -295,7 +313,22 @@ async def soak(arm: str, args: argparse.Namespace) -> dict[str, Any]:
         "kill_answer_p100_s": max((f["answer_p100_s"] for f in kills), default=None),
         "kill_decode_kv_back_s": [f["kv_back_s"] for f in kills],
         "new_faults": _new_fault_summary(faults),
+        "kv_corrupt": _corrupt_summary(faults),
         "detail": rounds,
+    }
+
+
+def _corrupt_summary(faults: list[dict[str, Any]]) -> dict[str, Any] | None:
+    runs = [f for f in faults if f["fault"] == "kv-corrupt"]
+    if not runs:
+        return None
+    return {
+        "tagged": sum(f["tagged"] for f in runs),
+        "detected": sum(f["verify"]["mismatch"] for f in runs),
+        "undetected": sum(f["undetected"] for f in runs),
+        "false_positives": sum(f["false_positives"] for f in runs),
+        "verified_ok": sum(f["verify"]["ok"] for f in runs),
+        "tagged_200": sum(f["tagged_statuses"].get("200", 0) for f in runs),
     }
 
 
@@ -305,7 +338,7 @@ def _new_fault_summary(faults: list[dict[str, Any]]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for f in faults:
         name = f["fault"]
-        if name in ("bad-input", "disconnect-storm", "overload", "kill-prefill"):
+        if name in ("bad-input", "disconnect-storm", "overload", "kill-prefill", "kv-corrupt"):
             continue
         s = out.setdefault(
             name,
@@ -344,6 +377,7 @@ def main() -> int:
     ap.add_argument(
         "--write-delay-ms", type=int, default=1500, help="WRITE delay of the kill faults"
     )
+    ap.add_argument("--corrupt-n", type=int, default=16, help="requests per kv-corrupt fault")
     ap.add_argument("--out", default="chaos.json")
     args = ap.parse_args()
     os.environ.setdefault("PDCTL_STATE_DIR", tempfile.mkdtemp(prefix="pdctl-chaos-"))

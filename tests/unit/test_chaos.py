@@ -115,3 +115,34 @@ async def test_blackhole_accepts_and_never_answers_and_a_refused_port_refuses():
         w.close()
     with pytest.raises(ConnectionRefusedError):
         await asyncio.open_connection("127.0.0.1", sidechannel.refused_port())
+
+
+async def test_kv_corrupt_fault_counts_detections_and_false_positives():
+    from pdctl.sdk.chaos import kvcorrupt
+    from pdctl.sdk.pd import PrefillIdentity
+
+    seen = {"mismatch": 0.0, "ok": 0.0}
+
+    def handler(req: httpx.Request) -> httpx.Response:
+        if req.url.path == "/metrics":
+            lines = [
+                f'pdctl:kv_verify_total{{engine="0",result="{r}"}} {seen.get(r, 0.0)}'
+                for r in ("ok", "mismatch", "missing", "unsupported")
+            ]
+            return httpx.Response(200, text="\n".join(lines) + "\n")
+        if req.url.host == "p":  # the prefill leg: one token, never a verdict
+            return httpx.Response(200, json={})
+        bad = kvcorrupt.TAG in req.headers["x-request-id"]
+        seen["mismatch" if bad else "ok"] += 1
+        return httpx.Response(500 if bad else 200, json={})
+
+    ident = PrefillIdentity("P", "127.0.0.1", 5600, 1, 1)
+    async with httpx.AsyncClient(transport=httpx.MockTransport(handler)) as c:
+        rep = await kvcorrupt.kv_corrupt(c, ("http://p", ident), "http://d", n=8, every=4)
+    assert rep["tagged"] == 2
+    assert rep["tagged_statuses"] == {"500": 2}
+    assert rep["clean_statuses"] == {"200": 6}
+    assert rep["verify"]["mismatch"] == 2
+    assert rep["undetected"] == 0
+    assert rep["false_positives"] == 0
+    assert any("kv_verify_rate=1.0" in o for o in kvcorrupt.overrides())

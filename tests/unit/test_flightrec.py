@@ -376,3 +376,14 @@ def test_write_keeps_nixls_duration_when_the_anchors_disagree() -> None:
     assert_contiguous(f)
     write = next(s for s in f.segments if s.name == fr.WRITE)
     assert write.ms == pytest.approx(4.0)
+
+
+def test_flight_says_whether_the_decode_verified_the_kv() -> None:
+    t = tl(prefill_sent=0.1, decode_sent=0.2, prefill_done=25, decode_first_byte=60, done=80)
+    assert fr.join(t, P_REG_FIRST, D_PUSH).as_dict()["push"]["verified"] is None  # not sampled
+    ok = rec({}, kv_verified=1)
+    ok.times.update(D_PUSH.times)
+    assert fr.join(t, P_REG_FIRST, ok).as_dict()["push"]["verified"] is True
+    bad = rec({}, kv_mismatch=1)
+    bad.times.update(D_PUSH.times)
+    assert fr.join(t, P_REG_FIRST, bad).verified is False

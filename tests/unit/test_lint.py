@@ -261,6 +261,10 @@ CASES: dict[str, tuple[Callable[[Any], dict[str, Any]], Callable[[Any], dict[str
         lambda md: _cpu(fleet={"connector_options": {"pdctl_nixl_sync_mode": "none"}}),
         lambda md: _cpu(fleet={"connector_options": {"pdctl_nixl_sync_mode": "strict"}}),
     ),
+    "PD048": (
+        lambda md: _cpu(fleet={"connector_options": {"pdctl_kv_verify_rate": "often"}}),
+        lambda md: _cpu(fleet={"connector_options": {"pdctl_kv_verify_rate": 0.5}}),
+    ),
     "PD045": (
         lambda md: _gpu(router={"host": "0.0.0.0"}),
         lambda md: _gpu(
@@ -480,3 +484,18 @@ def test_kv_event_ports_are_planned_and_checked():
     assert all(5558 not in i.kv_events_ports for i in plan.instances)
     # off by default without cache_aware
     assert all(i.kv_events_port is None for i in build_plan(FleetSpec(**_cpu())).instances)
+
+
+def test_kv_verify_notes_the_layouts_it_does_not_cover():
+    hetero = _gpu(prefill=[{"host": "127.0.0.1", "devices": [0, 1], "tp": 2}])
+    found = lint(FleetSpec(**hetero), check_bound_ports=False, environ=ENV).findings
+    notes = [f for f in found if f.code == "PD048"]
+    assert notes, [f.code for f in found]
+    assert all(f.severity == "info" for f in notes)
+    assert any("heterogeneous TP" in f.message for f in notes)
+    off = _gpu(
+        prefill=[{"host": "127.0.0.1", "devices": [0, 1], "tp": 2}],
+        fleet={"connector_options": {"pdctl_kv_verify_rate": 0}},
+    )
+    assert "PD048" not in codes(off)
+    assert "PD048" not in codes(_cpu())  # equal TP, no PP: covered

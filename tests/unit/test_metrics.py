@@ -245,6 +245,11 @@ CASES: dict[str, tuple[list[InstanceMetrics], list[InstanceMetrics], dict[str, A
         [inst(rendezvous=Rendezvous("decode", receive_failures=1, receive_failures_window=0))],
         QUIET_PUSH,
     ),
+    "PA012": (
+        [inst(rendezvous=Rendezvous("decode", kv_mismatch_window=1))],
+        [inst(rendezvous=Rendezvous("decode", kv_verify={"ok": 5.0, "mismatch": 1.0}))],
+        QUIET_PUSH,
+    ),
     "PA010": (
         [inst("prefill", kv_usage=0.03, running=0.0, waiting=0.0)],
         [inst("prefill", kv_usage=0.03, running=1.0, waiting=0.0)],

@@ -120,6 +120,9 @@ class RendezvousBook:
                 ["h", rv.REGISTRATION_TO_NOTIFIED, "", max(0.0, now - sent.arrived)]
             )
 
+    def kv_verified(self, result: str) -> None:
+        self._events.append(["c", rv.KV_VERIFY, result, 1.0])
+
     def receive_failed(self, req_id: str) -> None:
         if self.awaiting.pop(req_id, None) is not None:
             self._events.append(["c", rv.RECEIVE_FAILURES, "", 1.0])

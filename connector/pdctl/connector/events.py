@@ -32,6 +32,7 @@ from vllm.distributed.kv_transfer.kv_connector.v1.nixl.push_worker import (
     NixlPushConnectorWorker,
 )
 
+from pdctl.connector import kvdigest
 from pdctl.connector.compat import PUSH_CONNECTOR, vllm_class
 from pdctl.connector.flightbook import FlightBook, FlightRing, records_setting
 from pdctl.sdk.metrics import flight as fl
@@ -136,6 +137,12 @@ class _StampedQueue(queue.Queue[bytes]):
         self._stamps: list[float] = []
 
 
+def _plain(notif: bytes) -> bytes:
+    """vLLM's notification without the digests the KV check puts in front of it."""
+    parsed = kvdigest.decode(notif)
+    return notif if parsed is None else parsed[1]
+
+
 class FlightWorker(NixlPushConnectorWorker):
     """Push-worker flight hooks (installed with the rendezvous hooks; they only observe
     and call vLLM's own methods)."""
@@ -214,7 +221,7 @@ class FlightWorker(NixlPushConnectorWorker):
             # arrival
             first: dict[bytes, float] = {}
             for item, t in taken:
-                first.setdefault(item, t)
+                first.setdefault(_plain(item), t)
             self._flight.guard(self._note_notifs, list(first.items()))
         return out
 

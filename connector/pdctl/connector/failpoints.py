@@ -21,6 +21,15 @@ refused by lint rule PD042 outside tests (``PDCTL_ALLOW_FAILPOINTS=1``).
   What is left to free the prefill's KV is what does not cross the side channel (the
   router's release requests).
 
+* ``pdctl_failpoint_kv_corrupt``: ``"swap"`` or ``"flip"``, optionally followed by
+  ``":every:<n>"`` (the n-th, 2n-th, ... verified WRITE) or ``":match:<text>"``
+  (requests whose id contains ``<text>``). ``swap`` (on a prefill) misplaces: the WRITE
+  sends its first two blocks into each other's destination slots (the class of bug of
+  vLLM #48633 C3: right bytes, wrong blocks); ``flip`` (on a decode) flips one byte of
+  one block the WRITE delivered, before the digest check. Both act only on requests the
+  digest check samples (:mod:`pdctl.connector.kvverify`), so every corruption it makes
+  is one the check must catch.
+
 Pure Python (no vLLM, no NIXL).
 """
 
@@ -34,6 +43,7 @@ from typing import Any
 FAILPOINT_WRITE = "pdctl_failpoint_write"
 FAILPOINT_WRITE_DELAY = "pdctl_failpoint_write_delay"
 FAILPOINT_SIDE_CHANNEL = "pdctl_failpoint_side_channel"
+FAILPOINT_KV_CORRUPT = "pdctl_failpoint_kv_corrupt"
 HANDSHAKE_TIMEOUT_S = 5.0
 """vLLM's side-channel handshake timeout (its ZMQ receive timeout): how long a blackholed
 side channel takes to fail."""
@@ -111,6 +121,47 @@ class SideChannelCut:
                 return None
             blackholed = {"refused": False, "blackholed": True}.get(said, blackholed)
         return HANDSHAKE_TIMEOUT_S if blackholed else 0.0
+
+
+@dataclass
+class KvCorrupt:
+    """``pdctl_failpoint_kv_corrupt``: which corruption, and of which WRITEs."""
+
+    mode: str  # swap | flip
+    every: int = 1
+    match: str = ""
+    seen: int = 0
+
+    @classmethod
+    def parse(cls, spec: str) -> KvCorrupt:
+        mode, _, sel = str(spec).strip().partition(":")
+        kind, _, arg = sel.partition(":")
+        every = 1
+        ok = mode in ("swap", "flip") and (not sel or (kind in ("every", "match") and arg))
+        if ok and kind == "every":
+            every = int(arg) if arg.isdigit() else 0
+            ok = every >= 1
+        if not ok:
+            raise ValueError(
+                f"kv_connector_extra_config.{FAILPOINT_KV_CORRUPT} = {spec!r}: use 'swap' "
+                "(prefill) or 'flip' (decode), optionally followed by ':every:<n>' "
+                "(n >= 1) or ':match:<text>'"
+            )
+        return cls(mode, every, arg if kind == "match" else "")
+
+    def _hit(self, request_id: str) -> bool:
+        if self.match:
+            return self.match in request_id
+        self.seen += 1
+        return self.seen % self.every == 0
+
+    def swaps(self, request_id: str) -> bool:
+        """Prefill: whether this WRITE misplaces two blocks (counts the WRITE)."""
+        return self.mode == "swap" and self._hit(request_id)
+
+    def flips(self, request_id: str) -> bool:
+        """Decode: whether a byte of this request's KV is flipped (counts the request)."""
+        return self.mode == "flip" and self._hit(request_id)
 
 
 def failing_transfer(

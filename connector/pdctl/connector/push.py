@@ -50,12 +50,15 @@ from vllm.distributed.kv_transfer.kv_connector.v1.nixl.stats import (
     NixlKVConnectorStats,
     NixlPromMetrics,
 )
+from vllm.distributed.kv_transfer.kv_connector.v1.nixl.utils import get_base_request_id
 
 from pdctl.connector.book import RendezvousBook, fold
 from pdctl.connector.compat import PULL_CONNECTOR, vllm_class
 from pdctl.connector.events import FLIGHT_HOOKS, FlightConnector, FlightWorker, flight_ring
+from pdctl.connector.kvverify import ASK_KEY, KvVerifier
 from pdctl.connector.lifecycle import LifecycleWorker
 from pdctl.connector.pushsched import RELEASE_KEY, PdctlPushScheduler
+from pdctl.sdk.metrics import flight as fl
 from pdctl.sdk.metrics import rendezvous as rv
 
 if TYPE_CHECKING:
@@ -214,9 +217,12 @@ class PdctlPromMetrics(NixlPromMetrics):
                     labelnames=names,
                 )
             self._pdctl[m.name] = metric
-            if not m.labels:  # export every unlabelled series at 0 from the start
-                for values in per_engine_labelvalues.values():
+            # export every unlabelled series, and every known label value, at 0 from the start
+            for values in per_engine_labelvalues.values():
+                if not m.labels:
                     metric.labels(*values)
+                for known in m.label_values:
+                    metric.labels(*values, known)
 
     def observe(self, transfer_stats_data: dict[str, Any], engine_idx: int = 0) -> None:
         super().observe(transfer_stats_data, engine_idx)
@@ -271,6 +277,7 @@ class PdctlPushWorker(FlightWorker, LifecycleWorker):
     they only observe, then call on."""
 
     _pdctl: _Telemetry
+    _pdctl_kv: KvVerifier
 
     @classmethod
     def attach(cls, worker: NixlPushConnectorWorker, vllm_config: Any) -> None:
@@ -283,6 +290,10 @@ class PdctlPushWorker(FlightWorker, LifecycleWorker):
         worker.xfer_stats = stats
         worker.attach_flight(vllm_config)
         worker._lifecycle_init(vllm_config)
+        worker._pdctl_kv = KvVerifier(worker, vllm_config.kv_transfer_config, worker._kv_checked)
+        worker.nixl_wrapper.make_prepped_xfer = worker._pdctl_kv.tag(
+            worker.nixl_wrapper.make_prepped_xfer
+        )
 
     # registration arrived on the prefill (writer thread)
     def _pop_matching_finished_blocks(self, request_id: str) -> Any:
@@ -306,6 +317,9 @@ class PdctlPushWorker(FlightWorker, LifecycleWorker):
 
     # a decode registration left (writer thread)
     def _do_send_reg_notif(self, req_id: str, reg_data: dict[str, Any]) -> None:
+        if not reg_data.get(RELEASE_KEY):
+            # the digest check samples it (or not)
+            self._pdctl_kv.ask(req_id, reg_data, get_base_request_id(req_id))
         super()._do_send_reg_notif(req_id, reg_data)
         if reg_data.get(RELEASE_KEY):
             return
@@ -313,6 +327,61 @@ class PdctlPushWorker(FlightWorker, LifecycleWorker):
 
     def _registration_dropped(self, reg_id: str) -> None:
         self._pdctl.record(self._pdctl.book.registration_dropped, reg_id)
+
+    # ------------------------------------------------------------------ KV digests
+    # (pdctl.connector.kvverify: the prefill digests what each WRITE sends, the decode
+    # checks it before vLLM hears the receive is done)
+
+    def _kv_checked(self, result: str, request_id: str) -> None:
+        self._pdctl.record(self._pdctl.book.kv_verified, result)
+        name = {"ok": fl.KV_VERIFIED, "mismatch": fl.KV_MISMATCH}.get(result)
+        if name is not None:  # the request's flight shows it (the router joins it)
+            self._flight.guard(self._flight.add, request_id, name, 1.0)
+
+    def _do_start_push_kv(self, request_id: str, local_block_ids: Any, reg: dict[str, Any]) -> None:
+        self._pdctl_kv.asked = bool(reg.get(ASK_KEY))
+        try:
+            super()._do_start_push_kv(request_id, local_block_ids, reg)
+        finally:
+            self._pdctl_kv.asked = False
+
+    def _xfer_blocks(
+        self,
+        read_spec: Any,
+        dst_engine_id: str,
+        request_id: str,
+        remote_request_id: str,
+        local_xfer_side_handle: int,
+        remote_xfer_side_handle: int,
+    ) -> Any:
+        with self._pdctl_kv.writing(request_id, dst_engine_id):
+            return super()._xfer_blocks(
+                read_spec=read_spec,
+                dst_engine_id=dst_engine_id,
+                request_id=request_id,
+                remote_request_id=remote_request_id,
+                local_xfer_side_handle=local_xfer_side_handle,
+                remote_xfer_side_handle=remote_xfer_side_handle,
+            )
+
+    def _apply_prefix_caching(self, *args: Any, **kw: Any) -> Any:
+        remote, local = super()._apply_prefix_caching(*args, **kw)
+        return self._pdctl_kv.written(remote, local)
+
+    def _get_new_notifs(self) -> set[str]:
+        q = self._pending_completion_notifs
+        if not q.empty():
+            taken: list[bytes] = []
+            while not q.empty():
+                taken.append(q.get_nowait())
+            for notif in self._pdctl_kv.strip(taken):
+                q.put(notif)
+        done = super()._get_new_notifs()
+        if self._pdctl_kv.asked_ids:
+            for rid in self._pdctl_kv.check(self._recving_transfers, self._recving_metadata):
+                self._recving_transfers.pop(rid, None)  # vLLM must not report it received
+                self._failed_recv_reqs.put(rid)
+        return done
 
     # the connector let go of a prefill's KV early (engine thread)
     def _lease_released(self, request_id: str, reason: str) -> None:
@@ -345,6 +414,8 @@ _HOOKS = (
     "_send_registration_to_p",
     "_handle_push_reg_notif",
     "_do_start_push_kv",
+    "_xfer_blocks",
+    "_apply_prefix_caching",
     "_get_new_notifs",
     "_handle_failed_transfer",
     "_ensure_handshake",

@@ -55,3 +55,63 @@ def _sync_mode(ctx: LintContext) -> Iterator[Finding]:
             "under load in this setting (see docs/reliability.md)",
             "remove the key (strict is the default) unless you are reproducing the crash",
         )
+
+
+KV_VERIFY_RATE = "pdctl_kv_verify_rate"
+KV_VERIFY_DEFAULT = 0.01
+"""The connector's default share of verified requests (``pdctl.connector.kvverify``)."""
+
+
+def _uncovered(ctx: LintContext) -> list[str]:
+    """Layouts of this spec that the connector's KV digest check does not cover."""
+    out: list[str] = []
+    pairs = {(p.tp, d.tp) for p in ctx.spec.prefill for d in ctx.spec.decode}
+    for ptp, dtp in sorted(pairs):
+        if ptp != dtp:
+            out.append(f"prefill TP{ptp} → decode TP{dtp} (heterogeneous TP)")
+    if any(p.pp > 1 for p in ctx.spec.prefill):
+        out.append("a prefill with pp > 1 (each stage writes some layers)")
+    if ctx.spec.fleet.platform != "cpu" and ctx.spec.fleet.effective_kv_buffer_device == "cpu":
+        out.append("kv_buffer_device = 'cpu' on a GPU (KV staged through a host buffer)")
+    return out
+
+
+@rule("PD048", "KV digest check: a bad rate, or layouts it does not cover")
+def _kv_verify(ctx: LintContext) -> Iterator[Finding]:
+    """The connector's sampled KV digests (``pdctl.connector.kvverify``): it checks
+    equal-TP, equal-block-size, non-PP layouts with KV registered in place; vLLM's push
+    worker (``nixl/push_worker.py``, ``_xfer_blocks_for_req``) splits each block over
+    several WRITEs under heterogeneous TP and writes per stage under PP, which the
+    digests do not follow yet."""
+    if ctx.spec.fleet.mode != "push" or ctx.spec.fleet.connector != "pdctl":
+        return
+    field_ = f"fleet.connector_options.{KV_VERIFY_RATE}"
+    raw = ctx.spec.fleet.connector_options.get(KV_VERIFY_RATE, KV_VERIFY_DEFAULT)
+    try:
+        rate = float(raw)
+    except (TypeError, ValueError):
+        rate = -1.0
+    if not 0.0 <= rate <= 1.0:
+        yield _f(
+            "PD048",
+            "error",
+            field_,
+            f"{KV_VERIFY_RATE} = {raw!r} is not a share between 0 and 1",
+            "the connector refuses to start",
+            f"use a number between 0 (off) and 1 (every request); the default is "
+            f"{KV_VERIFY_DEFAULT}",
+        )
+        return
+    if rate == 0:
+        return
+    for layout in _uncovered(ctx):
+        yield _f(
+            "PD048",
+            "info",
+            field_,
+            f"the KV digest check does not cover {layout}",
+            "those requests are not verified; they count as "
+            'pdctl:kv_verify_total{result="unsupported"} (docs/connector.md)',
+            "nothing to do unless you need the check on this layout; use equal TP on "
+            "prefill and decode to have it",
+        )

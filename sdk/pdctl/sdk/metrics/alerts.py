@@ -117,6 +117,15 @@ RULES: tuple[AlertRule, ...] = (
         "{instance} went down {value} times in the last {detail}: it crashes repeatedly; "
         "read its log (pdctl logs) before restarting it again",
     ),
+    AlertRule(
+        "PA012",
+        "critical",
+        "received KV does not match what the prefill sent",
+        "{instance} found {value} request(s) whose pushed KV failed the digest check "
+        "(pdctl:kv_verify_total, result mismatch): KV was corrupted or misplaced "
+        "in transit; the requests were failed or recomputed. Read the decode's log for "
+        "the block ids (docs/connector.md)",
+    ),
 )
 BY_CODE: dict[str, AlertRule] = {r.code: r for r in RULES}
 ALERTS: dict[str, str] = {r.code: r.title for r in RULES}
@@ -188,6 +197,8 @@ def evaluate_alerts(
             out.append(_raise("PA008", i.name, rv.expired_window))
         if rv is not None and rv.receive_failures_window > 0:
             out.append(_raise("PA009", i.name, rv.receive_failures_window))
+        if rv is not None and rv.kv_mismatch_window > 0:
+            out.append(_raise("PA012", i.name, rv.kv_mismatch_window))
     if mode == "push" and _sequential(router_mode, recent):
         out.append(_raise("PA005", "router"))
     return out

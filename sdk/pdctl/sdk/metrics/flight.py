@@ -82,7 +82,11 @@ XFER_S = "xfer_seconds"
 WRITE handles."""
 POST_S = "post_seconds"
 NOTIFICATIONS = "notifications"
-SUMS = (BYTES, DESCRIPTORS, XFER_S, POST_S, NOTIFICATIONS)
+KV_VERIFIED = "kv_verified"
+"""Decode: 1 when the request's KV passed the connector's digest check (sampled only)."""
+KV_MISMATCH = "kv_mismatch"
+"""Decode: 1 when it failed the check (the receive was failed)."""
+SUMS = (BYTES, DESCRIPTORS, XFER_S, POST_S, NOTIFICATIONS, KV_VERIFIED, KV_MISMATCH)
 
 KIND = "f"
 """The kind of a flight event inside the connector's stats event list:

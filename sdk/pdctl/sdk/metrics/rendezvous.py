@@ -37,6 +37,8 @@ REGISTRATIONS_SENT = PREFIX + "push_registrations_sent"
 AWAITING_NOTIFICATIONS = PREFIX + "push_awaiting_notifications"
 REGISTRATION_TO_NOTIFIED = PREFIX + "push_registration_to_notified_seconds"
 RECEIVE_FAILURES = PREFIX + "push_receive_failures"
+KV_VERIFY = PREFIX + "kv_verify"
+"""Sampled requests whose received KV was checked against the prefill's digests."""
 
 ORDER_LABEL = "order"
 REGISTRATION_FIRST = "registration_first"
@@ -46,6 +48,9 @@ SIDE_REGISTRATION = "registration"
 SIDE_PREFILL = "prefill"
 SIDE_WRITE = "write"
 REASON_LABEL = "reason"  # on RELEASED: why the connector let go of the KV early
+RESULT_LABEL = "result"  # on KV_VERIFY
+KV_VERIFY_RESULTS = ("ok", "mismatch", "missing", "unsupported")
+"""Every ``result`` of :data:`KV_VERIFY` (exported at 0 from the start)."""
 
 WAIT_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 """Bucket bounds (seconds) of every pdctl histogram: 1 ms to 30 s."""
@@ -58,6 +63,8 @@ class MetricDef:
     side: str  # prefill | decode | both
     help: str
     labels: tuple[str, ...] = ()
+    label_values: tuple[str, ...] = ()
+    """Known values of the (single) label, exported at 0 from the start."""
 
 
 METRICS: tuple[MetricDef, ...] = (
@@ -152,6 +159,17 @@ METRICS: tuple[MetricDef, ...] = (
         "Registered requests that failed to receive their KV (handshake or transfer "
         "failure, timeout).",
     ),
+    MetricDef(
+        KV_VERIFY,
+        "counter",
+        "decode",
+        "Sampled requests whose received KV was checked against the prefill's per-block "
+        "digests (pdctl_kv_verify_rate), by result: ok, mismatch (the KV that arrived is "
+        "not the KV that was sent; the receive failed), missing (the prefill sent no "
+        "digest), unsupported (a layout the check does not cover).",
+        (RESULT_LABEL,),
+        KV_VERIFY_RESULTS,
+    ),
 )
 
 
@@ -184,6 +202,9 @@ class Rendezvous:
     registration_to_notified: Latency = Latency()
     receive_failures: float = 0.0
     receive_failures_window: float = 0.0
+    kv_verify: dict[str, float] | None = None
+    """Decode: verified requests by result since start (None: not exported)."""
+    kv_mismatch_window: float = 0.0
 
 
 def present(scrape: Scrape) -> bool:
@@ -234,4 +255,15 @@ def rendezvous_of(new: Scrape, old: Scrape | None, role: str) -> Rendezvous | No
         registration_to_notified=window(REGISTRATION_TO_NOTIFIED),
         receive_failures=new.total(RECEIVE_FAILURES + "_total") or 0.0,
         receive_failures_window=delta(RECEIVE_FAILURES + "_total"),
+        kv_verify=_by_result(new),
+        kv_mismatch_window=delta(KV_VERIFY + "_total", {RESULT_LABEL: "mismatch"}),
     )
+
+
+def _by_result(scrape: Scrape) -> dict[str, float] | None:
+    out = {
+        r: v
+        for r in KV_VERIFY_RESULTS
+        if (v := scrape.total(KV_VERIFY + "_total", {RESULT_LABEL: r})) is not None
+    }
+    return out or None

@@ -89,6 +89,7 @@ def expressions(spec: FleetSpec, opt: RuleOptions) -> dict[str, str]:
     if mode == "push" and spec.fleet.connector == "pdctl":
         out["PA008"] = inc(rv.EXPIRED + "_total") + " > 0"
         out["PA009"] = inc(rv.RECEIVE_FAILURES + "_total") + " > 0"
+        out["PA012"] = inc(rv.KV_VERIFY + "_total", f'{rv.RESULT_LABEL}="mismatch"') + " > 0"
     return out
 
 

@@ -116,6 +116,8 @@ class Flight:
     post_ms: float | None = None
     bytes: float | None = None
     descriptors: float | None = None
+    verified: bool | None = None
+    """The decode's digest check: True passed, False failed, None not sampled."""
 
     def as_dict(self) -> dict[str, Any]:
         def r(v: float | None) -> float | None:
@@ -131,6 +133,7 @@ class Flight:
                 "post_ms": r(self.post_ms),
                 "bytes": self.bytes,
                 "descriptors": self.descriptors,
+                "verified": self.verified,
             },
         }
 
@@ -219,6 +222,10 @@ def join(tl: Any, p: InstanceRecord | None, d: InstanceRecord | None) -> Flight:
     flight.post_ms = None if post is None else post * 1000
     flight.bytes = p.values.get(fl.BYTES)
     flight.descriptors = p.values.get(fl.DESCRIPTORS)
+    if d.values.get(fl.KV_MISMATCH):
+        flight.verified = False
+    elif d.values.get(fl.KV_VERIFIED):
+        flight.verified = True
     if posting is not None and xfer is not None:
         # a duration from where the hand-off ended: NIXL's time whatever the anchors say
         path.to(WRITE, path.at + xfer, "prefill")
