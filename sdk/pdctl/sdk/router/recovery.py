@@ -8,6 +8,13 @@
   decode, at most ``router.migration_limit`` times (:mod:`pdctl.sdk.router.migrate`).
 * An instance whose leg failed after it was sent counts as down until a health check says
   otherwise.
+* Engine death is recognised however it shows (:meth:`Recovery.engine_failed`): the
+  connection lost, a 5xx answer before or instead of the tokens (vLLM's
+  ``EngineDeadError``), a 5xx error event mid-stream. The instance is marked down at once,
+  re-checked at once (``GET /health``: an engine that is alive, e.g. one that refused a
+  request with 503 because its queue was full, is back within milliseconds) and the
+  fleet's supervisor is told (:mod:`pdctl.sdk.router.suspects`), so that it restarts the
+  instance without waiting for its own health rounds.
 
 The dispatcher owns this object and gives it to the leg sender and the relay.
 """
@@ -22,8 +29,29 @@ from pdctl.sdk.router.instances import Upstream
 from pdctl.sdk.router.instanceset import InstanceSet
 from pdctl.sdk.router.migrate import migratable
 from pdctl.sdk.router.replies import RouteError
+from pdctl.sdk.router.suspects import SupervisorLink
 from pdctl.sdk.router.timeline import RouterMetrics, Timeline
 from pdctl.sdk.router.upstream import UpstreamError
+
+
+def server_failed(status: int) -> bool:
+    """Whether an instance's answer says the instance failed, not the request: any 5xx.
+
+    What vLLM answers when its EngineCore died, both in the installed vLLM 0.32 and in
+    0.33 (``vllm/entrypoints/serve/exception_handling/handlers/vllm_error.py``,
+    ``engine_error_handler``, over ``error_response.py``'s ``create_error_response``):
+    ``500`` with ``{"error": {"type": "InternalServerError", "code": 500, ...}}``, the
+    message ``EngineCore encountered an issue...`` (0.32) or ``The server had an error
+    while processing your request.`` (0.33: ``EngineDeadError.CLIENT_MESSAGE``); its
+    ``/health`` answers 503 (``vllm/entrypoints/serve/instrumentator/health.py``). A
+    stream already under way gets the same error object as an SSE event, then
+    ``[DONE]`` (``vllm/entrypoints/openai/completion/serving.py``, the stream
+    generator's ``except``). The other 5xx vLLM answers are worth another instance too:
+    ``GenerationError`` (500, a request whose generation failed, e.g. its KV could not
+    be loaded) and ``QueueOverflowError``/``MaxQueuedTokensError`` (503, "try again ...
+    on a different instance", ``vllm/exceptions.py``). The message is not relied on: it
+    changed between the two releases."""
+    return status >= 500
 
 
 class LegFailed(RouteError):
@@ -53,9 +81,20 @@ def passthrough(role: str, name: str, status: int, raw: bytes) -> RouteError:
 class Recovery:
     """Decides where a request goes after a failure, and whether it may go at all."""
 
-    def __init__(self, instances: InstanceSet, metrics: RouterMetrics) -> None:
+    def __init__(
+        self, instances: InstanceSet, metrics: RouterMetrics, link: SupervisorLink | None = None
+    ) -> None:
         self.instances, self.metrics = instances, metrics
         self.settings = instances.settings
+        self.link = link or SupervisorLink(None)
+        """Where the supervisor hears of an instance the router saw fail."""
+
+    def engine_failed(self, u: Upstream, why: str) -> None:
+        """``u`` failed a leg (connection lost, a 5xx, an error event): down at once,
+        re-checked at once, and the supervisor told."""
+        self.instances.mark(u, False)
+        self.instances.recheck(u)
+        self.link.suspect(u.name, why)
 
     def migrates(self, body: dict[str, Any]) -> bool:
         """Whether a decode failing on this request continues it elsewhere."""
@@ -97,7 +136,7 @@ class Recovery:
         on, after any connect retries): count the instance as down until it answers a
         health check again."""
         failed = next((u for u in pool if u.name == name), sent_to)
-        self.instances.mark(failed, False)
+        self.engine_failed(failed, str(e))
         return LegFailed(502, f"{failed.role} {failed.name} failed: {e}", failed)
 
     def next_prefill(self, e: LegFailed, tried: tuple[Upstream, ...], tl: Timeline) -> Upstream:
