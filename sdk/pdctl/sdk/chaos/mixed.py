@@ -24,10 +24,7 @@ from typing import Any
 
 import httpx
 
-WORDS = (
-    "cache block prefill decode router token engine fleet push write quiet green "
-    "the a of river stone lamp seven blue north window paper"
-).split()
+WORDS = "cache block prefill decode router token engine fleet push write quiet green".split(" ")
 
 
 @dataclass(frozen=True)
