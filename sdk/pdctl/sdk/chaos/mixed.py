@@ -24,7 +24,20 @@ from typing import Any
 
 import httpx
 
-WORDS = "cache block prefill decode router token engine fleet push write quiet green".split(" ")
+WORDS = [
+    "cache",
+    "block",
+    "prefill",
+    "decode",
+    "router",
+    "token",
+    "engine",
+    "fleet",
+    "push",
+    "write",
+    "quiet",
+    "green",
+]
 
 
 @dataclass(frozen=True)
