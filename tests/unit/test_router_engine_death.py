@@ -182,6 +182,8 @@ async def test_alive_engine_refusing_with_503_migrates_and_stays_up():
 
 
 async def test_migration_limit_bounds_a_fleet_of_dead_engines():
+    """Every engine dead: one migration (the limit), then the client gets the last
+    decode's own answer (vLLM's 500), streamed or not."""
     three = [MockConfig(role="decode") for _ in range(3)]
     async with (
         rig("push", decodes=three, router={"migration_limit": 1}, health_interval_s=60) as t,
@@ -189,18 +191,34 @@ async def test_migration_limit_bounds_a_fleet_of_dead_engines():
     ):
         await linked(t, None, "decode-0", "decode1-0", "decode2-0")
         r = await c.post(t.url + "/v1/completions", json=body(), timeout=10)
-        assert r.status_code == 502
-        assert "router.migration_limit reached" in r.json()["error"]["message"]
+        assert r.status_code == 500
+        assert r.json()["error"]["type"] == "InternalServerError"
         assert len(t.router.recent()[0]["migrations"]) == 1
         served = sum(len(m.state.requests) for m in t.mocks.values() if m.config.role == "decode")
         assert served == 2  # the first decode and one migration, no more
         for u in t.router.decodes:  # the supervisor's word: back (their engines still dead)
             t.router.instances.set_health(u.name, True)
         s = await c.post(t.url + "/v1/completions", json=body(stream=True), timeout=10)
-        assert s.status_code == 502
-        assert "router.migration_limit reached" in s.json()["error"]["message"]
+        assert s.status_code == 500
         assert len(t.router.recent()[0]["migrations"]) == 1
         assert all(u.outstanding == 0 for u in t.router.upstreams)
+
+
+async def test_only_decode_alive_after_an_error_is_retried_decode_only():
+    """A 1P1D fleet whose decode answers a 5xx but is alive (its ``/health`` says 200: the
+    request failed, e.g. the KV of a prefill that died never came): the request is retried
+    on that decode, decode-only, and completes; the decode stays in service."""
+    dcfg = MockConfig(role="decode", fail_first=1)
+    async with (
+        rig("push", decodes=[dcfg], health_interval_s=60) as t,
+        httpx.AsyncClient() as c,
+    ):
+        r = await c.post(t.url + "/v1/completions", json=body(max_tokens=3), timeout=10)
+        assert r.status_code == 200, r.text
+        tl = t.router.recent()[0]
+        assert [(m["from"], m["to"]) for m in tl["migrations"]] == [("decode-0", "decode-0")]
+        assert "kv_transfer_params" not in t.d.state.requests[-1]["body"]
+        assert t.router.instances.upstream("decode-0").healthy
 
 
 async def test_stream_continuation_passes_over_a_dead_decode():

@@ -44,6 +44,8 @@ class MockConfig:
     """``GET /health`` answers 200 (else 503: an engine that is down)."""
     die_after_chunks: int | None = None
     """Drop the connection after this many streamed chunks (a crashing decode)."""
+    fail_first: int = 0
+    """The first this many requests answer 500 (an alive engine failing a request)."""
     engine_dead: bool = False
     """An API server whose EngineCore died: every request answers vLLM's engine-dead 500
     (:data:`ENGINE_DEAD`) and ``/health`` 503."""
@@ -214,12 +216,13 @@ class MockServer:
             )
             if self.config.delay_s:
                 await asyncio.sleep(self.config.delay_s)
+            status = 500 if len(st.requests) <= self.config.fail_first else self.config.status
             if self.config.engine_dead:
                 conn.write(_response(500, json.dumps(ENGINE_DEAD).encode()))
-            elif self.config.status != 200:
+            elif status != 200:
                 err: dict[str, Any] = {"message": "mock failure", "type": "BadRequestError"}
-                err.update(param=None, code=self.config.status)
-                conn.write(_response(self.config.status, json.dumps({"error": err}).encode()))
+                err.update(param=None, code=status)
+                conn.write(_response(status, json.dumps({"error": err}).encode()))
             elif self.config.role == "render":
                 conn.write(_response(200, self._render(path.decode(), req)))
             elif self.config.role == "prefill":

@@ -8,13 +8,16 @@
   decode, at most ``router.migration_limit`` times (:mod:`pdctl.sdk.router.migrate`).
 * An instance whose leg failed after it was sent counts as down until a health check says
   otherwise.
-* Engine death is recognised however it shows (:meth:`Recovery.engine_failed`): the
-  connection lost, a 5xx answer before or instead of the tokens (vLLM's
-  ``EngineDeadError``), a 5xx error event mid-stream. The instance is marked down at once,
-  re-checked at once (``GET /health``: an engine that is alive, e.g. one that refused a
-  request with 503 because its queue was full, is back within milliseconds) and the
-  fleet's supervisor is told (:mod:`pdctl.sdk.router.suspects`), so that it restarts the
-  instance without waiting for its own health rounds.
+* Engine death is recognised however it shows: the connection lost
+  (:meth:`Recovery.instance_lost`: down at once, re-checked at once), a 5xx answer
+  before or instead of the tokens (vLLM's ``EngineDeadError``) or a 5xx error event
+  mid-stream (:meth:`Recovery.instance_answered_error`: its ``GET /health`` is asked at
+  once, and vLLM answers 503 there once its engine is dead). A dead instance is down
+  from then on and the fleet's supervisor is told (:mod:`pdctl.sdk.router.suspects`),
+  so that it restarts the instance without waiting for its own health rounds. A decode
+  that answered an error but is alive (the request failed, e.g. the KV of a prefill that
+  died never came; or its queue was full) stays in service; the request moves to another
+  decode, or — when it is the only one — is retried on it, decode-only.
 
 The dispatcher owns this object and gives it to the leg sender and the relay.
 """
@@ -27,7 +30,7 @@ from typing import Any
 from pdctl.sdk.router import tracing
 from pdctl.sdk.router.instances import Upstream
 from pdctl.sdk.router.instanceset import InstanceSet
-from pdctl.sdk.router.migrate import migratable
+from pdctl.sdk.router.migrate import migratable, with_token_ids
 from pdctl.sdk.router.replies import RouteError
 from pdctl.sdk.router.suspects import SupervisorLink
 from pdctl.sdk.router.timeline import RouterMetrics, Timeline
@@ -89,20 +92,31 @@ class Recovery:
         self.link = link or SupervisorLink(None)
         """Where the supervisor hears of an instance the router saw fail."""
 
-    def engine_failed(self, u: Upstream, why: str) -> None:
-        """``u`` failed a leg (connection lost, a 5xx, an error event): down at once,
-        re-checked at once, and the supervisor told."""
+    def instance_lost(self, u: Upstream, why: str) -> None:
+        """``u``'s connection was lost mid-leg: down at once, re-checked at once (in the
+        background), and the supervisor told."""
         self.instances.mark(u, False)
         self.instances.recheck(u)
         self.link.suspect(u.name, why)
 
+    async def instance_answered_error(self, u: Upstream, why: str) -> None:
+        """``u`` answered a 5xx or sent a 5xx error event: its ``/health`` now says
+        whether its engine died (then it is down and the supervisor is told)."""
+        await self.instances.check(u)
+        if not u.healthy:
+            self.link.suspect(u.name, why)
+
+    def as_sent(self, body: dict[str, Any]) -> dict[str, Any]:
+        """The request as decode gets it: a stream asks for its token ids when another
+        decode could continue it mid-answer (:mod:`pdctl.sdk.router.migrate`); with one
+        decode only a stream that has sent nothing yet is started over."""
+        if body.get("stream") and self.migrates(body) and len(self.instances.decodes) > 1:
+            return with_token_ids(body)
+        return body
+
     def migrates(self, body: dict[str, Any]) -> bool:
         """Whether a decode failing on this request continues it elsewhere."""
-        return (
-            self.settings.migration_limit > 0
-            and migratable(body)
-            and len(self.instances.decodes) > 1
-        )
+        return self.settings.migration_limit > 0 and migratable(body)
 
     def after_connect_failure(
         self,
@@ -136,7 +150,7 @@ class Recovery:
         on, after any connect retries): count the instance as down until it answers a
         health check again."""
         failed = next((u for u in pool if u.name == name), sent_to)
-        self.engine_failed(failed, str(e))
+        self.instance_lost(failed, str(e))
         return LegFailed(502, f"{failed.role} {failed.name} failed: {e}", failed)
 
     def next_prefill(self, e: LegFailed, tried: tuple[Upstream, ...], tl: Timeline) -> Upstream:
@@ -158,10 +172,17 @@ class Recovery:
         self, tl: Timeline, exclude: tuple[Upstream, ...], why: str, sent_tokens: int = 0
     ) -> Upstream:
         """The decode a request continues on after ``exclude[-1]`` failed it (recorded on
-        the timeline); 502 once ``router.migration_limit`` is reached."""
+        the timeline): another one, or ``exclude[-1]`` itself when it is still in service
+        and no other is; 502 once ``router.migration_limit`` is reached."""
         if len(tl.migrations) >= self.settings.migration_limit:
             raise RouteError(502, f"{why} (router.migration_limit reached)")
-        d = await self.instances.acquire(self.instances.decodes, tl, exclude)
+        decodes = self.instances.decodes
+        last = exclude[-1]
+        others = [u for u in decodes if u not in exclude and u.eligible() and not u.drained]
+        if not others and last.eligible() and not last.drained:
+            d = last  # alive, and no other: the request failed, not the instance
+        else:
+            d = await self.instances.acquire(decodes, tl, exclude)
         tl.migrations.append(
             {
                 "from": exclude[-1].name,

@@ -14,7 +14,7 @@ from pdctl.sdk.router.instanceset import InstanceSet
 from pdctl.sdk.router.lease import Lease
 from pdctl.sdk.router.ledger import Ledger
 from pdctl.sdk.router.legs import LegSender
-from pdctl.sdk.router.migrate import StreamTracker, tracker_for, with_token_ids
+from pdctl.sdk.router.migrate import StreamTracker, tracker_for
 from pdctl.sdk.router.recovery import passthrough, server_failed
 from pdctl.sdk.router.replies import Reply, RouteError, StreamReply, error_body
 from pdctl.sdk.router.timeline import Timeline
@@ -91,14 +91,18 @@ class Relay:
             except RouteError as e:
                 if not migrate or body is None:
                     raise
-                why = str(e)
-            else:
-                if not (migrate and body is not None and server_failed(leg.status)):
-                    break
-                text = raw[:300].decode(errors="replace")
-                why = f"decode {leg.upstream.name} answered {leg.status}: {text}"
+                tried += (leg.upstream,)
+                leg = await self.restart(path, body, tl, tried, str(e))
+                continue
+            if not (migrate and body is not None and server_failed(leg.status)):
+                break
+            text = raw[:300].decode(errors="replace")
+            why = f"decode {leg.upstream.name} answered {leg.status}: {text}"
             tried += (leg.upstream,)
-            leg = await self.restart(path, body, tl, tried, why, stream=stream)
+            try:
+                leg = await self.restart(path, body, tl, tried, why, answered=True)
+            except RouteError:
+                break  # nowhere left to go: the client gets decode's own answer
         m = USAGE_RE.search(raw)
         if m:
             tl.completion_tokens = int(m.group(1))
@@ -116,16 +120,21 @@ class Relay:
         tried: tuple[Upstream, ...],
         why: str,
         *,
-        stream: bool,
+        answered: bool = False,
     ) -> Lease:
-        """Start a request the client has nothing of yet over on another decode, after
-        ``tried[-1]`` failed it (marked down, the supervisor told): decode-only, the
-        KV its prefill pushed released. Raises :class:`RouteError` (502) once
-        ``router.migration_limit`` is reached."""
-        self.legs.recovery.engine_failed(tried[-1], why)
+        """Start a request the client has nothing of yet over after ``tried[-1]``
+        failed it (``answered``: with a 5xx answer; else its connection was lost):
+        decode-only, the KV its prefill pushed released, on another decode (or on the
+        same one, alive and the only one: :meth:`Recovery.migration_target`). Raises
+        :class:`RouteError` once ``router.migration_limit`` is reached or no decode is
+        left."""
+        recovery = self.legs.recovery
+        if answered:
+            await recovery.instance_answered_error(tried[-1], why)
+        else:
+            recovery.instance_lost(tried[-1], why)
         self.ledger.release_kv(tl)
-        sent = with_token_ids(body) if stream else body
-        return await self.legs.migrate(path, sent, tl, tried, why)
+        return await self.legs.migrate(path, recovery.as_sent(body), tl, tried, why)
 
     @staticmethod
     def _named(leg: Lease, raw: bytes, note: str) -> bytes:
@@ -195,7 +204,10 @@ class Relay:
                     current.release()
                     current = None
                     tried += (d,)
-                    self.legs.recovery.engine_failed(d, why)
+                    if tr.failure is not None:  # it answered: its /health says the rest
+                        await self.legs.recovery.instance_answered_error(d, why)
+                    else:
+                        self.legs.recovery.instance_lost(d, why)
                     self.ledger.release_kv(tl)
                     nxt, tried = await self._next_decode(tr, tl, path, body, why, tried)
                     if isinstance(nxt, str):
@@ -238,4 +250,4 @@ class Relay:
                 return f"{why}; {answer}", tried
             why = answer
             tried += (nxt.upstream,)
-            self.legs.recovery.engine_failed(nxt.upstream, why)
+            await self.legs.recovery.instance_answered_error(nxt.upstream, why)
