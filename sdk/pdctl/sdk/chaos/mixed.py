@@ -128,17 +128,20 @@ async def run_one(
 
 
 async def reference(
-    c: httpx.AsyncClient, url: str, reqs: Sequence[MixedRequest]
+    c: httpx.AsyncClient, url: str, reqs: Sequence[MixedRequest], concurrency: int = 4
 ) -> list[list[int]]:
     """What one instance alone (``url``: an engine's own server, no P/D) generates for
-    each request, not streamed."""
-    out = []
-    for req in reqs:
+    each request, not streamed (``concurrency`` at a time: the demo's max_num_seqs)."""
+    gate = asyncio.Semaphore(concurrency)
+
+    async def one(req: MixedRequest) -> list[int]:
         body = {k: v for k, v in req.body.items() if k != "stream"}
-        r = await c.post(url + req.path, json=body)
+        async with gate:
+            r = await c.post(url + req.path, json=body)
         r.raise_for_status()
-        out.append(_choice_ids(r.json()))
-    return out
+        return _choice_ids(r.json())
+
+    return list(await asyncio.gather(*(one(r) for r in reqs)))
 
 
 @dataclass
