@@ -204,21 +204,40 @@ async def test_migration_limit_bounds_a_fleet_of_dead_engines():
         assert all(u.outstanding == 0 for u in t.router.upstreams)
 
 
-async def test_only_decode_alive_after_an_error_is_retried_decode_only():
-    """A 1P1D fleet whose decode answers a 5xx but is alive (its ``/health`` says 200: the
-    request failed, e.g. the KV of a prefill that died never came): the request is retried
-    on that decode, decode-only, and completes; the decode stays in service."""
+async def test_only_decode_alive_after_an_error_is_retried_when_its_prefill_died():
+    """A 1P1D fleet whose decode answers a 5xx and is alive (``/health`` 200) while the
+    request's prefill is dead (``/health`` 503: the KV it was to push never came): the
+    request is retried on that decode, decode-only, and completes."""
     dcfg = MockConfig(role="decode", fail_first=1)
     async with (
         rig("push", decodes=[dcfg], health_interval_s=60) as t,
         httpx.AsyncClient() as c,
     ):
+        await linked(t, None, "prefill-0")
+        t.p.config.engine_dead = False  # it answers this request, then dies
+        t.p.config.healthy = False
         r = await c.post(t.url + "/v1/completions", json=body(max_tokens=3), timeout=10)
         assert r.status_code == 200, r.text
         tl = t.router.recent()[0]
         assert [(m["from"], m["to"]) for m in tl["migrations"]] == [("decode-0", "decode-0")]
         assert "kv_transfer_params" not in t.d.state.requests[-1]["body"]
         assert t.router.instances.upstream("decode-0").healthy
+        assert not t.router.instances.upstream("prefill-0").healthy
+
+
+async def test_only_decode_alive_with_its_prefill_alive_answers_the_error():
+    """The same 5xx with both instances alive is the request's own failure: not retried on
+    the same decode; the client gets decode's answer."""
+    dcfg = MockConfig(role="decode", fail_first=1)
+    async with (
+        rig("push", decodes=[dcfg], health_interval_s=60) as t,
+        httpx.AsyncClient() as c,
+    ):
+        r = await c.post(t.url + "/v1/completions", json=body(max_tokens=3), timeout=10)
+        assert r.status_code == 500
+        assert r.json()["error"]["message"].startswith("mock failure")
+        assert t.router.recent()[0]["migrations"] == []
+        assert len(t.d.state.requests) == 1
 
 
 async def test_stream_continuation_passes_over_a_dead_decode():

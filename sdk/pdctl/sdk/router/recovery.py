@@ -17,7 +17,8 @@
   so that it restarts the instance without waiting for its own health rounds. A decode
   that answered an error but is alive (the request failed, e.g. the KV of a prefill that
   died never came; or its queue was full) stays in service; the request moves to another
-  decode, or — when it is the only one — is retried on it, decode-only.
+  decode, or — when it is the only one and the request's prefill is dead — is retried
+  on it, decode-only.
 
 The dispatcher owns this object and gives it to the leg sender and the relay.
 """
@@ -99,12 +100,23 @@ class Recovery:
         self.instances.recheck(u)
         self.link.suspect(u.name, why)
 
-    async def instance_answered_error(self, u: Upstream, why: str) -> None:
+    async def instance_answered_error(self, u: Upstream, why: str, tl: Timeline) -> bool:
         """``u`` answered a 5xx or sent a 5xx error event: its ``/health`` now says
-        whether its engine died (then it is down and the supervisor is told)."""
+        whether its engine died (then it is down and the supervisor is told). Returns
+        whether ``u`` may take the request again (decode-only): it is alive and the
+        request's prefill is not (the KV it was to push never came)."""
         await self.instances.check(u)
         if not u.healthy:
             self.link.suspect(u.name, why)
+            return False
+        if tl.prefill is None:
+            return False
+        try:
+            p = self.instances.upstream(tl.prefill)
+        except KeyError:
+            return False
+        await self.instances.check(p)
+        return not p.healthy
 
     def as_sent(self, body: dict[str, Any]) -> dict[str, Any]:
         """The request as decode gets it: a stream asks for its token ids when another
@@ -169,17 +181,23 @@ class Recovery:
         return p
 
     async def migration_target(
-        self, tl: Timeline, exclude: tuple[Upstream, ...], why: str, sent_tokens: int = 0
+        self,
+        tl: Timeline,
+        exclude: tuple[Upstream, ...],
+        why: str,
+        sent_tokens: int = 0,
+        *,
+        again: bool = False,
     ) -> Upstream:
         """The decode a request continues on after ``exclude[-1]`` failed it (recorded on
-        the timeline): another one, or ``exclude[-1]`` itself when it is still in service
-        and no other is; 502 once ``router.migration_limit`` is reached."""
+        the timeline): another one, or — ``again``, and no other is in service —
+        ``exclude[-1]`` itself; 502 once ``router.migration_limit`` is reached."""
         if len(tl.migrations) >= self.settings.migration_limit:
             raise RouteError(502, f"{why} (router.migration_limit reached)")
         decodes = self.instances.decodes
         last = exclude[-1]
         others = [u for u in decodes if u not in exclude and u.eligible() and not u.drained]
-        if not others and last.eligible() and not last.drained:
+        if again and not others and last.eligible() and not last.drained:
             d = last  # alive, and no other: the request failed, not the instance
         else:
             d = await self.instances.acquire(decodes, tl, exclude)

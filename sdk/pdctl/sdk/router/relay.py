@@ -129,12 +129,14 @@ class Relay:
         :class:`RouteError` once ``router.migration_limit`` is reached or no decode is
         left."""
         recovery = self.legs.recovery
+        again = False
         if answered:
-            await recovery.instance_answered_error(tried[-1], why)
+            again = await recovery.instance_answered_error(tried[-1], why, tl)
         else:
             recovery.instance_lost(tried[-1], why)
         self.ledger.release_kv(tl)
-        return await self.legs.migrate(path, recovery.as_sent(body), tl, tried, why)
+        sent = recovery.as_sent(body)
+        return await self.legs.migrate(path, sent, tl, tried, why, again=again)
 
     @staticmethod
     def _named(leg: Lease, raw: bytes, note: str) -> bytes:
@@ -204,12 +206,13 @@ class Relay:
                     current.release()
                     current = None
                     tried += (d,)
+                    again = False
                     if tr.failure is not None:  # it answered: its /health says the rest
-                        await self.legs.recovery.instance_answered_error(d, why)
+                        again = await self.legs.recovery.instance_answered_error(d, why, tl)
                     else:
                         self.legs.recovery.instance_lost(d, why)
                     self.ledger.release_kv(tl)
-                    nxt, tried = await self._next_decode(tr, tl, path, body, why, tried)
+                    nxt, tried = await self._next_decode(tr, tl, path, body, why, tried, again)
                     if isinstance(nxt, str):
                         for part in self.stream_failed(tl, nxt):
                             yield part
@@ -227,6 +230,7 @@ class Relay:
         body: dict[str, Any],
         why: str,
         tried: tuple[Upstream, ...],
+        again: bool = False,
     ) -> tuple[Lease | str, tuple[Upstream, ...]]:
         """The decode a failed stream continues on (one answering 5xx is passed over, as
         failed), or why it cannot continue; and the decodes that failed it so far."""
@@ -236,9 +240,8 @@ class Relay:
                 return why, tried
             cpath, cbody = cont
             try:
-                nxt = await self.legs.migrate(
-                    cpath or path, cbody, tl, tried, why, len(tr.sent_ids)
-                )
+                n = len(tr.sent_ids)
+                nxt = await self.legs.migrate(cpath or path, cbody, tl, tried, why, n, again=again)
                 if nxt.status == 200:
                     return nxt, tried
                 raw = await self.read(nxt)
@@ -250,4 +253,4 @@ class Relay:
                 return f"{why}; {answer}", tried
             why = answer
             tried += (nxt.upstream,)
-            await self.legs.recovery.instance_answered_error(nxt.upstream, why)
+            again = await self.legs.recovery.instance_answered_error(nxt.upstream, why, tl)
