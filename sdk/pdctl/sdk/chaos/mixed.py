@@ -24,6 +24,8 @@ from typing import Any
 
 import httpx
 
+from pdctl.sdk.sse import DONE, EventParser
+
 WORDS = [
     "cache",
     "block",
@@ -112,15 +114,17 @@ async def run_one(
             if r.status_code != 200:
                 ans.error = (await r.aread())[:300].decode(errors="replace")
                 return ans
-            async for line in r.aiter_lines():
-                if not line.startswith("data: ") or line == "data: [DONE]":
-                    continue
-                obj = json.loads(line.removeprefix("data: "))
-                if "error" in obj:
-                    ans.error = json.dumps(obj["error"])[:300]
-                    continue
-                ans.ids.extend(_choice_ids(obj))
-                progress[i] = len(ans.ids)
+            parser = EventParser()  # lines end at CR, LF, CRLF only (pdctl.sdk.sse)
+            async for chunk in r.aiter_bytes():
+                for event in parser.feed(chunk):
+                    if event.data == DONE or not event.data:
+                        continue
+                    obj = json.loads(event.data)
+                    if "error" in obj:
+                        ans.error = json.dumps(obj["error"])[:300]
+                        continue
+                    ans.ids.extend(_choice_ids(obj))
+                    progress[i] = len(ans.ids)
         ans.seconds = time.perf_counter() - t0
         return ans
     except httpx.HTTPError as e:
