@@ -194,8 +194,8 @@ async def kill_under_mix(
     timeout_s: float = 240.0,
 ) -> MixedKill:
     """Send every request of ``reqs`` at once; call ``kill`` (it SIGKILLs, returning how
-    many processes it killed) once ``min_streams`` streams are mid-answer or ``after_s``
-    has passed, whichever comes first; wait for every answer."""
+    many processes it killed) once ``min_streams`` streams are mid-answer (0: never the
+    trigger) or ``after_s`` has passed, whichever comes first; wait for every answer."""
     progress = [0] * len(reqs)
     tasks = [asyncio.create_task(run_one(c, router, r, progress, i)) for i, r in enumerate(reqs)]
     t0 = time.perf_counter()
@@ -208,7 +208,7 @@ async def kill_under_mix(
                 for r, p in zip(reqs, progress, strict=True)
                 if r.stream and 2 <= p < int(r.body["max_tokens"]) - 4
             )
-            if mid >= min_streams or time.perf_counter() - t0 >= after_s:
+            if (min_streams and mid >= min_streams) or time.perf_counter() - t0 >= after_s:
                 break
             if all(t.done() for t in tasks):
                 break
