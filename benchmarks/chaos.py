@@ -39,6 +39,17 @@ detected (``undetected`` and ``false_positives`` must be 0) and how they were an
 
     python benchmarks/chaos.py --arms strict --rounds 2 --faults kv-corrupt
 
+``--engine-kills decode,prefill`` adds the engine-core kills under a mixed overload
+(:mod:`pdctl.sdk.chaos.mixed`): ``--mix`` concurrent greedy requests (half streamed,
+completions and chat, 32 to 96 tokens) and a SIGKILL of one instance's EngineCore only
+(its API server stays up answering vLLM's engine-dead 500), ``--kill-runs`` times on one
+fleet: ``decode`` on 1P2D (decode-0's engine; the router migrates), ``prefill`` on 2P1D
+(prefill-0's engine; the router retries on prefill-1). Each run's answers are compared
+token for token with one instance alone; the baseline is the same mix with no kill, in
+the same run (its completions and its p50, against which each kill's p50 is a ratio):
+
+    python benchmarks/chaos.py --engine-kills decode,prefill --kill-runs 10 --mix 48
+
 A killed instance is restarted by the fleet's supervisor (not by the benchmark); the
 report's ``service_back_s`` is the time from the kill until the router served again.
 Loopback only; bounded by ``--rounds`` and the per-request timeouts.
@@ -62,7 +73,7 @@ from typing import Any
 import httpx
 
 from pdctl.sdk import chaos
-from pdctl.sdk.chaos import kills, kvcorrupt, sidechannel
+from pdctl.sdk.chaos import kills, kvcorrupt, mixed, sidechannel
 from pdctl.sdk.demo import load_demo_spec
 from pdctl.sdk.fleet import AsyncFleet
 from pdctl.sdk.fleet.procs import cpu_seconds, instance_pids
@@ -361,6 +372,92 @@ def _new_fault_summary(faults: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
+async def engine_kills(kind: str, args: argparse.Namespace) -> dict[str, Any]:
+    """``--kill-runs`` engine-core kills of ``kind`` (decode: 1P2D, prefill: 2P1D) under
+    the mix, after one run of the mix with no kill (the baseline)."""
+    group = "decode" if kind == "decode" else "prefill"
+    name = f"{group}-0"
+    topo = [f"{group}.0.count=2", f"{group}.0.restart_backoff_s=0.5"]
+    overrides = ["fleet.cpu_tuning=true", f"fleet.name=chaos-core-{kind}", *RESTARTS]
+    spec = load_demo_spec(tiny_model_dir(), [*overrides, *topo, *port_overrides()]).spec
+    router = router_url(spec)
+    fleet = AsyncFleet(spec, ready_timeout=400, grace=5)
+    await fleet.up()
+    reqs = mixed.mixed_requests(args.mix)
+    runs: list[dict[str, Any]] = []
+    try:
+        urls = {p.name: p.url for p in fleet.plan.instances}
+        alone = urls["decode-1" if kind == "decode" else "decode-0"]
+        async with httpx.AsyncClient(timeout=None) as c:
+            await chaos.time_to_service(c, router)
+            want = await mixed.reference(c, alone, reqs)
+            for n in range(args.kill_runs + 1):
+                await asyncio.sleep(1)
+                base = await chaos.fresh_idle(c, list(urls.values()))
+                rec = fleet._instances[name].record
+                before = rec.restarts
+                pids = _engines(fleet, name) if n else []
+
+                def kill(pids: list[int] = pids) -> int:
+                    return kills.sigkill(pids)
+
+                got = await mixed.kill_under_mix(
+                    c, router, reqs, kill,
+                    min_streams=4 if kind == "decode" else 0,
+                    after_s=1.5 if kind == "decode" else 0.5,
+                )  # fmt: skip
+                live = {u: base[u] for nm, u in urls.items() if nm != name}
+                back, _ = await chaos.kv_back_to_idle(c, live, wait_s=15)
+                t0 = time.perf_counter()
+                restarted_s = None
+                while n and time.perf_counter() - t0 < 180:
+                    if rec.restarts > before and rec.state == "ready":
+                        restarted_s = round(time.perf_counter() - t0, 1)
+                        break
+                    await asyncio.sleep(0.5)
+                served = await chaos.time_to_service(c, router, wait_s=60)
+                row = {
+                    "run": n,
+                    "killed": bool(n),
+                    "killed_at_s": got.killed_at_s,
+                    "streams_mid_answer": got.streams_mid_answer,
+                    "complete": got.complete(want),
+                    "identical": got.identical(want),
+                    "failures": got.failures(want)[:10],
+                    "p50_s": statistics.median(a.seconds for a in got.answers),
+                    "kv_back_s": back,
+                    "restarted_after_answers_s": restarted_s,
+                    "restarts": rec.restarts,
+                    "served_again": served is not None,
+                }
+                runs.append(row)
+                print(
+                    f"  [{kind}] run {n}{' (no kill)' if not n else ''}: "
+                    f"{row['complete']}/{len(reqs)} complete, {row['identical']}/{len(reqs)} "
+                    f"identical, p50 {row['p50_s']:.1f} s, KV back {back}, restarted "
+                    f"{restarted_s} s after",
+                    flush=True,
+                )
+    finally:
+        await fleet.down()
+    killed = [r for r in runs if r["killed"]]
+    base_p50 = runs[0]["p50_s"]
+    return {
+        "engine_kill": kind,
+        "topology": "1P2D" if kind == "decode" else "2P1D",
+        "mix": len(reqs),
+        "runs": len(killed),
+        "baseline_complete": runs[0]["complete"],
+        "baseline_identical": runs[0]["identical"],
+        "all_complete_runs": sum(r["complete"] == len(reqs) for r in killed),
+        "identical_ge_n_minus_2_runs": sum(r["identical"] >= len(reqs) - 2 for r in killed),
+        "p50_ratio_vs_no_kill": [round(r["p50_s"] / max(base_p50, 1e-3), 2) for r in killed],
+        "kv_not_back": sum(v is None for r in killed for v in r["kv_back_s"].values()),
+        "restarted_runs": sum(r["restarted_after_answers_s"] is not None for r in killed),
+        "detail": runs,
+    }
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--arms", default="strict,none")
@@ -378,12 +475,25 @@ def main() -> int:
         "--write-delay-ms", type=int, default=1500, help="WRITE delay of the kill faults"
     )
     ap.add_argument("--corrupt-n", type=int, default=16, help="requests per kv-corrupt fault")
+    ap.add_argument(
+        "--engine-kills", default="", help="engine-core kills under the mix: decode,prefill"
+    )
+    ap.add_argument("--kill-runs", type=int, default=10, help="engine-core kills per kind")
+    ap.add_argument("--mix", type=int, default=48, help="concurrent requests at each kill")
     ap.add_argument("--out", default="chaos.json")
     args = ap.parse_args()
     os.environ.setdefault("PDCTL_STATE_DIR", tempfile.mkdtemp(prefix="pdctl-chaos-"))
     os.environ["PDCTL_ALLOW_FAILPOINTS"] = "1"
     model = ["-m", "pdctl.connector.tinymodel", "--out", str(tiny_model_dir())]
     subprocess.run([sys.executable, *model], check=True)
+    if args.engine_kills:
+        out = []
+        for kind in args.engine_kills.split(","):
+            res = asyncio.run(engine_kills(kind.strip(), args))
+            out.append(res)
+            print(json.dumps({k: v for k, v in res.items() if k != "detail"}), flush=True)
+            Path(args.out).write_text(json.dumps(out, indent=2))
+        return 0
     results = []
     for arm in args.arms.split(","):
         res = asyncio.run(soak(arm.strip(), args))

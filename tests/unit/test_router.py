@@ -309,10 +309,10 @@ async def test_decode_dying_mid_stream_gives_a_clean_error_and_router_stays_up()
         assert err["code"] == 502
         assert "failed mid-answer" in err["message"]
         assert events[-1] == "[DONE]"
-        assert (await c.get(t.url + "/health")).status_code == 200
         t.d.config.die_after_chunks = None
-        r2 = await c.post(t.url + "/v1/completions", json=body())
+        r2 = await c.post(t.url + "/v1/completions", json=body())  # waits out the re-check
         assert r2.status_code == 200
+        assert (await c.get(t.url + "/health")).status_code == 200
         assert all(u.outstanding == 0 for u in t.router.upstreams)
 
 

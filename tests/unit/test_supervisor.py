@@ -14,7 +14,7 @@ import httpx
 import pytest
 
 from pdctl.sdk.events import EventSource
-from pdctl.sdk.fleet import AsyncFleet, FleetEvent, fleet_dir, fleet_status, read_state
+from pdctl.sdk.fleet import AsyncFleet, FleetEvent, control, fleet_dir, fleet_status, read_state
 from pdctl.sdk.fleet.remote import remote_stop
 from pdctl.sdk.fleet.supervisor import RouterNotifier
 from pdctl.sdk.shepherd import group_members
@@ -193,3 +193,40 @@ async def test_operator_restart_and_stop_tell_the_router_and_survive_its_absence
         assert [(e.subject, e.message) for e in control] == [("prefill-0", "stop")]
         assert control[0].actor is not None
         assert "@" in control[0].actor
+
+
+async def test_routers_word_restarts_a_dead_engine_without_waiting_for_the_rounds(
+    fake_python, state_root, monkeypatch
+):
+    """The router saw an instance fail (``suspect`` on the control socket): the
+    supervisor checks its /health at once and one 503 is enough; an instance that
+    answers 200 is left alone (the router's word alone never stops anything)."""
+    router = RouterLog()
+    spec = make_spec(fake_python, FAKE_ENGINE_KEEP_HTTP="1")
+    async with fleet_with(spec, router, monkeypatch) as fleet:
+        for inst in fleet._instances.values():  # the monitor alone would never act
+            inst.liveness.errors_to_fail = 10_000
+        sock = state_root / "t" / "control.sock"
+
+        def suspect(name: str) -> bool:
+            req = {"cmd": "suspect", "name": name, "why": "answered 500", "by": "router"}
+            return bool(control.request(sock, req, 5)["dead"])
+
+        assert not await asyncio.to_thread(suspect, "prefill-0")  # alive: left alone
+        assert not await asyncio.to_thread(suspect, "nope")
+        events = fleet.events()
+        os.kill(engine_core("decode-0"), signal.SIGKILL)  # /health turns 503, HTTP stays
+        for _ in range(100):
+            if await asyncio.to_thread(suspect, "decode-0"):
+                break
+            await asyncio.sleep(0.05)
+        else:
+            raise AssertionError("the supervisor never found decode-0 dead")
+        seen = await until(events, "restarted")
+        unhealthy = [e for e in seen if e.kind == "unhealthy"]
+        assert [e.instance for e in unhealthy] == ["decode-0"]
+        assert "the router saw it fail (answered 500)" in unhealthy[0].message
+        assert router.calls == [("decode-0", "down"), ("decode-0", "up")]
+        st = {s.name: s for s in await fleet.status()}
+        assert (st["decode-0"].state, st["decode-0"].restarts) == ("ready", 1)
+        assert (st["prefill-0"].state, st["prefill-0"].restarts) == ("ready", 0)

@@ -2,8 +2,9 @@
 
 Protocol: one JSON object per line each way, over a Unix socket in the fleet's state
 directory. Requests: ``{"cmd": "ping"}``, ``{"cmd": "restart", "name": N}``,
-``{"cmd": "stop", "name": N}``, ``{"cmd": "down"}``. Replies: ``{"ok": true, ...}`` or
-``{"ok": false, "error": "..."}``.
+``{"cmd": "stop", "name": N}``, ``{"cmd": "down"}``, ``{"cmd": "suspect", "name": N,
+"why": W}`` (the router saw N fail: the supervisor checks its health at once).
+Replies: ``{"ok": true, ...}`` or ``{"ok": false, "error": "..."}``.
 
 The socket is created mode 0600 (only the fleet's owner may connect); a client gets
 :data:`READ_TIMEOUT_S` to send its line of at most :data:`MAX_LINE` bytes.

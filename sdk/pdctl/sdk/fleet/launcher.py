@@ -248,6 +248,8 @@ class AsyncFleet(Supervisor):
             )
             for code in sorted(self.ignore_lint):  # the router lints the spec again
                 argv += ("--ignore-lint", code)
+            # the router tells the supervisor at once of an engine it saw die
+            argv += ("--supervisor-socket", str(self.dir / "control.sock"))
             rp = router_plan(self.spec, argv)
             if rp is not None:
                 plans.append(rp)
@@ -508,6 +510,9 @@ class AsyncFleet(Supervisor):
         if cmd == "down":
             await self.down()
             return {"ok": True}
+        if cmd == "suspect":  # the router saw an instance fail: check it now
+            dead = await self.suspect(str(req.get("name")), str(req.get("why") or "")[:300])
+            return {"ok": True, "dead": dead}
         return {"ok": False, "error": f"unknown command {cmd!r}"}
 
 

@@ -12,6 +12,10 @@ runs once instances are started: a watcher per instance process and one monitor 
 * A failed instance is restarted by its group's policy
   (:class:`~pdctl.sdk.fleet.policy.RestartTracker`): after a backoff, with a fresh engine
   id, until too many restarts in the window make it a crash loop.
+* The router's word that it saw an instance fail (a 5xx, an error event, a lost
+  connection: :mod:`pdctl.sdk.router.suspects`) makes the supervisor check that
+  instance's ``/health`` at once: one 5xx (vLLM's dead engine) is enough to stop and
+  restart it, without waiting for the monitor's rounds (:meth:`Supervisor.suspect`).
 * The router hears ``down`` the moment an instance fails, is stopped or restarted, and
   ``up`` the moment it is ready again; a router that cannot be reached never stops
   supervision (logged, short timeout).
@@ -61,6 +65,8 @@ class _Instance:
     backing_off: bool = False
     stopping: bool = False
     ever_ready: bool = False
+    killing: asyncio.Task[None] | None = None
+    """A stop-and-restart of a dead engine the router's word started."""
     told: str | None = None
     """What the router was last told about this instance ("up" or "down")."""
     why: str = "starting"
@@ -307,7 +313,9 @@ class Supervisor:
                 await self._mark_ready(inst)
         now = time.monotonic()
         for inst, status in zip(live, health, strict=True):
-            if inst.stopping or inst.record.state not in ("ready", "unhealthy"):
+            if inst.stopping or inst.killing is not None:
+                continue
+            if inst.record.state not in ("ready", "unhealthy"):
                 continue
             dead = inst.liveness.observe(status, now)
             if dead is not None:
@@ -328,6 +336,28 @@ class Supervisor:
         rec.last_failure = f"exited with code {ex[0]}"
         self._save()
         await self._notify(inst, "down")
+
+    async def suspect(self, name: str, why: str) -> bool:
+        """The router saw ``name`` fail a request (``why``). Check its ``/health`` now;
+        a 5xx (vLLM answers 503 once its EngineCore is dead:
+        ``vllm/entrypoints/serve/instrumentator/health.py``) stops it and restarts it by
+        policy at once, in the background. The router's word alone never does: an
+        instance that answers 200, or nothing yet, is left to the monitor. Returns
+        whether the instance was found dead."""
+        inst = self._instances.get(name)
+        if inst is None or self._client is None or inst.plan.role in ("router", "prometheus"):
+            return False
+        if inst.stopping or inst.killing is not None or inst.record.state != "ready":
+            return False
+        status = await health_status(self._client, inst.plan.url, role=inst.plan.role)
+        if status is None or status < 500:
+            return False
+        if inst.stopping or inst.killing is not None or inst.record.state != "ready":
+            return False  # the monitor or a watcher got there first
+        dead = f"the router saw it fail ({why[:200]}) and /health answered {status}"
+        inst.killing = asyncio.create_task(self._kill_dead(inst, dead))
+        inst.killing.add_done_callback(lambda _t: setattr(inst, "killing", None))
+        return True
 
     async def _kill_dead(self, inst: _Instance, why: str) -> None:
         """An API server up without an engine: stop it, then treat it as failed."""

@@ -97,4 +97,5 @@ class Router:
     async def stop(self) -> None:
         await self.ledger.close()  # sends the releases still pending first
         await self.instances.stop()
+        await self.dispatcher.recovery.link.close()
         self.tracer.shutdown()

@@ -107,6 +107,11 @@ class InstanceSet:
             return
         self.mark(u, healthy)
 
+    def recheck(self, u: Upstream) -> None:
+        """Check ``u``'s health now, in the background (one check at a time per instance)."""
+        if u.name not in self._checking:
+            self._checking[u.name] = asyncio.create_task(self._recheck(u))
+
     async def _recheck(self, u: Upstream) -> None:
         try:
             await self.check(u)
@@ -161,8 +166,8 @@ class InstanceSet:
         while (left := deadline - time.perf_counter()) > 0:
             changed = self._changed
             for u in pool:
-                if not u.healthy and u not in exclude and u.name not in self._checking:
-                    self._checking[u.name] = asyncio.create_task(self._recheck(u))
+                if not u.healthy and u not in exclude:
+                    self.recheck(u)
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(min(left, 0.5)):
                     await changed.wait()

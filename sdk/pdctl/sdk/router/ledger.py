@@ -45,11 +45,19 @@ class Ledger:
         self.metrics.finished(tl, self.instances.mode, outcome)
         tracing.finished(tl)
         self.history.append(tl)
-        if outcome != "ok" and tl.kv_on is not None and self.releases is not None:
+        if outcome != "ok":
             # decode did not read the KV a prefill may hold for this request: free it now
+            self.release_kv(tl)
+
+    def release_kv(self, tl: Timeline) -> None:
+        """Ask the prefill that may hold KV for ``tl`` (pushed to a decode that did not
+        read it: failed, or left by a migration) to free it; a no-op on KV already
+        written. The request holds none from then on."""
+        if tl.kv_on is not None and self.releases is not None:
             prefill, rid = tl.kv_on
             self.releases.ask(prefill, (rid,))
             tl.note(f"asked prefill {prefill.name} to free the request's KV")
+        tl.kv_on = None
 
     def recent(
         self, limit: int = 100, match: Callable[[Timeline], bool] | None = None

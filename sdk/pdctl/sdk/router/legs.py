@@ -198,9 +198,12 @@ class LegSender:
         exclude: tuple[Upstream, ...],
         why: str,
         sent_tokens: int = 0,
+        *,
+        again: bool = False,
     ) -> Lease:
-        """Continue (or restart) a request on another decode, decode-only."""
-        d = await self.recovery.migration_target(tl, exclude, why, sent_tokens)
+        """Continue (or restart) a request on another decode, decode-only (``again``: on
+        ``exclude[-1]`` if no other: :meth:`Recovery.migration_target`)."""
+        d = await self.recovery.migration_target(tl, exclude, why, sent_tokens, again=again)
         return await self.decode(d, path, body, tl.id, tl, first=False)
 
     def _decode_task(

@@ -159,11 +159,12 @@ class StreamTracker:
 
     def can_continue(self) -> bool:
         """Whether the stream can go on elsewhere: the prompt's ids are known (or nothing
-        was sent yet) and it had not finished."""
+        was sent yet: no event, e.g. a stream sent without token ids) and it had not
+        finished."""
         return (
             not self.finished
             and not self.done
-            and (self.prompt_ids is not None or not self.sent_ids)
+            and (self.prompt_ids is not None or (not self.sent_ids and not self.events))
         )
 
     def continuation(self, body: dict[str, Any]) -> tuple[str | None, dict[str, Any]] | None:

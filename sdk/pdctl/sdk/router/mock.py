@@ -44,6 +44,28 @@ class MockConfig:
     """``GET /health`` answers 200 (else 503: an engine that is down)."""
     die_after_chunks: int | None = None
     """Drop the connection after this many streamed chunks (a crashing decode)."""
+    fail_first: int = 0
+    """The first this many requests answer 500 (an alive engine failing a request)."""
+    engine_dead: bool = False
+    """An API server whose EngineCore died: every request answers vLLM's engine-dead 500
+    (:data:`ENGINE_DEAD`) and ``/health`` 503."""
+    error_after_chunks: int | None = None
+    """After this many streamed chunks, the engine dies under the stream: vLLM's error
+    event (:data:`ENGINE_DEAD`), then ``[DONE]``; from then on, as ``engine_dead``."""
+
+
+ENGINE_DEAD = {
+    "error": {
+        "message": "EngineCore encountered an issue. See stack trace (above) for the root cause.",
+        "type": "InternalServerError",
+        "param": None,
+        "code": 500,
+    }
+}
+"""What vLLM 0.32 answers for a request once its EngineCore died (an HTTP 500 body, or
+an SSE event's data mid-stream): ``vllm/entrypoints/serve/exception_handling/``
+(``handlers/vllm_error.py`` over ``error_response.py``); 0.33 sends the same shape with
+the message "The server had an error while processing your request."."""
 
 
 @dataclass
@@ -52,6 +74,8 @@ class MockState:
     in_flight: int = 0
     cancelled: int = 0
     completed: int = 0
+    health_checks: int = 0
+    """``GET /health`` calls answered."""
     tokenized: int = 0
     """``POST /tokenize`` calls (answered at once, not counted as requests)."""
     releases: list[dict[str, Any]] = field(default_factory=list)
@@ -155,7 +179,9 @@ class MockServer:
         path = url.split(b"?", 1)[0]
         if method == b"GET":
             if path == b"/health":
-                conn.write(_response(200 if self.config.healthy else 503, b""))
+                ok = self.config.healthy and not self.config.engine_dead
+                conn.write(_response(200 if ok else 503, b""))
+                self.state.health_checks += 1
             elif path == b"/metrics":
                 conn.write(_response(200, self.config.metrics_text.encode(), b"text/plain"))
             elif path == b"/v1/models":
@@ -190,10 +216,13 @@ class MockServer:
             )
             if self.config.delay_s:
                 await asyncio.sleep(self.config.delay_s)
-            if self.config.status != 200:
+            status = 500 if len(st.requests) <= self.config.fail_first else self.config.status
+            if self.config.engine_dead:
+                conn.write(_response(500, json.dumps(ENGINE_DEAD).encode()))
+            elif status != 200:
                 err: dict[str, Any] = {"message": "mock failure", "type": "BadRequestError"}
-                err.update(param=None, code=self.config.status)
-                conn.write(_response(self.config.status, json.dumps({"error": err}).encode()))
+                err.update(param=None, code=status)
+                conn.write(_response(status, json.dumps({"error": err}).encode()))
             elif self.config.role == "render":
                 conn.write(_response(200, self._render(path.decode(), req)))
             elif self.config.role == "prefill":
@@ -324,6 +353,11 @@ class MockServer:
             if i == self.config.die_after_chunks and conn.transport is not None:
                 conn.transport.abort()
                 return
+            if i == self.config.error_after_chunks:
+                self.config.engine_dead = True
+                ev = b"data: " + json.dumps(ENGINE_DEAD).encode() + b"\n\n"
+                conn.write(b"%x\r\n%s\r\n" % (len(ev), ev))
+                break
             if self.config.chunk_delay_s:
                 await asyncio.sleep(self.config.chunk_delay_s)
             choice: dict[str, Any]

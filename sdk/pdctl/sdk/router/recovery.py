@@ -8,6 +8,17 @@
   decode, at most ``router.migration_limit`` times (:mod:`pdctl.sdk.router.migrate`).
 * An instance whose leg failed after it was sent counts as down until a health check says
   otherwise.
+* Engine death is recognised however it shows: the connection lost
+  (:meth:`Recovery.instance_lost`: down at once, re-checked at once), a 5xx answer
+  before or instead of the tokens (vLLM's ``EngineDeadError``) or a 5xx error event
+  mid-stream (:meth:`Recovery.instance_answered_error`: its ``GET /health`` is asked at
+  once, and vLLM answers 503 there once its engine is dead). A dead instance is down
+  from then on and the fleet's supervisor is told (:mod:`pdctl.sdk.router.suspects`),
+  so that it restarts the instance without waiting for its own health rounds. A decode
+  that answered an error but is alive (the request failed, e.g. the KV of a prefill that
+  died never came; or its queue was full) stays in service; the request moves to another
+  decode, or — when it is the only one and the request's prefill is dead — is retried
+  on it, decode-only.
 
 The dispatcher owns this object and gives it to the leg sender and the relay.
 """
@@ -20,10 +31,31 @@ from typing import Any
 from pdctl.sdk.router import tracing
 from pdctl.sdk.router.instances import Upstream
 from pdctl.sdk.router.instanceset import InstanceSet
-from pdctl.sdk.router.migrate import migratable
+from pdctl.sdk.router.migrate import migratable, with_token_ids
 from pdctl.sdk.router.replies import RouteError
+from pdctl.sdk.router.suspects import SupervisorLink
 from pdctl.sdk.router.timeline import RouterMetrics, Timeline
 from pdctl.sdk.router.upstream import UpstreamError
+
+
+def server_failed(status: int) -> bool:
+    """Whether an instance's answer says the instance failed, not the request: any 5xx.
+
+    What vLLM answers when its EngineCore died, both in the installed vLLM 0.32 and in
+    0.33 (``vllm/entrypoints/serve/exception_handling/handlers/vllm_error.py``,
+    ``engine_error_handler``, over ``error_response.py``'s ``create_error_response``):
+    ``500`` with ``{"error": {"type": "InternalServerError", "code": 500, ...}}``, the
+    message ``EngineCore encountered an issue...`` (0.32) or ``The server had an error
+    while processing your request.`` (0.33: ``EngineDeadError.CLIENT_MESSAGE``); its
+    ``/health`` answers 503 (``vllm/entrypoints/serve/instrumentator/health.py``). A
+    stream already under way gets the same error object as an SSE event, then
+    ``[DONE]`` (``vllm/entrypoints/openai/completion/serving.py``, the stream
+    generator's ``except``). The other 5xx vLLM answers are worth another instance too:
+    ``GenerationError`` (500, a request whose generation failed, e.g. its KV could not
+    be loaded) and ``QueueOverflowError``/``MaxQueuedTokensError`` (503, "try again ...
+    on a different instance", ``vllm/exceptions.py``). The message is not relied on: it
+    changed between the two releases."""
+    return status >= 500
 
 
 class LegFailed(RouteError):
@@ -53,17 +85,50 @@ def passthrough(role: str, name: str, status: int, raw: bytes) -> RouteError:
 class Recovery:
     """Decides where a request goes after a failure, and whether it may go at all."""
 
-    def __init__(self, instances: InstanceSet, metrics: RouterMetrics) -> None:
+    def __init__(
+        self, instances: InstanceSet, metrics: RouterMetrics, link: SupervisorLink | None = None
+    ) -> None:
         self.instances, self.metrics = instances, metrics
         self.settings = instances.settings
+        self.link = link or SupervisorLink(None)
+        """Where the supervisor hears of an instance the router saw fail."""
+
+    def instance_lost(self, u: Upstream, why: str) -> None:
+        """``u``'s connection was lost mid-leg: down at once, re-checked at once (in the
+        background), and the supervisor told."""
+        self.instances.mark(u, False)
+        self.instances.recheck(u)
+        self.link.suspect(u.name, why)
+
+    async def instance_answered_error(self, u: Upstream, why: str, tl: Timeline) -> bool:
+        """``u`` answered a 5xx or sent a 5xx error event: its ``/health`` now says
+        whether its engine died (then it is down and the supervisor is told). Returns
+        whether ``u`` may take the request again (decode-only): it is alive and the
+        request's prefill is not (the KV it was to push never came)."""
+        await self.instances.check(u)
+        if not u.healthy:
+            self.link.suspect(u.name, why)
+            return False
+        if tl.prefill is None:
+            return False
+        try:
+            p = self.instances.upstream(tl.prefill)
+        except KeyError:
+            return False
+        await self.instances.check(p)
+        return not p.healthy
+
+    def as_sent(self, body: dict[str, Any]) -> dict[str, Any]:
+        """The request as decode gets it: a stream asks for its token ids when another
+        decode could continue it mid-answer (:mod:`pdctl.sdk.router.migrate`); with one
+        decode only a stream that has sent nothing yet is started over."""
+        if body.get("stream") and self.migrates(body) and len(self.instances.decodes) > 1:
+            return with_token_ids(body)
+        return body
 
     def migrates(self, body: dict[str, Any]) -> bool:
         """Whether a decode failing on this request continues it elsewhere."""
-        return (
-            self.settings.migration_limit > 0
-            and migratable(body)
-            and len(self.instances.decodes) > 1
-        )
+        return self.settings.migration_limit > 0 and migratable(body)
 
     def after_connect_failure(
         self,
@@ -97,7 +162,7 @@ class Recovery:
         on, after any connect retries): count the instance as down until it answers a
         health check again."""
         failed = next((u for u in pool if u.name == name), sent_to)
-        self.instances.mark(failed, False)
+        self.instance_lost(failed, str(e))
         return LegFailed(502, f"{failed.role} {failed.name} failed: {e}", failed)
 
     def next_prefill(self, e: LegFailed, tried: tuple[Upstream, ...], tl: Timeline) -> Upstream:
@@ -116,13 +181,26 @@ class Recovery:
         return p
 
     async def migration_target(
-        self, tl: Timeline, exclude: tuple[Upstream, ...], why: str, sent_tokens: int = 0
+        self,
+        tl: Timeline,
+        exclude: tuple[Upstream, ...],
+        why: str,
+        sent_tokens: int = 0,
+        *,
+        again: bool = False,
     ) -> Upstream:
         """The decode a request continues on after ``exclude[-1]`` failed it (recorded on
-        the timeline); 502 once ``router.migration_limit`` is reached."""
+        the timeline): another one, or — ``again``, and no other is in service —
+        ``exclude[-1]`` itself; 502 once ``router.migration_limit`` is reached."""
         if len(tl.migrations) >= self.settings.migration_limit:
             raise RouteError(502, f"{why} (router.migration_limit reached)")
-        d = await self.instances.acquire(self.instances.decodes, tl, exclude)
+        decodes = self.instances.decodes
+        last = exclude[-1]
+        others = [u for u in decodes if u not in exclude and u.eligible() and not u.drained]
+        if again and not others and last.eligible() and not last.drained:
+            d = last  # alive, and no other: the request failed, not the instance
+        else:
+            d = await self.instances.acquire(decodes, tl, exclude)
         tl.migrations.append(
             {
                 "from": exclude[-1].name,

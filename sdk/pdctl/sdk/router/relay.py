@@ -15,7 +15,7 @@ from pdctl.sdk.router.lease import Lease
 from pdctl.sdk.router.ledger import Ledger
 from pdctl.sdk.router.legs import LegSender
 from pdctl.sdk.router.migrate import StreamTracker, tracker_for
-from pdctl.sdk.router.recovery import passthrough
+from pdctl.sdk.router.recovery import passthrough, server_failed
 from pdctl.sdk.router.replies import Reply, RouteError, StreamReply, error_body
 from pdctl.sdk.router.timeline import Timeline
 from pdctl.sdk.router.upstream import UpstreamError
@@ -69,25 +69,40 @@ class Relay:
         body: dict[str, Any] | None = None,
         path: str = "",
         migrate: bool = False,
+        tried: tuple[Upstream, ...] = (),
     ) -> Reply | StreamReply:
         """Relay decode's answer (streamed, or read whole) and settle the timeline. With
         ``migrate`` (:meth:`Recovery.migrates` said so for ``body``, the client's request)
-        a decode that fails mid-answer is migrated."""
-        assert leg.response is not None
-        ctype = (leg.response.header(b"content-type") or b"application/json").decode()
-        if stream and leg.status == 200:
-            if migrate and body is not None:
-                return self.stream(leg, self._relay_migrating(leg, tl, path, body), ctype)
-            return self.stream(leg, self._relay(leg, tl), ctype)
+        a decode that fails before the client has anything — a 5xx answer or response
+        head (vLLM's engine-dead error), or the connection lost while reading a whole
+        answer — is left for another decode (decode-only), at most
+        ``router.migration_limit`` times; a stream that fails later continues where it
+        was (:meth:`_relay_migrating`). ``tried``: the decodes that failed it already."""
         while True:
+            assert leg.response is not None
+            ctype = (leg.response.header(b"content-type") or b"application/json").decode()
+            if stream and leg.status == 200:
+                if migrate and body is not None:
+                    chunks = self._relay_migrating(leg, tl, path, body, tried)
+                    return self.stream(leg, chunks, ctype)
+                return self.stream(leg, self._relay(leg, tl), ctype)
             try:
                 raw = await self.read(leg)
-                break
             except RouteError as e:
                 if not migrate or body is None:
                     raise
-                self.instances.mark(leg.upstream, False)
-                leg = await self.legs.migrate(path, body, tl, (leg.upstream,), str(e))
+                tried += (leg.upstream,)
+                leg = await self.restart(path, body, tl, tried, str(e))
+                continue
+            if not (migrate and body is not None and server_failed(leg.status)):
+                break
+            text = raw[:300].decode(errors="replace")
+            why = f"decode {leg.upstream.name} answered {leg.status}: {text}"
+            tried += (leg.upstream,)
+            try:
+                leg = await self.restart(path, body, tl, tried, why, answered=True)
+            except RouteError:
+                break  # nowhere left to go: the client gets decode's own answer
         m = USAGE_RE.search(raw)
         if m:
             tl.completion_tokens = int(m.group(1))
@@ -96,6 +111,32 @@ class Relay:
             ctype = "application/json"
         self.ledger.finish(tl, "ok" if leg.status == 200 else "error", leg.status)
         return Reply(leg.status, raw, [("Content-Type", ctype)])
+
+    async def restart(
+        self,
+        path: str,
+        body: dict[str, Any],
+        tl: Timeline,
+        tried: tuple[Upstream, ...],
+        why: str,
+        *,
+        answered: bool = False,
+    ) -> Lease:
+        """Start a request the client has nothing of yet over after ``tried[-1]``
+        failed it (``answered``: with a 5xx answer; else its connection was lost):
+        decode-only, the KV its prefill pushed released, on another decode (or on the
+        same one, alive and the only one: :meth:`Recovery.migration_target`). Raises
+        :class:`RouteError` once ``router.migration_limit`` is reached or no decode is
+        left."""
+        recovery = self.legs.recovery
+        again = False
+        if answered:
+            again = await recovery.instance_answered_error(tried[-1], why, tl)
+        else:
+            recovery.instance_lost(tried[-1], why)
+        self.ledger.release_kv(tl)
+        sent = recovery.as_sent(body)
+        return await self.legs.migrate(path, sent, tl, tried, why, again=again)
 
     @staticmethod
     def _named(leg: Lease, raw: bytes, note: str) -> bytes:
@@ -125,15 +166,21 @@ class Relay:
             self.closed(leg, tl, events)
 
     async def _relay_migrating(
-        self, leg: Lease, tl: Timeline, path: str, body: dict[str, Any]
+        self,
+        leg: Lease,
+        tl: Timeline,
+        path: str,
+        body: dict[str, Any],
+        tried: tuple[Upstream, ...] = (),
     ) -> AsyncGenerator[bytes, None]:
         """:meth:`_relay`, one whole event at a time, knowing which tokens the client has:
-        when decode fails mid-stream the stream continues on another decode
-        (:mod:`pdctl.sdk.router.migrate`), at most ``router.migration_limit`` times."""
+        when decode fails mid-stream (the connection lost, a 5xx error event) the stream
+        continues on another decode (:mod:`pdctl.sdk.router.migrate`), at most
+        ``router.migration_limit`` times in all (``tried``: the decodes that failed the
+        request before its stream started)."""
         tr = tracker_for(path, body)
         first = True
         current: Lease | None = leg
-        tried: tuple[Upstream, ...] = ()
         try:
             while current is not None:
                 assert current.response is not None
@@ -158,9 +205,14 @@ class Relay:
                     why = f"decode {d.name} failed mid-answer: {e}"
                     current.release()
                     current = None
-                    self.instances.mark(d, False)
                     tried += (d,)
-                    nxt = await self._next_decode(tr, tl, path, body, why, tried)
+                    again = False
+                    if tr.failure is not None:  # it answered: its /health says the rest
+                        again = await self.legs.recovery.instance_answered_error(d, why, tl)
+                    else:
+                        self.legs.recovery.instance_lost(d, why)
+                    self.ledger.release_kv(tl)
+                    nxt, tried = await self._next_decode(tr, tl, path, body, why, tried, again)
                     if isinstance(nxt, str):
                         for part in self.stream_failed(tl, nxt):
                             yield part
@@ -178,17 +230,27 @@ class Relay:
         body: dict[str, Any],
         why: str,
         tried: tuple[Upstream, ...],
-    ) -> Lease | str:
-        """The decode a failed stream continues on, or why it cannot continue."""
-        cont = tr.continuation(body) if tr.can_continue() else None
-        if cont is None:
-            return why
-        cpath, cbody = cont
-        try:
-            nxt = await self.legs.migrate(cpath or path, cbody, tl, tried, why, len(tr.sent_ids))
-        except RouteError as e:
-            return f"{why}; {e}"
-        if nxt.status != 200:
-            raw = await self.read(nxt)
-            return f"{why}; {nxt.upstream.name} answered {nxt.status}: {raw[:300]!r}"
-        return nxt
+        again: bool = False,
+    ) -> tuple[Lease | str, tuple[Upstream, ...]]:
+        """The decode a failed stream continues on (one answering 5xx is passed over, as
+        failed), or why it cannot continue; and the decodes that failed it so far."""
+        while True:
+            cont = tr.continuation(body) if tr.can_continue() else None
+            if cont is None:
+                return why, tried
+            cpath, cbody = cont
+            try:
+                n = len(tr.sent_ids)
+                nxt = await self.legs.migrate(cpath or path, cbody, tl, tried, why, n, again=again)
+                if nxt.status == 200:
+                    return nxt, tried
+                raw = await self.read(nxt)
+            except RouteError as e:
+                return f"{why}; {e}", tried
+            text = raw[:300].decode(errors="replace")
+            answer = f"decode {nxt.upstream.name} answered {nxt.status}: {text}"
+            if not server_failed(nxt.status):
+                return f"{why}; {answer}", tried
+            why = answer
+            tried += (nxt.upstream,)
+            again = await self.legs.recovery.instance_answered_error(nxt.upstream, why, tl)

@@ -16,6 +16,7 @@ from pdctl.sdk.router.app import DEFAULT_MAX_BODY, RouterApp
 from pdctl.sdk.router.core import Router, RouterMode
 from pdctl.sdk.router.guard import Guard
 from pdctl.sdk.router.hardening import Limits
+from pdctl.sdk.router.suspects import SupervisorLink
 from pdctl.sdk.spec import FleetSpec, RouterSpec
 
 
@@ -31,10 +32,13 @@ def build_app(
     ignore_lint: Collection[str] = (),
     audit_path: str | None = None,
     host: str | None = None,
+    supervisor_socket: str | None = None,
 ) -> RouterApp:
     """The router of ``spec`` (bound to ``host``, default ``router.host``). ``ignore_lint``:
     the lint errors the fleet was launched past (``pdctl up --ignore-lint``); a waived
-    handshake error is named in the error answers of the requests it fails."""
+    handshake error is named in the error answers of the requests it fails.
+    ``supervisor_socket``: the fleet supervisor's control socket, told at once of an
+    instance the router saw fail (:mod:`pdctl.sdk.router.suspects`)."""
     report = waive(lint(spec, check_bound_ports=False), {c.upper() for c in ignore_lint})
     plan = require_clean(report)
     try:
@@ -42,6 +46,7 @@ def build_app(
     except ValueError as e:
         raise RouterStartError(str(e)) from None
     router.dispatcher.relay.layout_note = refused_layout(report)
+    router.dispatcher.recovery.link = SupervisorLink(supervisor_socket)
     guard = build_guard(spec, router, audit_path, host)
     return RouterApp(router, max_body=max_body, guard=guard)
 
@@ -140,6 +145,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--spec-json", required=True)
     ap.add_argument("--mode", default=None)
     ap.add_argument("--ignore-lint", action="append", default=[], metavar="CODE")
+    ap.add_argument("--supervisor-socket", default=None, metavar="PATH")
     args = ap.parse_args(argv)
     spec_file = Path(args.spec_json)
     spec = FleetSpec.model_validate_json(spec_file.read_text())
@@ -149,6 +155,7 @@ def main(argv: list[str] | None = None) -> int:
             mode=args.mode,
             audit_path=default_audit_path(spec_file),
             ignore_lint=args.ignore_lint,
+            supervisor_socket=args.supervisor_socket,
         )
     except PdctlError as e:
         print(f"pdctl router: {e}", file=sys.stderr)

@@ -5,9 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 from pdctl.sdk.pd import prefill_body
+from pdctl.sdk.router.instances import Upstream
 from pdctl.sdk.router.instanceset import InstanceSet
 from pdctl.sdk.router.legs import LegSender
-from pdctl.sdk.router.migrate import with_token_ids
 from pdctl.sdk.router.recovery import LegFailed, Recovery
 from pdctl.sdk.router.relay import Relay
 from pdctl.sdk.router.replies import Reply, StreamReply
@@ -29,10 +29,11 @@ class TextPath:
         decode that dies before answering restarts the request on another."""
         stream = bool(body.get("stream"))
         migrates = self.recovery.migrates(body)
-        sent = with_token_ids(body) if stream and migrates else body
+        sent = self.recovery.as_sent(body)
         cache = self.instances.cache_aware
         found = await cache.token_ids(path, body, tl) if cache is not None else None
         ids, n = found if found is not None else (None, None)
+        tried: tuple[Upstream, ...] = ()
         try:
             leg = await self.legs.run(path, sent, tl, prefill_body, token_ids=ids, prompt_len=n)
         except LegFailed as e:
@@ -40,7 +41,8 @@ class TextPath:
                 raise
             # decode died before answering: nothing reached the client, start it over
             # on another decode, which computes the prompt itself
-            leg = await self.legs.migrate(path, sent, tl, (e.upstream,), str(e))
+            tried = (e.upstream,)
+            leg = await self.relay.restart(path, body, tl, tried, str(e))
         return await self.relay.reply(
-            leg, tl, stream=stream, body=body, path=path, migrate=migrates
+            leg, tl, stream=stream, body=body, path=path, migrate=migrates, tried=tried
         )
