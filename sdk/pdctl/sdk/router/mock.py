@@ -44,6 +44,9 @@ class MockConfig:
     """``GET /health`` answers 200 (else 503: an engine that is down)."""
     die_after_chunks: int | None = None
     """Drop the connection after this many streamed chunks (a crashing decode)."""
+    record: bool = True
+    """Keep what each request was (:attr:`MockState.requests`); off for load runs, where
+    the list would only grow."""
 
 
 @dataclass
@@ -179,15 +182,16 @@ class MockServer:
         st.in_flight += 1
         try:
             rid = headers.get(b"x-request-id", b"").decode()
-            st.requests.append(
-                {
-                    "path": path.decode(),
-                    "request_id": rid,
-                    "body": req,
-                    "at": time.monotonic(),
-                    "traceparent": headers.get(b"traceparent", b"").decode(),
-                }
-            )
+            if self.config.record:
+                st.requests.append(
+                    {
+                        "path": path.decode(),
+                        "request_id": rid,
+                        "body": req,
+                        "at": time.monotonic(),
+                        "traceparent": headers.get(b"traceparent", b"").decode(),
+                    }
+                )
             if self.config.delay_s:
                 await asyncio.sleep(self.config.delay_s)
             if self.config.status != 200:
@@ -359,9 +363,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--port", type=int, required=True)
     ap.add_argument("--engine-id", default="prefill-0")
     ap.add_argument("--side-channel-port", type=int, default=5600)
+    ap.add_argument("--chunks", type=int, default=4, help="SSE events in a streamed answer")
+    ap.add_argument(
+        "--no-record", action="store_true", help="keep no list of requests (load runs)"
+    )
     args = ap.parse_args(argv)
     cfg = MockConfig(
-        role=args.role, engine_id=args.engine_id, side_channel_port=args.side_channel_port
+        role=args.role,
+        engine_id=args.engine_id,
+        side_channel_port=args.side_channel_port,
+        chunks=args.chunks,
+        record=not args.no_record,
     )
 
     async def run() -> None:
