@@ -123,9 +123,7 @@ def wait_up(c: Contender, limit_s: float = 30.0) -> None:
     raise RuntimeError(f"{c.name} never answered a completion")
 
 
-def start(
-    argv: list[str], cpus: str, env: dict[str, str] | None = None
-) -> subprocess.Popen[bytes]:
+def start(argv: list[str], cpus: str, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
         ["taskset", "-c", cpus, *argv],
         stdout=subprocess.DEVNULL,
@@ -166,16 +164,27 @@ _STATUS = re.compile(r"status codes: (\d+) 2xx")
 
 
 def h2load(
-    binary: str, url: str, conc: int, duration: float, body: Path, cpus: str, log: Path
+    binary: str,
+    url: str,
+    conc: int,
+    body: Path,
+    cpus: str,
+    log: Path,
+    *,
+    n: int = 0,
+    duration_s: float = 0.0,
 ) -> dict[str, Any]:
-    """One h2load run; its req/s, counts and per-request latencies."""
+    """One h2load run of ``n`` requests (or for ``duration_s``: a warm-up); its req/s,
+    counts and per-request latencies. A fixed count, so that the router's CPU over the run
+    (connections opened and closed included) is divided by every request it served."""
     log.unlink(missing_ok=True)
+    amount = ["-n", str(max(n, conc))] if n else ["-D", f"{int(duration_s * 1000)}ms"]
     argv = [
-        "taskset", "-c", cpus, binary, "--h1", "-t", "1", "-c", str(conc), "-m", "1",
-        "-D", f"{int(duration * 1000)}ms", "-d", str(body), "-H", "Content-Type: application/json",
-        f"--log-file={log}", url + "/v1/completions",
+        "taskset", "-c", cpus, binary, "--h1", "-t", "1", "-c", str(conc), "-m", "1", *amount,
+        "-d", str(body), "-H", "Content-Type: application/json", f"--log-file={log}",
+        url + "/v1/completions",
     ]  # fmt: skip
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=duration + 120)
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=600)
     out, err = done.stdout, done.stderr
     fin, req = _FINISHED.search(out), _REQUESTS.search(out)
     if fin is None or req is None:
@@ -242,20 +251,27 @@ def run(args: argparse.Namespace, h2: str, vr: str | None) -> dict[str, Any]:
     try:
         time.sleep(1.0)
         contenders = start_contenders(args, p, d, vr, tmp)
+        warm: dict[bool, list[float]] = {False: [], True: []}
         for c in contenders:
             wait_up(c)
             for stream in (False, True):  # warm-up (vllm-router learns the prefill here)
-                h2load(h2, c.url, 64, 1.0, bodies[stream], args.load_cpus, tmp / "warm.log")
+                w = h2load(
+                    h2, c.url, 64, bodies[stream], args.load_cpus, tmp / "warm.log",
+                    duration_s=1.0,
+                )  # fmt: skip
+                warm[stream].append(w["rps"])
         for stream in args.stream_list:
             for conc in args.conc_list:
+                # about --duration seconds of load each, and at least 20 requests a client
+                n = max(20 * conc, int(statistics.median(warm[stream]) * args.duration))
                 reps: dict[str, list[dict[str, Any]]] = {c.name: [] for c in contenders}
                 for r in range(args.rounds):
                     order = contenders if r % 2 == 0 else contenders[::-1]
                     for c in order:
                         c0 = cpu_s(c.proc.pid)
                         res = h2load(
-                            h2, c.url, conc, args.duration, bodies[stream], args.load_cpus,
-                            tmp / "run.log",
+                            h2, c.url, conc, bodies[stream], args.load_cpus, tmp / "run.log",
+                            n=n,
                         )  # fmt: skip
                         cpu = cpu_s(c.proc.pid) - c0
                         res["cpu_ms_per_req"] = cpu * 1000 / max(res["done"], 1)
@@ -266,6 +282,7 @@ def run(args: argparse.Namespace, h2: str, vr: str | None) -> dict[str, Any]:
                     for k in ("rps", "cpu_ms_per_req", "p50_ms", "p99_ms"):
                         row[k] = round(statistics.median(x[k] for x in rs), 3)
                     row["errors"] = sum(x["errors"] for x in rs)
+                    row["requests"] = n
                     row["rounds"] = [
                         {k: round(v, 3) for k, v in x.items() if k != "ok_2xx"} for x in rs
                     ]
@@ -328,7 +345,9 @@ def summarize(rec: dict[str, Any], conc: list[int], baseline: str | None) -> dic
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rounds", type=int, default=2)
-    ap.add_argument("--duration", type=float, default=4.0, help="seconds of load per run")
+    ap.add_argument(
+        "--duration", type=float, default=4.0, help="about this many seconds of load per run"
+    )
     ap.add_argument("--conc", default="1,64,256,1024")
     ap.add_argument("--stream-events", type=int, default=64)
     ap.add_argument("--router-cpus", default="0", help="taskset list for a 1-worker router")
@@ -370,6 +389,7 @@ def main() -> int:
                 "pass --vllm-router PATH); it is left out of this run",
                 flush=True,
             )
+    load0 = os.getloadavg()[0]
     rec = run(args, h2, vr)
     rec["ratios"] = summarize(rec, args.conc_list, args.baseline)
     rec["setup"] = {
@@ -381,7 +401,10 @@ def main() -> int:
         "vllm_router": vr,
         "h2load": h2,
         "baseline": args.baseline,
+        "loadavg_1m_start_end": [round(load0, 2), round(os.getloadavg()[0], 2)],
+        "cpus": os.cpu_count(),
     }
+    print("load average (1 min) at start and end:", rec["setup"]["loadavg_1m_start_end"])
     print("\nrouter RSS at the end (MiB):", rec["rss_mb"])
     print("ratios:", json.dumps(rec["ratios"], indent=1))
     Path(args.out).write_text(json.dumps(rec, indent=2))

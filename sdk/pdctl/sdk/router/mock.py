@@ -59,6 +59,8 @@ class MockState:
     """``POST /tokenize`` calls (answered at once, not counted as requests)."""
     releases: list[dict[str, Any]] = field(default_factory=list)
     """Release requests from the router (answered at once, not counted as requests)."""
+    connections: int = 0
+    """Connections accepted since the start (a client reusing its connections opens few)."""
 
 
 def _tokenize(req: dict[str, Any]) -> bytes:
@@ -85,6 +87,7 @@ class _Req(asyncio.Protocol):
         # uvloop's transports implement the interface without subclassing it
         self.transport = cast(asyncio.Transport, transport)
         self.server.conns.add(self)
+        self.server.state.connections += 1
 
     def data_received(self, data: bytes) -> None:
         try:
@@ -135,7 +138,7 @@ class MockServer:
 
     async def start(self, host: str = "127.0.0.1", port: int = 0) -> MockServer:
         loop = asyncio.get_running_loop()
-        self._server = await loop.create_server(lambda: _Req(self), host, port)
+        self._server = await loop.create_server(lambda: _Req(self), host, port, backlog=4096)
         self.port = self._server.sockets[0].getsockname()[1]
         return self
 
@@ -364,9 +367,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--engine-id", default="prefill-0")
     ap.add_argument("--side-channel-port", type=int, default=5600)
     ap.add_argument("--chunks", type=int, default=4, help="SSE events in a streamed answer")
-    ap.add_argument(
-        "--no-record", action="store_true", help="keep no list of requests (load runs)"
-    )
+    ap.add_argument("--no-record", action="store_true", help="keep no list of requests (load runs)")
     args = ap.parse_args(argv)
     cfg = MockConfig(
         role=args.role,
