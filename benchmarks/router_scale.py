@@ -7,7 +7,9 @@ the mocks and the load generator pinned to the others. Load comes from ``h2load`
 (nghttp2's C load generator) over HTTP/1.1, one connection per concurrent client:
 
 * req/s, router CPU milliseconds per request (user+system of the router's whole process
-  tree, from /proc), p50/p99 latency (h2load's per-request log), errors;
+  tree, from /proc, read as h2load's measured phase starts and ends: ``--warm-up``
+  seconds of load first, so connecting the clients is not measured), p50/p99 latency
+  (h2load's per-request log), errors;
 * at c = 1, 64, 256, 1024 (``--conc``), not streamed and streamed;
 * pdctl with ``router.workers`` = 1 and 2 (``--workers``) when the router has workers;
 * vllm-router in the same run when it is installed (``--vllm-router PATH``, or the
@@ -19,7 +21,8 @@ the mocks and the load generator pinned to the others. Load comes from ``h2load`
   medians of the rounds are reported, with ratios (pdctl / vllm-router per cell, pdctl's
   CPU ms/req at c over c=1, 2 workers over 1).
 
-    python benchmarks/router_scale.py [--rounds 2] [--duration 4] [--conc 1,64,256,1024]
+    python benchmarks/router_scale.py [--rounds 2] [--duration 4] [--warm-up 2]
+        [--conc 1,64,256,1024] [--streamed 0,1] [--baseline main] [--vllm-router PATH]
         [--router-cpus 0] [--load-cpus 1] [--workers 1,2] [--out router_scale.json]
 
 h2load is required (``apt-get install nghttp2-client`` on Debian/Ubuntu,
@@ -35,6 +38,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -170,35 +174,56 @@ def h2load(
     body: Path,
     cpus: str,
     log: Path,
+    pid: int,
     *,
-    n: int = 0,
-    duration_s: float = 0.0,
+    duration_s: float,
+    warm_s: float,
 ) -> dict[str, Any]:
-    """One h2load run of ``n`` requests (or for ``duration_s``: a warm-up); its req/s,
-    counts and per-request latencies. A fixed count, so that the router's CPU over the run
-    (connections opened and closed included) is divided by every request it served."""
+    """One h2load run: ``warm_s`` seconds of warm-up (every client connected and sending;
+    not counted), then ``duration_s`` measured. The router's CPU is read when h2load says
+    the measured phase starts and ends, so connecting c clients is in neither the
+    request counts nor the CPU; returns req/s, counts, CPU ms/req, p50/p99 latency."""
     log.unlink(missing_ok=True)
-    amount = ["-n", str(max(n, conc))] if n else ["-D", f"{int(duration_s * 1000)}ms"]
     argv = [
-        "taskset", "-c", cpus, binary, "--h1", "-t", "1", "-c", str(conc), "-m", "1", *amount,
+        "taskset", "-c", cpus, binary, "--h1", "-t", "1", "-c", str(conc), "-m", "1",
+        "-D", f"{int(duration_s * 1000)}ms", "--warm-up-time", f"{int(warm_s * 1000)}ms",
         "-d", str(body), "-H", "Content-Type: application/json", f"--log-file={log}",
         url + "/v1/completions",
     ]  # fmt: skip
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=600)
-    out, err = done.stdout, done.stderr
+    unbuffered = ["stdbuf", "-oL"] if shutil.which("stdbuf") else []
+    proc = subprocess.Popen(
+        [*unbuffered, *argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    assert proc.stdout is not None
+    lines: list[str] = []
+    c0 = c1 = None
+    try:
+        for line in proc.stdout:
+            lines.append(line)
+            if "Main benchmark duration is started" in line:
+                c0 = cpu_s(pid)
+            elif "Main benchmark duration is over" in line:
+                c1 = cpu_s(pid)
+        err = proc.stderr.read() if proc.stderr is not None else ""
+        proc.wait(60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    out = "".join(lines)
     fin, req = _FINISHED.search(out), _REQUESTS.search(out)
-    if fin is None or req is None:
-        raise RuntimeError(f"h2load gave no summary:\n{out[-2000:]}{err[-2000:]}")
-    ok = _STATUS.search(out)
+    if fin is None or req is None or c0 is None or c1 is None:
+        raise RuntimeError(f"h2load gave no summary or phases:\n{out[-2000:]}{err[-2000:]}")
     lat = sorted(int(line.split("\t")[2]) for line in log.read_text().splitlines() if line)
     done = int(req.group(3))
     return {
         "rps": float(fin.group(2)),
         "done": done,
-        "ok_2xx": int(ok.group(1)) if ok else 0,
-        "errors": int(req.group(5)),  # refused, reset or not 2xx (not: still in flight at the end)
+        "errors": int(req.group(5)),  # refused, reset or not 2xx (not: in flight at the end)
+        "cpu_ms_per_req": (c1 - c0) * 1000 / max(done, 1),
         "p50_ms": lat[len(lat) // 2] / 1000 if lat else float("nan"),
         "p99_ms": lat[min(len(lat) - 1, int(0.99 * len(lat)))] / 1000 if lat else float("nan"),
+        "logged": len(lat),
     }
 
 
@@ -251,30 +276,23 @@ def run(args: argparse.Namespace, h2: str, vr: str | None) -> dict[str, Any]:
     try:
         time.sleep(1.0)
         contenders = start_contenders(args, p, d, vr, tmp)
-        warm: dict[bool, list[float]] = {False: [], True: []}
         for c in contenders:
             wait_up(c)
             for stream in (False, True):  # warm-up (vllm-router learns the prefill here)
-                w = h2load(
+                h2load(
                     h2, c.url, 64, bodies[stream], args.load_cpus, tmp / "warm.log",
-                    duration_s=1.0,
+                    c.proc.pid, duration_s=1.0, warm_s=0.5,
                 )  # fmt: skip
-                warm[stream].append(w["rps"])
         for stream in args.stream_list:
             for conc in args.conc_list:
-                # about --duration seconds of load each, and at least 20 requests a client
-                n = max(20 * conc, int(statistics.median(warm[stream]) * args.duration))
                 reps: dict[str, list[dict[str, Any]]] = {c.name: [] for c in contenders}
                 for r in range(args.rounds):
                     order = contenders if r % 2 == 0 else contenders[::-1]
                     for c in order:
-                        c0 = cpu_s(c.proc.pid)
                         res = h2load(
                             h2, c.url, conc, bodies[stream], args.load_cpus, tmp / "run.log",
-                            n=n,
+                            c.proc.pid, duration_s=args.duration, warm_s=args.warm_up,
                         )  # fmt: skip
-                        cpu = cpu_s(c.proc.pid) - c0
-                        res["cpu_ms_per_req"] = cpu * 1000 / max(res["done"], 1)
                         reps[c.name].append(res)
                 for c in contenders:
                     rs = reps[c.name]
@@ -282,7 +300,6 @@ def run(args: argparse.Namespace, h2: str, vr: str | None) -> dict[str, Any]:
                     for k in ("rps", "cpu_ms_per_req", "p50_ms", "p99_ms"):
                         row[k] = round(statistics.median(x[k] for x in rs), 3)
                     row["errors"] = sum(x["errors"] for x in rs)
-                    row["requests"] = n
                     row["rounds"] = [
                         {k: round(v, 3) for k, v in x.items() if k != "ok_2xx"} for x in rs
                     ]
@@ -345,8 +362,9 @@ def summarize(rec: dict[str, Any], conc: list[int], baseline: str | None) -> dic
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--duration", type=float, default=4.0, help="measured seconds per run")
     ap.add_argument(
-        "--duration", type=float, default=4.0, help="about this many seconds of load per run"
+        "--warm-up", type=float, default=2.0, help="seconds of load before each measured run"
     )
     ap.add_argument("--conc", default="1,64,256,1024")
     ap.add_argument("--stream-events", type=int, default=64)
@@ -389,6 +407,8 @@ def main() -> int:
                 "pass --vllm-router PATH); it is left out of this run",
                 flush=True,
             )
+    # a terminated run still stops the routers and mocks it started (the finally blocks)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     load0 = os.getloadavg()[0]
     rec = run(args, h2, vr)
     rec["ratios"] = summarize(rec, args.conc_list, args.baseline)
@@ -397,6 +417,7 @@ def main() -> int:
         "load_cpus": args.load_cpus,
         "rounds": args.rounds,
         "duration_s": args.duration,
+        "warm_up_s": args.warm_up,
         "stream_events": args.stream_events,
         "vllm_router": vr,
         "h2load": h2,
