@@ -49,7 +49,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from _bench import free_port, pdctl_router_argv, vllm_router_argv
+from _bench import free_port, pdctl_router_argv, vllm_router_argv, write_record
 
 TICKS = os.sysconf("SC_CLK_TCK")
 PROMPT = "hello there, how are the prefill and decode doing"
@@ -319,7 +319,8 @@ def run(args: argparse.Namespace, h2: str, vr: str | None) -> dict[str, Any]:
 
 def summarize(rec: dict[str, Any], conc: list[int], baseline: str | None) -> dict[str, Any]:
     def get(router: str, stream: bool, c: int) -> dict[str, Any] | None:
-        for r in rec["results"]:
+        rows: list[dict[str, Any]] = rec["results"]
+        for r in rows:
             if (r["router"], r["stream"], r["concurrency"]) == (router, stream, c):
                 return r
         return None
@@ -428,7 +429,7 @@ def main() -> int:
     print("load average (1 min) at start and end:", rec["setup"]["loadavg_1m_start_end"])
     print("\nrouter RSS at the end (MiB):", rec["rss_mb"])
     print("ratios:", json.dumps(rec["ratios"], indent=1))
-    Path(args.out).write_text(json.dumps(rec, indent=2))
+    write_record(args.out, rec)
     return 0
 
 
