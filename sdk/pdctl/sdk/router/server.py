@@ -108,9 +108,9 @@ GC_THRESHOLD = (20_000, 50, 100)
 """The cyclic collector's thresholds while the router serves (CPython's default is 700,
 10, 10). A request's objects live as long as the request, so with many in flight most of
 them survive each young collection, are promoted and traversed again: collector time per
-request grew with concurrency (measured: ~0 at c=1, most of the router's extra CPU per
-request at c=1024) although a routed request leaves no reference cycles behind. Cycles
-(an error path's) are still collected, just less often."""
+request grew with concurrency (docs/router.md has the figures) although a routed request
+leaves no reference cycles behind. Cycles (an error path's) are still collected, just
+less often."""
 
 
 def settle_heap() -> None:
