@@ -44,8 +44,11 @@ def vllm_router_argv(binary: str, prefill: str, decode: str, port: int) -> list[
     ]
 
 
-def pdctl_router_argv(prefill: str, decode: str, port: int, tmp: Path) -> list[str]:
-    """pdctl's router in push mode in front of one prefill and one decode URL."""
+def pdctl_router_argv(
+    prefill: str, decode: str, port: int, tmp: Path, router: dict[str, Any] | None = None
+) -> list[str]:
+    """pdctl's router in push mode in front of one prefill and one decode URL (``router``:
+    more ``[router]`` settings)."""
     from pdctl.sdk.spec import FleetSpec
 
     spec = FleetSpec(
@@ -53,7 +56,7 @@ def pdctl_router_argv(prefill: str, decode: str, port: int, tmp: Path) -> list[s
         fleet={"mode": "push", "platform": "gpu"},
         prefill=[{"http_port": int(prefill.rsplit(":", 1)[1]), "devices": [0]}],
         decode=[{"http_port": int(decode.rsplit(":", 1)[1]), "devices": [1]}],
-        router={"port": port},
+        router={"port": port, **(router or {})},
     )
     f = tmp / f"spec-{port}.json"
     f.write_text(spec.model_dump_json())

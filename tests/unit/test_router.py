@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -284,6 +285,30 @@ async def test_client_disconnect_cancels_both_legs():
         assert (t.p.state.in_flight, t.d.state.in_flight) == (0, 0)
         assert t.router.recent()[0]["outcome"] == "cancelled"
         assert all(u.outstanding == 0 for u in t.router.upstreams)
+
+
+async def test_client_disconnect_is_not_logged_as_an_error(caplog):
+    """A client going away is an ordinary event: no "Exception in ASGI application" and
+    traceback per request (formatting one cost milliseconds of CPU each, so a burst of
+    disconnects kept the router busy for seconds)."""
+    pcfg = MockConfig(role="prefill", delay_s=3)
+    dcfg = MockConfig(role="decode", delay_s=3)
+    uvicorn_log = logging.getLogger("uvicorn.error")  # it does not propagate to the root
+    async with rig("push", prefill=pcfg, decodes=[dcfg]) as t, httpx.AsyncClient() as c:
+        uvicorn_log.addHandler(caplog.handler)
+        try:
+            for stream in (False, True):
+                with pytest.raises(httpx.ReadTimeout):
+                    await c.post(t.url + "/v1/completions", json=body(stream=stream), timeout=0.3)
+            for _ in range(50):
+                if t.p.state.cancelled == 2 and t.d.state.cancelled == 2:
+                    break
+                await asyncio.sleep(0.02)
+            assert (t.p.state.cancelled, t.d.state.cancelled) == (2, 2)
+            assert [r["outcome"] for r in t.router.recent()] == ["cancelled", "cancelled"]
+        finally:
+            uvicorn_log.removeHandler(caplog.handler)
+        assert not [r for r in caplog.records if r.levelname == "ERROR"], caplog.text
 
 
 async def test_streaming_relays_events():

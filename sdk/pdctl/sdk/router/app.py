@@ -271,8 +271,8 @@ class RouterApp:
         tl = dispatcher.open(path, bool(body.get("stream")), _header(scope, b"traceparent"))
         handler = asyncio.current_task()
         assert handler is not None
-        answered = _Flag()
-        watcher = asyncio.create_task(_cancel_on_disconnect(receive, handler, answered))
+        answered, gone = _Flag(), _Flag()
+        watcher = asyncio.create_task(_cancel_on_disconnect(receive, handler, answered, gone))
         try:
             reply = await dispatcher.dispatch(path, body, tl=tl)
             if isinstance(reply, Reply):
@@ -280,6 +280,12 @@ class RouterApp:
                 await _send(send, reply.status, reply.body, _hdrs(reply.headers))
                 return
             await self._stream(send, reply, answered)
+        except asyncio.CancelledError:
+            if not gone.is_set:
+                raise  # not the client's doing (the server is stopping)
+            # the client went away: the legs are cancelled and the request settled; there
+            # is no one to answer, and nothing went wrong (uvicorn would log a traceback)
+            handler.uncancel()
         finally:
             watcher.cancel()
             admitted.settle(_tokens_used(tl))
@@ -406,14 +412,16 @@ class _Flag:
 
 
 async def _cancel_on_disconnect(
-    receive: Receive, handler: asyncio.Task[Any], answered: _Flag
+    receive: Receive, handler: asyncio.Task[Any], answered: _Flag, gone: _Flag
 ) -> None:
     """Cancel the request handler (and so both legs) when the client goes away before
-    its answer is complete. (Servers also report "disconnect" once the answer is sent.)"""
+    its answer is complete, and say so in ``gone``. (Servers also report "disconnect"
+    once the answer is sent.)"""
     while True:
         msg = await receive()
         if msg["type"] == "http.disconnect":
             if not answered.is_set:
+                gone.set()
                 handler.cancel()
             return
 

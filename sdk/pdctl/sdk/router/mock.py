@@ -52,6 +52,9 @@ class MockConfig:
     error_after_chunks: int | None = None
     """After this many streamed chunks, the engine dies under the stream: vLLM's error
     event (:data:`ENGINE_DEAD`), then ``[DONE]``; from then on, as ``engine_dead``."""
+    record: bool = True
+    """Keep what each request was (:attr:`MockState.requests`); off for load runs, where
+    the list would only grow."""
 
 
 ENGINE_DEAD = {
@@ -80,6 +83,10 @@ class MockState:
     """``POST /tokenize`` calls (answered at once, not counted as requests)."""
     releases: list[dict[str, Any]] = field(default_factory=list)
     """Release requests from the router (answered at once, not counted as requests)."""
+    connections: int = 0
+    """Connections accepted since the start (a client reusing its connections opens few)."""
+    received: int = 0
+    """Generation requests received (counted with ``record`` off too)."""
 
 
 def _tokenize(req: dict[str, Any]) -> bytes:
@@ -106,6 +113,7 @@ class _Req(asyncio.Protocol):
         # uvloop's transports implement the interface without subclassing it
         self.transport = cast(asyncio.Transport, transport)
         self.server.conns.add(self)
+        self.server.state.connections += 1
 
     def data_received(self, data: bytes) -> None:
         try:
@@ -156,7 +164,7 @@ class MockServer:
 
     async def start(self, host: str = "127.0.0.1", port: int = 0) -> MockServer:
         loop = asyncio.get_running_loop()
-        self._server = await loop.create_server(lambda: _Req(self), host, port)
+        self._server = await loop.create_server(lambda: _Req(self), host, port, backlog=4096)
         self.port = self._server.sockets[0].getsockname()[1]
         return self
 
@@ -178,18 +186,7 @@ class MockServer:
     ) -> None:
         path = url.split(b"?", 1)[0]
         if method == b"GET":
-            if path == b"/health":
-                ok = self.config.healthy and not self.config.engine_dead
-                conn.write(_response(200 if ok else 503, b""))
-                self.state.health_checks += 1
-            elif path == b"/metrics":
-                conn.write(_response(200, self.config.metrics_text.encode(), b"text/plain"))
-            elif path == b"/v1/models":
-                conn.write(
-                    _response(200, json.dumps({"data": [{"id": self.config.served_name}]}).encode())
-                )
-            else:
-                conn.write(_response(404, b"{}"))
+            conn.write(self._get(path))
             return
         st = self.state
         if path == b"/tokenize":
@@ -205,18 +202,20 @@ class MockServer:
         st.in_flight += 1
         try:
             rid = headers.get(b"x-request-id", b"").decode()
-            st.requests.append(
-                {
-                    "path": path.decode(),
-                    "request_id": rid,
-                    "body": req,
-                    "at": time.monotonic(),
-                    "traceparent": headers.get(b"traceparent", b"").decode(),
-                }
-            )
+            st.received += 1
+            if self.config.record:
+                st.requests.append(
+                    {
+                        "path": path.decode(),
+                        "request_id": rid,
+                        "body": req,
+                        "at": time.monotonic(),
+                        "traceparent": headers.get(b"traceparent", b"").decode(),
+                    }
+                )
             if self.config.delay_s:
                 await asyncio.sleep(self.config.delay_s)
-            status = 500 if len(st.requests) <= self.config.fail_first else self.config.status
+            status = 500 if st.received <= self.config.fail_first else self.config.status
             if self.config.engine_dead:
                 conn.write(_response(500, json.dumps(ENGINE_DEAD).encode()))
             elif status != 200:
@@ -239,6 +238,18 @@ class MockServer:
             raise
         finally:
             st.in_flight -= 1
+
+    def _get(self, path: bytes) -> bytes:
+        """The answer to a GET: health, metrics, the model list."""
+        if path == b"/health":
+            self.state.health_checks += 1
+            ok = self.config.healthy and not self.config.engine_dead
+            return _response(200 if ok else 503, b"")
+        if path == b"/metrics":
+            return _response(200, self.config.metrics_text.encode(), b"text/plain")
+        if path == b"/v1/models":
+            return _response(200, json.dumps({"data": [{"id": self.config.served_name}]}).encode())
+        return _response(404, b"{}")
 
     def _prefill(self, rid: str, req: dict[str, Any]) -> bytes:
         c = self.config
@@ -393,9 +404,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--port", type=int, required=True)
     ap.add_argument("--engine-id", default="prefill-0")
     ap.add_argument("--side-channel-port", type=int, default=5600)
+    ap.add_argument("--chunks", type=int, default=4, help="SSE events in a streamed answer")
+    ap.add_argument("--no-record", action="store_true", help="keep no list of requests (load runs)")
     args = ap.parse_args(argv)
     cfg = MockConfig(
-        role=args.role, engine_id=args.engine_id, side_channel_port=args.side_channel_port
+        role=args.role,
+        engine_id=args.engine_id,
+        side_channel_port=args.side_channel_port,
+        chunks=args.chunks,
+        record=not args.no_record,
     )
 
     async def run() -> None:

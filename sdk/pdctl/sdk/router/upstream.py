@@ -155,7 +155,7 @@ class Response:
 class Pool:
     """Keep-alive connections to one upstream ``http://host:port``."""
 
-    def __init__(self, base_url: str, *, max_idle: int = 64) -> None:
+    def __init__(self, base_url: str, *, max_idle: int = 4096) -> None:
         u = urlsplit(base_url)
         if u.scheme != "http" or not u.hostname:
             raise ValueError(f"upstream URL must be http://host:port, got {base_url!r}")
