@@ -257,3 +257,25 @@ def test_k8s_audit_from_the_plan_follows_the_network_policies() -> None:
     d["router"]["insecure_control"] = True
     rep = audit_plan(FleetSpec.model_validate(d), "k8s")
     assert "router" in {f.listener.kind for f in rep.open}
+
+
+def test_the_cli_exit_codes_and_json(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import json
+
+    from pdctl.cli.main import main
+    from tests.conftest import EXAMPLES
+
+    k8s = str(EXAMPLES / "k8s-multinode.toml")
+    assert main(["audit", "-f", k8s, "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert (doc["backend"], doc["probed"], doc["open"]) == ("k8s", False, 0)
+    unfenced = ["--set", "backend.k8s.network_policies=false"]
+    assert main(["audit", "-f", k8s, *unfenced]) == 1
+    out = capsys.readouterr().out
+    assert "OPEN" in out
+    assert "network_policies = true" in out
+    monkeypatch.setenv("PDCTL_STATE_DIR", str(tmp_path))
+    assert main(["audit", "--fleet", "nosuch"]) == 2
+    assert "is not running here" in capsys.readouterr().err
