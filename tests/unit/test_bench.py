@@ -323,6 +323,44 @@ def test_cell_needs_exactly_one_loop_kind():
         asyncio.run(loadgen.run_cell("http://x", "m", [], 4, offsets=[0.0], concurrency=2))
 
 
+async def test_the_load_carries_the_key_a_keyed_router_needs():
+    from pdctl.sdk.bench.loadgen import Prompt
+
+    key = "bench-k-9f8e7d"
+
+    def router(req: httpx.Request) -> httpx.Response:  # 401 without the key, as ours is
+        if req.headers.get("authorization") != f"Bearer {key}":
+            return httpx.Response(401, content=b'{"error": {"message": "missing API key"}}')
+        return httpx.Response(200, content=sse({"choices": [{"text": "a", "token_ids": [7]}]}))
+
+    prompts = [Prompt(tokens=[1, 2]), Prompt(tokens=[3])]
+    t = httpx.MockTransport(router)
+    ok = await loadgen.run_cell(
+        "http://x", "m", prompts, 1, concurrency=2, api_key=key, transport=t
+    )
+    assert all(r.ok for r in ok.results)
+    bare = await loadgen.run_cell("http://x", "m", prompts, 1, concurrency=2, transport=t)
+    assert all(r.error is not None and "401" in r.error for r in bare.results)
+
+
+def test_the_bench_uses_the_specs_inference_key_before_its_admin_key():
+    from pdctl.sdk.keys import inference_key
+    from pdctl.sdk.spec import FleetSpec
+
+    keys = [
+        {"name": "ops", "role": "admin", "env": "B_ADMIN"},
+        {"name": "gone", "role": "inference", "env": "B_UNSET"},
+        {"name": "web", "role": "inference", "env": "B_WEB"},
+    ]
+    spec = FleetSpec.model_validate(
+        {"model": {"path": "m"}, "prefill": [{}], "decode": [{}], "router": {"keys": keys}}
+    )
+    env = {"B_ADMIN": "adm", "B_WEB": "web-key"}
+    assert inference_key(spec, env) == "web-key"  # an unset one is passed over
+    assert inference_key(spec, {"B_ADMIN": "adm"}) == "adm"
+    assert inference_key(spec, {}) is None
+
+
 def test_shared_prefix_prompts_share_within_groups_only():
     from pdctl.sdk.bench.loadgen import shared_prefix_prompts
 

@@ -14,6 +14,7 @@ from pdctl.sdk.events import KINDS, Event, EventFilter, EventSource, Journal, ki
 from pdctl.sdk.events import kinds as K
 from pdctl.sdk.events.derive import Observation, Routed, changes, from_requests
 from pdctl.sdk.fleet.events import FleetEvent, journal_event
+from pdctl.sdk.router.audit import AuditLog
 
 
 def test_every_supervisor_kind_is_registered_and_a_new_kind_is_one_line():
@@ -226,3 +227,39 @@ async def test_follow_yields_what_another_process_appends(tmp_path: Path):
     Journal.of(tmp_path).append([Event("exited", "d", at=2.0), Event("restarted", "d", at=3.0)])
     await asyncio.wait_for(task, 5)
     assert [e.kind for e in got] == ["exited", "restarted"]
+
+
+def _router_audit(tmp_path: Path) -> AuditLog:
+    """The router's own audit writer, at the local fleet's default place."""
+    return AuditLog(tmp_path / "run" / "router-audit.jsonl", max_bytes=10_000, backups=1)
+
+
+def test_the_routers_audit_log_reads_as_events_with_the_keys_name(tmp_path: Path) -> None:
+    log = _router_audit(tmp_path)
+    log.record(who="-", action="POST /v1/pdctl/drain", peer="10.0.0.9:4000", result=401,
+               detail={"reason": "wrong_key"})  # fmt: skip
+    log.record(who="ops", tenant="ops", action="POST /v1/pdctl/drain", peer="127.0.0.1:5000",
+               result=200, detail={"request": {"instance": "decode-0", "drain": True}})  # fmt: skip
+    with (tmp_path / "run" / "router-audit.jsonl").open("a") as f:
+        f.write('{"torn": \n[1,2]\n')
+    src = EventSource(tmp_path)
+    refused, done = src.history()
+    assert (refused.kind, refused.source, refused.severity) == ("auth-failure", "router", "warning")
+    assert refused.actor == "no key"
+    assert "10.0.0.9:4000: 401 (wrong_key)" in refused.message
+    assert (done.kind, done.subject, done.actor) == ("audited", "decode-0", "ops via the router")
+    assert "drain=True" in done.message
+    assert src.audit is not None
+    assert src.audit.skipped == 2
+    # followed: a line the router appends later is new, once
+    log.record(who="web", tenant="web", action="POST /v1/pdctl/mode", peer="p", result=403,
+               detail={"reason": "role"})  # fmt: skip
+    (e,) = src.new(EventFilter(kinds=("auth-failure",)))
+    assert e.actor == "web via the router"
+    assert src.new() == []
+    # across the router's rotation (router-audit.jsonl.1) the history keeps both files
+    for _ in range(100):
+        log.record(who="ops", action="POST /v1/pdctl/mode", peer="p", result=200)
+    assert (tmp_path / "run" / "router-audit.jsonl.1").is_file()
+    assert len(EventSource(tmp_path).history()) > 3
+    log.close()

@@ -257,6 +257,32 @@ async def test_mtls_guards_the_control_endpoints_only(tmp_path):
     assert "client_cert" in reasons
 
 
+async def test_pdctls_clients_speak_tls_with_a_ca_bundle_and_verify_by_default(tmp_path):
+    from pdctl.sdk.client import AsyncRouterClient, RouterClient
+    from pdctl.sdk.errors import RouterError
+
+    f = _certs(tmp_path)
+    tls = {"cert_file": f["server.pem"], "key_file": f["server.key"]}
+    async with rig("push", router={"tls": tls}) as t:
+        url = t.url.replace("http://", "https://")
+        for pool in (True, False):
+            async with AsyncRouterClient(url, verify=f["ca.pem"], pool=pool) as c:
+                assert (await c.state()).mode == "push"
+                assert (await c.complete("x", max_tokens=2)).text
+        # by default the certificate is checked against the system's CAs: refused
+        async with AsyncRouterClient(url) as c:
+            with pytest.raises(RouterError, match="CERTIFICATE_VERIFY_FAILED"):
+                await c.state()
+
+        def blocking() -> str:
+            with RouterClient(url, verify=f["ca.pem"]) as c:
+                return c.state().mode
+
+        assert await asyncio.to_thread(blocking) == "push"
+    with pytest.raises(ValueError, match="cannot load the CA bundle"):
+        AsyncRouterClient("https://127.0.0.1:1", verify=str(tmp_path / "missing.pem"))
+
+
 async def test_unloadable_certificate_is_a_clear_start_error(tmp_path):
     from pdctl.sdk.router.server import RouterStartError, serve
 

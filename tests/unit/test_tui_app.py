@@ -324,6 +324,34 @@ async def test_the_timeline_view_shows_a_restart_in_order_and_filters(clock):
         assert [str(t.get_row(k)[1]) for k in t._order] == ["control"]
 
 
+async def test_the_timeline_shows_the_routers_refusals_and_control_actions(clock, tmp_path):
+    from pdctl.sdk.events import EventSource
+    from pdctl.sdk.router.audit import AuditLog
+
+    log = AuditLog(tmp_path / "run" / "router-audit.jsonl")
+    log.record(who="-", action="GET /v1/pdctl/requests", peer="10.1.2.3:999", result=401,
+               detail={"reason": "missing_key"})  # fmt: skip
+    log.record(who="ops", action="POST /v1/pdctl/drain", peer="127.0.0.1:1", result=200,
+               detail={"request": {"instance": "decode-0", "drain": True}})  # fmt: skip
+    log.close()
+    src = replay(clock)
+    src.events = EventSource(tmp_path)  # the fleet's state directory, as a live fleet has
+    app = PdctlApp(src, rounds=3)
+    async with app.run_test(size=(160, 45)) as pilot:
+        main = await settled(pilot, app)
+        await pilot.press("8")
+        await pilot.pause()
+        t = table(app, "#ev-table")
+        rows = [[str(c) for c in t.get_row(k)] for k in t._order]
+        drawn = {r[1]: " ".join(r) for r in rows}
+        assert "10.1.2.3:999: 401 (missing_key)" in drawn["auth-failure"]
+        assert "decode-0" in drawn["audited"]
+        assert "ops via the router" in drawn["audited"]
+        main.set_filter("kind:auth-failure")
+        await pilot.pause()
+        assert [str(t.get_row(k)[1]) for k in t._order] == ["auth-failure"]
+
+
 async def test_latency_view_names_each_pairs_bottleneck_and_draws_the_matrix(clock):
     from textual.widgets import Static
 

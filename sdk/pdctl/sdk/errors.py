@@ -74,3 +74,7 @@ class RouterError(PdctlError):
         super().__init__(text)
         self.status = status
         self.message = message or text
+
+
+class AuditError(PdctlError):
+    """``pdctl audit`` could not learn what a fleet listens on (no spec, no state)."""

@@ -94,6 +94,17 @@ def admin_key(spec: FleetSpec, environ: Mapping[str, str] | None = None) -> str 
     return None
 
 
+def inference_key(spec: FleetSpec, environ: Mapping[str, str] | None = None) -> str | None:
+    """The first readable key that may send completions (an inference key before an
+    admin key: a benchmark's traffic should not need control rights), or None."""
+    for src in sorted(key_sources(spec.router), key=lambda s: s.role != "inference"):
+        try:
+            return read_secret(src, environ).decode()
+        except KeySourceError:
+            continue
+    return None
+
+
 RAY_NODE_ADDRESS = "its Ray node's address"
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import math
+import os
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -60,6 +61,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, help="random seed (arrivals and prompts)")
     p.add_argument("--out", default="pdctl-bench", help="output directory (default %(default)s)")
     p.add_argument("--dry-run", action="store_true", help="print the plan and its duration")
+    p.add_argument(
+        "--api-key",
+        default=os.environ.get("PDCTL_API_KEY"),
+        help="the router key the load carries (default $PDCTL_API_KEY, else the spec's first "
+        "readable inference key; prefer the variable: a command line is visible in ps)",
+    )
 
 
 def _floats(text: str, what: str) -> tuple[float, ...]:
@@ -270,7 +277,9 @@ async def _run(plan: BenchPlan, spec: FleetSpec, source: str, args: argparse.Nam
             on_request=request_done,
             on_cell_done=lambda rec: bar.advance(total),
         )
-        suite = BenchSuite(spec, plan, dataset=args.dataset, progress=hooks)
+        suite = BenchSuite(
+            spec, plan, dataset=args.dataset, progress=hooks, api_key=args.api_key or None
+        )
         records = await suite.run()
     meta = {
         "spec": source,

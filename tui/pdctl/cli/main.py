@@ -66,6 +66,8 @@ SUBCOMMANDS: tuple[Subcommand, ...] = (
     Subcommand("restart", "restart instances of a running fleet, waiting until ready",
                "cmd_instance", run="run_restart"),
     Subcommand("down", "stop a running fleet", "cmd_down"),
+    Subcommand("audit", "every listener of a running fleet, probed as an outsider: what "
+               "answers without credentials, and the fix", "cmd_audit"),
     Subcommand("router", "run the push-aware disaggregation router", "cmd_router"),
     Subcommand("top", "the terminal UI on a fleet (also `pdctl` with no command)", "cmd_top"),
     Subcommand("demo", "start the local CPU P/D demo fleet and send it traffic", "cmd_demo"),

@@ -223,10 +223,13 @@ async def run_cell(
     timeout_s: float = 300.0,
     max_duration_s: float | None = None,
     on_done: Any = None,
+    api_key: str | None = None,
+    transport: httpx.AsyncBaseTransport | None = None,
 ) -> CellRun:
     """Send ``prompts`` (the first ``warmup`` of them first and unmeasured) open loop at
     ``offsets`` seconds, or closed loop with ``concurrency`` in flight. Requests not
-    started by ``max_duration_s`` are skipped (recorded as not sent)."""
+    started by ``max_duration_s`` are skipped (recorded as not sent). ``api_key``: sent
+    as ``Authorization: Bearer`` (a router with keys)."""
     if (offsets is None) == (concurrency is None):
         raise BenchError("give either arrival offsets (open loop) or a concurrency (closed)")
     results = [
@@ -234,7 +237,8 @@ async def run_cell(
     ]
     outputs: list[list[int]] = [[] for _ in prompts]
     limits = httpx.Limits(max_connections=None, max_keepalive_connections=64)
-    async with httpx.AsyncClient(limits=limits) as client:
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    async with httpx.AsyncClient(limits=limits, headers=headers, transport=transport) as client:
 
         async def one(i: int) -> None:
             body = request_body(model, prompts[i], output_len, stream=True)

@@ -33,6 +33,7 @@ from pdctl.sdk.bench.loadgen import (
 from pdctl.sdk.bench.plan import BenchPlan, Cell
 from pdctl.sdk.bench.stats import RequestResult, summarize
 from pdctl.sdk.fleet import AsyncFleet
+from pdctl.sdk.keys import inference_key
 from pdctl.sdk.metrics.monitor import FleetMonitor, Snapshot
 from pdctl.sdk.metrics.promtext import MetricsParseError, parse, total
 from pdctl.sdk.modelinfo import ModelInfoError, read_model_info, text_config
@@ -144,7 +145,11 @@ class BenchSuite:
         dataset: str | None = None,
         progress: Progress | None = None,
         ready_timeout: float = 600.0,
+        api_key: str | None = None,
     ) -> None:
+        """``api_key``: what the load carries to the router; default the spec's first
+        readable inference key (else admin key), none when the router has no keys."""
+        self.api_key = api_key if api_key is not None else inference_key(spec)
         self.spec = spec
         self.plan = plan
         self.dataset = dataset
@@ -242,6 +247,7 @@ class BenchSuite:
                 warmup=plan.warmup,
                 max_duration_s=plan.cell_duration_s * 2 + 30,
                 on_done=self.progress.on_request,
+                api_key=self.api_key,
             )
         else:
             run = await run_cell(
@@ -253,6 +259,7 @@ class BenchSuite:
                 warmup=plan.warmup,
                 max_duration_s=plan.cell_duration_s * 2 + 30,
                 on_done=self.progress.on_request,
+                api_key=self.api_key,
             )
         after = await monitor.poll()
         hits1 = await prefix_counters(prefills)

@@ -11,7 +11,14 @@ from typing import Any, TypeVar
 import httpx
 
 from pdctl.sdk.client import ops
-from pdctl.sdk.client.base import CONTROL_TIMEOUT_S, DEFAULT_TIMEOUT_S, BaseClient, chunks_in
+from pdctl.sdk.client.base import (
+    CONTROL_TIMEOUT_S,
+    DEFAULT_TIMEOUT_S,
+    BaseClient,
+    Verify,
+    chunks_in,
+    tls_context,
+)
 from pdctl.sdk.client.ops import Call, InstanceEvent, Op, Wait
 from pdctl.sdk.client.results import Chunk, Completion, RequestTimeline, RoutedInstance, RouterState
 from pdctl.sdk.sse import EventParser
@@ -57,21 +64,24 @@ class AsyncRouterClient(BaseClient):
         timeout_s: float = DEFAULT_TIMEOUT_S,
         control_timeout_s: float = CONTROL_TIMEOUT_S,
         transport: httpx.AsyncBaseTransport | None = None,
+        verify: Verify = True,
         pool: bool = True,
     ) -> None:
         """``pool=False``: a fresh connection for each call instead of a pool bound to
         the first event loop that used it, so one client serves several loops (a
-        thread with its own loop, ``asyncio.run`` per call)."""
+        thread with its own loop, ``asyncio.run`` per call). ``verify``: how an
+        ``https://`` router's certificate is checked (:data:`~.base.Verify`)."""
         super().__init__(url, api_key, timeout_s, control_timeout_s)
         self._transport = transport
-        self._http = httpx.AsyncClient(transport=transport) if pool else None
+        self._verify = tls_context(verify)
+        self._http = httpx.AsyncClient(transport=transport, verify=self._verify) if pool else None
 
     @asynccontextmanager
     async def _connection(self) -> AsyncIterator[httpx.AsyncClient]:
         if self._http is not None:
             yield self._http
             return
-        async with httpx.AsyncClient(transport=self._transport) as http:
+        async with httpx.AsyncClient(transport=self._transport, verify=self._verify) as http:
             yield http
 
     async def run(self, op: Op[T]) -> T:

@@ -4,6 +4,7 @@ reply into JSON or a :class:`~pdctl.sdk.errors.RouterError`. No I/O happens here
 
 from __future__ import annotations
 
+import ssl
 from typing import Any
 
 import httpx
@@ -17,6 +18,23 @@ DEFAULT_TIMEOUT_S = 600.0
 """A completion's limit (the router's own ``request_timeout_s`` default)."""
 CONTROL_TIMEOUT_S = 10.0
 """The limit of a control call (state, drain, mode, policy, notify, requests)."""
+
+Verify = bool | str | ssl.SSLContext
+"""How an ``https://`` router's certificate is checked: True (the default) against the
+system's CAs, a path to a PEM CA bundle (the CA that signed ``router.tls.cert_file``),
+an :class:`ssl.SSLContext` (a client certificate for mTLS, say); False turns the check
+off (never for a router beyond this machine)."""
+
+
+def tls_context(verify: Verify) -> ssl.SSLContext | bool:
+    """``verify`` as httpx takes it (a bundle's path becomes a context: httpx's string
+    form is deprecated); a missing bundle is a ValueError naming it."""
+    if isinstance(verify, str):
+        try:
+            return ssl.create_default_context(cafile=verify)
+        except (OSError, ssl.SSLError) as e:
+            raise ValueError(f"cannot load the CA bundle {verify!r}: {e}") from None
+    return verify
 
 
 class BaseClient:

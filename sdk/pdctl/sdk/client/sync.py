@@ -9,7 +9,14 @@ from typing import Any, TypeVar
 import httpx
 
 from pdctl.sdk.client import ops
-from pdctl.sdk.client.base import CONTROL_TIMEOUT_S, DEFAULT_TIMEOUT_S, BaseClient, chunks_in
+from pdctl.sdk.client.base import (
+    CONTROL_TIMEOUT_S,
+    DEFAULT_TIMEOUT_S,
+    BaseClient,
+    Verify,
+    chunks_in,
+    tls_context,
+)
 from pdctl.sdk.client.ops import Call, InstanceEvent, Op, Wait
 from pdctl.sdk.client.results import Chunk, Completion, RequestTimeline, RoutedInstance, RouterState
 from pdctl.sdk.sse import EventParser
@@ -46,7 +53,9 @@ class ChunkStream:
 class RouterClient(BaseClient):
     """A pdctl router, from a script (blocking calls): completions, streams, the flight
     recorder and operator control. ``api_key`` is the router's key when it has one
-    (``router.api_key`` in the spec). :class:`AsyncRouterClient` has the same methods,
+    (``router.api_key`` in the spec); ``verify`` how an ``https://`` router's certificate
+    is checked (a CA bundle's path, :data:`~.base.Verify`). :class:`AsyncRouterClient` has
+    the same methods,
     awaited. Failures are :class:`~pdctl.sdk.errors.RouterError`."""
 
     def __init__(
@@ -57,9 +66,10 @@ class RouterClient(BaseClient):
         timeout_s: float = DEFAULT_TIMEOUT_S,
         control_timeout_s: float = CONTROL_TIMEOUT_S,
         transport: httpx.BaseTransport | None = None,
+        verify: Verify = True,
     ) -> None:
         super().__init__(url, api_key, timeout_s, control_timeout_s)
-        self._http = httpx.Client(transport=transport)
+        self._http = httpx.Client(transport=transport, verify=tls_context(verify))
 
     def run(self, op: Op[T]) -> T:
         """Carry out one operation (:mod:`pdctl.sdk.client.ops`)."""

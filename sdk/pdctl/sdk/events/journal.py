@@ -13,9 +13,10 @@ from __future__ import annotations
 import json
 import logging
 import os
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from pdctl.sdk.events.model import Event
 
@@ -36,6 +37,11 @@ class Journal:
     max_bytes: int = MAX_BYTES
     skipped: int = 0
     """Lines read that were not events."""
+    old_name: str = OLD
+    """The previous file, kept after a rotation."""
+    convert: Callable[[Any], Event | None] = Event.from_dict
+    """One line's JSON object → an event (None: skip it). Another writer's JSON lines
+    (the router's audit log) are read as events this way."""
     _offset: int = field(default=0, repr=False)
     _inode: int | None = field(default=None, repr=False)
 
@@ -45,7 +51,7 @@ class Journal:
 
     @property
     def old(self) -> Path:
-        return self.path.with_name(OLD)
+        return self.path.with_name(self.old_name)
 
     def append(self, events: Iterable[Event]) -> int:
         """Write ``events``; returns how many were written. Never raises: a journal that
@@ -75,7 +81,7 @@ class Journal:
             if not line.strip():
                 continue
             try:
-                ev = Event.from_dict(json.loads(line))
+                ev = self.convert(json.loads(line))
             except ValueError:
                 ev = None
             if ev is None:

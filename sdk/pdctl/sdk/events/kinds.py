@@ -69,3 +69,8 @@ RETRY = kind("retry", "router", "warning", "a request's leg was re-sent after a 
 MIGRATION = kind("migration", "router", "warning", "a request's decode moved to another instance")
 KV_RELEASE = kind("kv-release", "router", "notice", "prefill asked to free KV decode never read")
 REQUEST_FAILED = kind("request-failed", "router", "error", "a request ended in an error")
+# the router's audit log (router-audit.jsonl): what it did and whom it refused, by key name
+AUTH_FAILURE = kind(
+    "auth-failure", "router", "warning", "the router refused a key (401) or a role (403)"
+)
+AUDITED = kind("audited", "router", "notice", "a control action the router carried out, by key")

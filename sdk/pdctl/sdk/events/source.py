@@ -13,8 +13,9 @@ from typing import Any
 from pdctl.sdk.client import RouterState
 from pdctl.sdk.events import kinds as K
 from pdctl.sdk.events.actor import actor
+from pdctl.sdk.events.audittrail import audit_trail
 from pdctl.sdk.events.derive import Observation, changes, from_requests
-from pdctl.sdk.events.journal import Journal
+from pdctl.sdk.events.journal import Journal, ordered
 from pdctl.sdk.events.model import Event
 from pdctl.sdk.metrics.snapshot import Snapshot
 
@@ -62,12 +63,14 @@ class EventFilter:
 
 
 class EventSource:
-    """One fleet's events (its state directory's journal). ``writable=False`` (a read-only
-    watcher) derives events for its own reading but never writes them down; without a
-    directory (a replayed fleet) nothing is kept beyond this object."""
+    """One fleet's events (its state directory's journal, and the router's audit log read
+    beside it: :mod:`.audittrail`). ``writable=False`` (a read-only watcher) derives
+    events for its own reading but never writes them down; without a directory (a
+    replayed fleet) nothing is kept beyond this object."""
 
     def __init__(self, fleet_dir: Path | None, *, writable: bool = True) -> None:
         self.journal = Journal.of(fleet_dir) if fleet_dir is not None else None
+        self.audit = audit_trail(fleet_dir) if fleet_dir is not None else None
         self.writable = writable and fleet_dir is not None
         self._seen: set[str] | None = None
         self._last: Observation | None = None
@@ -76,6 +79,8 @@ class EventSource:
     def history(self, flt: EventFilter | None = None) -> list[Event]:
         """Everything kept, in time order (the follow position moves to the end)."""
         events = self.journal.read() if self.journal is not None else []
+        if self.audit is not None:
+            events = ordered(events + self.audit.read())
         self._seen = {e.key for e in events if e.key is not None}
         return [e for e in events if flt is None or flt.matches(e)]
 
@@ -86,7 +91,9 @@ class EventSource:
         if self._seen is None:
             self._seen = set()
         out = list(pending)  # derived here, deduplicated when recorded
-        for e in self.journal.new() if self.journal is not None else ():
+        appended = self.journal.new() if self.journal is not None else []
+        appended += self.audit.new() if self.audit is not None else []
+        for e in appended:
             if e.key is not None:
                 if e.key in self._seen:
                     continue
