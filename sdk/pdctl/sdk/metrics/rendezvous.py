@@ -46,6 +46,10 @@ SIDE_REGISTRATION = "registration"
 SIDE_PREFILL = "prefill"
 SIDE_WRITE = "write"
 REASON_LABEL = "reason"  # on RELEASED: why the connector let go of the KV early
+DECODE_ABORTED = "decode_aborted"
+WRITE_FAILED = "write_failed"
+HANDSHAKE_FAILED = "handshake_failed"
+ROUTER_RELEASE = "router_release"
 
 WAIT_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 """Bucket bounds (seconds) of every pdctl histogram: 1 ms to 30 s."""
@@ -58,6 +62,10 @@ class MetricDef:
     side: str  # prefill | decode | both
     help: str
     labels: tuple[str, ...] = ()
+    values: tuple[tuple[str, ...], ...] = ()
+    """Every value each label takes (one tuple per label): the connector exports each
+    combination at 0 from start-up, so dashboards and alerts see 0 before the first
+    event, not "no data"."""
 
 
 METRICS: tuple[MetricDef, ...] = (
@@ -86,6 +94,7 @@ METRICS: tuple[MetricDef, ...] = (
         "prefill",
         "Registration/prefill matches, by which side arrived first.",
         (ORDER_LABEL,),
+        ((REGISTRATION_FIRST, PREFILL_FIRST),),
     ),
     MetricDef(
         MATCH_WAIT,
@@ -108,6 +117,7 @@ METRICS: tuple[MetricDef, ...] = (
         "registration (side=prefill), or a registration whose prefill never finished "
         "(side=registration), or matched WRITEs that never completed (side=write).",
         (SIDE_LABEL,),
+        ((SIDE_REGISTRATION, SIDE_PREFILL, SIDE_WRITE),),
     ),
     MetricDef(
         RELEASED,
@@ -119,6 +129,7 @@ METRICS: tuple[MetricDef, ...] = (
         "the request end without decode reading it). Not expiries: vLLM counts "
         "them in vllm:nixl_num_kv_expired_reqs_total too (its lease reaper frees them).",
         (REASON_LABEL,),
+        ((DECODE_ABORTED, WRITE_FAILED, HANDSHAKE_FAILED, ROUTER_RELEASE),),
     ),
     MetricDef(
         DUPLICATES,
