@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
-from pdctl.cli.args import emit
+from pdctl.cli.args import emit, spec_free_source
 from pdctl.cli.common import STATE_STYLE, console, load
 
 if TYPE_CHECKING:
@@ -16,19 +16,32 @@ if TYPE_CHECKING:
 
 
 def make_monitor(args: argparse.Namespace, interval: float = 1.0) -> FleetMonitor:
-    """The monitor of the spec's fleet, as ``add_monitor_arguments`` configured it."""
-    from pdctl.sdk.backends import observed
+    """The monitor of the fleet the command line names: ``--prometheus``, the endpoints
+    (``--prefill``/``--decode``/``--router``) or the spec's fleet, configured as
+    ``add_monitor_arguments`` says."""
     from pdctl.sdk.metrics.monitor import FleetMonitor
 
+    kw = {
+        "interval_s": interval,
+        "timeout_s": args.scrape_timeout,
+        "window_s": args.window,
+        "expected_throughput_bps": args.expect_gbps * 1e9 if args.expect_gbps else None,
+    }
+    if getattr(args, "prometheus", None):
+        return FleetMonitor.from_prometheus(
+            args.prometheus,
+            args.selector,
+            router_url=args.router,
+            instance_label=args.instance_label,
+            role_label=args.role_label,
+            **kw,
+        )
+    if spec_free_source(args):
+        return FleetMonitor.for_endpoints(args.prefill, args.decode, args.router, **kw)
+    from pdctl.sdk.backends import observed
+
     spec, plan = observed(load(args).spec)
-    return FleetMonitor.for_fleet(
-        spec,
-        plan,
-        interval_s=interval,
-        timeout_s=args.scrape_timeout,
-        window_s=args.window,
-        expected_throughput_bps=args.expect_gbps * 1e9 if args.expect_gbps else None,
-    )
+    return FleetMonitor.for_fleet(spec, plan, **kw)
 
 
 def print_snapshot(args: argparse.Namespace) -> int:
