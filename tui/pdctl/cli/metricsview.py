@@ -82,6 +82,8 @@ def snapshot_view(snap: Snapshot) -> RenderableType:
     from rich.table import Table
     from rich.text import Text
 
+    from pdctl.sdk.metrics import coverage_of
+
     t = Table(
         box=box.SIMPLE_HEAD,
         pad_edge=False,
@@ -129,4 +131,7 @@ def snapshot_view(snap: Snapshot) -> RenderableType:
     for a in snap.alerts:
         style = "bold red" if a.severity == "critical" else "yellow"
         lines.append(Text.from_markup(f"[{style}]{a.code} {a.subject}[/]: ") + Text(a.message))
+    gaps = coverage_of(snap)
+    for figure in gaps.missing:  # what the stock connector cannot show, and the fix
+        lines.append(Text(f"not shown: {gaps.note(figure)}", style="yellow"))
     return Group(t, *lines)

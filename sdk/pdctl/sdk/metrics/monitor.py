@@ -25,7 +25,7 @@ from pdctl.sdk.metrics.derive import Histogram, Latency, Lengths, Scrape, counte
 from pdctl.sdk.metrics.flight import segment_stats
 from pdctl.sdk.metrics.promsource import PrometheusSource, PromRound, scrapes
 from pdctl.sdk.metrics.promtext import Sample, parse_text
-from pdctl.sdk.metrics.rendezvous import rendezvous_of
+from pdctl.sdk.metrics.rendezvous import present, rendezvous_of
 from pdctl.sdk.metrics.snapshot import (
     Alert,
     InstanceMetrics,
@@ -320,6 +320,7 @@ class FleetMonitor:
             if old
             else {},
             rendezvous=rendezvous_of(new, old, t.role),
+            pdctl_series=present(new),
             prompt_tokens=Lengths.of(window("request_prompt_tokens")),
             output_tokens=Lengths.of(window("request_generation_tokens")),
             span_s=dt if old is not None else None,
