@@ -242,3 +242,22 @@ async def test_metrics_once_on_endpoints_without_a_spec(capsys, tmp_path, monkey
 def test_a_round_without_old_answers_has_no_window():
     rnd = PromRound(5.0, (), {"a": []}, {}, {}, 3)
     assert scrapes(rnd, "a", 60) == []
+
+
+async def test_a_router_answering_garbage_requests_leaves_the_pairs_empty():
+    """With --prometheus and --router: a router whose recent-requests answer is not the
+    object it should be costs the per-pair figures, not the update."""
+    up = vector(({"__name__": "up", "instance": "d0", "role": "decode"}, "1"))
+    running = vector(({"__name__": "vllm:num_requests_running", "instance": "d0"}, "1"))
+
+    def handler(req: httpx.Request) -> httpx.Response:
+        if req.url.host == "router":
+            return httpx.Response(200, json=["not", "an", "object"])
+        q = dict(httpx.QueryParams(req.content.decode()))["query"]
+        return httpx.Response(200, json=up if q.startswith("up") else running)
+
+    mon = FleetMonitor.from_prometheus("http://prom", "", router_url="http://router:8000")
+    async with httpx.AsyncClient(transport=prom_transport(handler)) as c:
+        snap = await mon.poll(c)
+    assert snap.pairs == ()
+    assert snap.instance("d0").running == 1.0

@@ -182,7 +182,9 @@ class FleetMonitor:
     async def _read_recent(self, client: httpx.AsyncClient, url: str) -> None:
         rr = await client.get(url + "/v1/pdctl/requests?limit=1000", timeout=self.timeout_s)
         data = rr.json()
-        self._recent = list(data.get("requests", []))
+        if not isinstance(data, dict) or not isinstance(data.get("requests", []), list):
+            raise ValueError("the router's recent requests are not a JSON object with a list")
+        self._recent = [r for r in data.get("requests", []) if isinstance(r, dict)]
         self._router_mode = data.get("mode")
 
     async def _collect(self, client: httpx.AsyncClient, source: PrometheusSource) -> None:
