@@ -28,7 +28,7 @@ from tests.promfleet import PROMETHEUS, prometheus, scaled, wait_scraped
 from tests.unit.test_router import body, rig
 
 pytestmark = [
-    pytest.mark.slow,  # a real Prometheus scraping 65 targets
+    pytest.mark.slow,  # a real Prometheus scraping 65 targets every 2 s
     pytest.mark.skipif(
         PROMETHEUS is None and not os.environ.get("PDCTL_REQUIRE_PROMETHEUS"),
         reason="prometheus not installed (scripts/install-prometheus.sh installs it)",
@@ -103,7 +103,8 @@ async def test_prometheus_snapshot_equals_direct_scraping():
             (tg.url.split("//", 1)[1], {"fleet": "pt", "instance": tg.name, "role": tg.role})
             for tg in targets
         ]
-        with prometheus(labelled, "1s") as prom:
+        # 2 s: a scrape that times out under load leaves stale markers (no old window)
+        with prometheus(labelled, "2s") as prom:
             direct = FleetMonitor(targets, window_s=3600)
             await asyncio.to_thread(wait_scraped, prom, time.time(), len(targets))
             async with httpx.AsyncClient() as c:
@@ -141,7 +142,7 @@ async def test_prometheus_snapshot_equals_direct_scraping():
         assert span[0] is not None, name
         assert span[1] is not None, name
         spans[name] = span
-        assert abs(span[0] - span[1]) <= 2.0, (name, span)  # within a scrape interval a side
+        assert abs(span[0] - span[1]) <= 4.0, (name, span)  # within a scrape interval a side
         n += compare(mine, theirs, name, diffs, span)
     # fleet-wide rates add instances' rates, each over its own span: equal within the
     # spread of the spans (the direct scrapes of one round are not simultaneous)
