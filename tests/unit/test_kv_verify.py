@@ -247,4 +247,4 @@ def test_every_result_is_a_metric_label():
 
     assert set(kvverify.RESULTS) == set(rv.KV_VERIFY_RESULTS)
     (m,) = [m for m in rv.METRICS if m.name == rv.KV_VERIFY]
-    assert m.label_values == rv.KV_VERIFY_RESULTS
+    assert m.values == (rv.KV_VERIFY_RESULTS,)

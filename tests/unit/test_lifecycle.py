@@ -18,6 +18,7 @@ pytest.importorskip("vllm", reason="vllm is not installed (pip install 'pdctl[cp
 
 from pdctl.connector import lifecycle as lc
 from pdctl.connector.failpoints import WriteDelay
+from pdctl.sdk.metrics import rendezvous as rv
 
 
 def test_notifications_round_trip_and_ignore_vllm_notifications():
@@ -64,7 +65,7 @@ def test_release_expires_idle_leases_but_not_one_being_written():
         _sending_transfers={"cmpl-b-0-1234abcd": [7]},
     )
     # D's base id for a; for b only the id both legs were sent with
-    aborted = (1.0, lc.DECODE_ABORTED)
+    aborted = (1.0, rv.DECODE_ABORTED)
     w._pdctl_life.release.update({"cmpl-a-0": aborted, "b": aborted})
     released: list[tuple[str, str]] = []
     w._lease_released = lambda rid, reason: released.append((rid, reason))
@@ -75,7 +76,7 @@ def test_release_expires_idle_leases_but_not_one_being_written():
         "cmpl-c-0-1234abcd": 99.0,
     }
     assert set(w._pdctl_life.release) == {"b"}  # applied once the WRITE is gone
-    assert released == [("cmpl-a-0-1234abcd", lc.DECODE_ABORTED)]  # counted, by reason
+    assert released == [("cmpl-a-0-1234abcd", rv.DECODE_ABORTED)]  # counted, by reason
     w._release_leases(now=2.0 + lc.REMEMBER_S + 1)
     assert w._pdctl_life.release == {}  # never kept forever
 
@@ -180,7 +181,7 @@ def test_a_delayed_write_waiting_for_its_handshake_is_not_delayed_twice():
     w._deferred_push_inbox.put(None)
     assert w._deferred_push_inbox.get(timeout=1) is None  # no second timer fired
     handshake.set_exception(TimeoutError("no side channel"))
-    assert w._pdctl_life.release["cmpl-e-0"][1] == lc.HANDSHAKE_FAILED
+    assert w._pdctl_life.release["cmpl-e-0"][1] == rv.HANDSHAKE_FAILED
 
 
 def test_handshake_failure_releases_the_kv_at_once():
@@ -193,7 +194,7 @@ def test_handshake_failure_releases_the_kv_at_once():
     w._handshake_done(fut, "cmpl-h-0-1234abcd")
     assert w._pdctl_life.targets == {}
     (key, (_, reason)), *_ = w._pdctl_life.release.items()
-    assert (key, reason) == ("cmpl-h-0", lc.HANDSHAKE_FAILED)
+    assert (key, reason) == ("cmpl-h-0", rv.HANDSHAKE_FAILED)
 
 
 def test_no_release_is_sent_to_a_prefill_whose_side_channel_just_failed():
@@ -248,7 +249,7 @@ def test_a_release_request_from_the_router_reaches_the_worker_and_frees_the_leas
     assert w._push_writer_wake.is_set()
     w._release_leases(now=time.perf_counter())
     assert w._reqs_to_send == {held: 0.0, other: 99.0}
-    assert released == [(held, lc.ROUTER_RELEASE)]
+    assert released == [(held, rv.ROUTER_RELEASE)]
     w._unpark_released()  # a parked registration for it is never written
     assert w._pending_d_registrations == {}
 
@@ -333,7 +334,7 @@ def test_a_failed_write_seen_by_the_engine_thread_is_told_from_the_writer(writer
     # the engine thread (here: the test's) sees the WRITE fail in get_transfer_results
     assert w._handle_failed_transfer("cmpl-w-0-aaaaaaaa", None) is True
     assert _sent(w) == [("agent-d0", lc.encode(lc.FAILED, "cmpl-w-0-bbbbbbbb"), "nixl-push-writer")]
-    assert w._pdctl_life.release["cmpl-w-0"][1] == lc.WRITE_FAILED
+    assert w._pdctl_life.release["cmpl-w-0"][1] == rv.WRITE_FAILED
 
 
 def test_a_failure_sent_after_a_handshake_leaves_from_the_writer(writer_worker: Any):

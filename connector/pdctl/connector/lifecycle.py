@@ -83,6 +83,14 @@ from pdctl.connector.layout import refusal
 from pdctl.connector.peerwatch import PeerWatch
 from pdctl.connector.pushsched import META_ATTR, RELEASE_KEY, PdctlPushScheduler
 
+# why P let go of a finished request's KV before its lease ended (push_released_total)
+from pdctl.sdk.metrics.rendezvous import (
+    DECODE_ABORTED,
+    HANDSHAKE_FAILED,
+    ROUTER_RELEASE,
+    WRITE_FAILED,
+)
+
 __all__ = ["RELEASE_KEY", "LifecycleWorker", "PdctlPushScheduler"]
 
 _log = logging.getLogger("vllm.pdctl.connector")
@@ -91,11 +99,6 @@ RELEASE = "pdctl-release|"
 FAILED = "pdctl-failed|"
 ABORT_GRACE = "pdctl_abort_grace_s"
 PEER_WATCH = "pdctl_peer_watch_s"
-# why P let go of a finished request's KV before its lease ended (push_released_total)
-DECODE_ABORTED = "decode_aborted"
-WRITE_FAILED = "write_failed"
-HANDSHAKE_FAILED = "handshake_failed"
-ROUTER_RELEASE = "router_release"
 DRAIN = "pdctl-drain"
 """A writer-inbox entry that only makes the writer look at dropped prefills."""
 REMEMBER_S = 60.0

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import itertools
 import logging
 import os
 import sys
@@ -217,12 +218,10 @@ class PdctlPromMetrics(NixlPromMetrics):
                     labelnames=names,
                 )
             self._pdctl[m.name] = metric
-            # export every unlabelled series, and every known label value, at 0 from the start
+            # every series with its known label values exists at 0 from the start
             for values in per_engine_labelvalues.values():
-                if not m.labels:
-                    metric.labels(*values)
-                for known in m.label_values:
-                    metric.labels(*values, known)
+                for combo in itertools.product(*m.values):
+                    metric.labels(*values, *combo)
 
     def observe(self, transfer_stats_data: dict[str, Any], engine_idx: int = 0) -> None:
         super().observe(transfer_stats_data, engine_idx)

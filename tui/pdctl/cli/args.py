@@ -263,6 +263,62 @@ def add_monitor_arguments(p: argparse._ActionsContainer) -> None:
     )
 
 
+def add_source_arguments(p: argparse._ActionsContainer) -> None:
+    """Where metrics come from when not from a spec's fleet (metrics, top): the instances'
+    own URLs, or the operator's Prometheus."""
+    g = p.add_argument_group("sources without a spec")
+    for role in ("prefill", "decode"):
+        g.add_argument(
+            f"--{role}",
+            metavar="URL",
+            nargs="+",
+            action="extend",
+            default=[],
+            help=f"scrape these {role} instances (http://host:port), no spec needed",
+        )
+    g.add_argument(
+        "--router",
+        metavar="URL",
+        default=None,
+        help="the router (its /metrics and recent requests); with --prometheus, where the "
+        "recent requests are read",
+    )
+    g.add_argument(
+        "--prometheus",
+        metavar="URL",
+        default=None,
+        help="read the fleet from this Prometheus (three instant queries per update) "
+        "instead of scraping every instance",
+    )
+    g.add_argument(
+        "--selector",
+        metavar="MATCHERS",
+        default="",
+        help="with --prometheus: PromQL label matchers naming the fleet, e.g. "
+        "'fleet=\"demo\"' (default: every target Prometheus has)",
+    )
+    g.add_argument(
+        "--instance-label",
+        default="instance",
+        help="with --prometheus: the label naming an instance (default instance)",
+    )
+    g.add_argument(
+        "--role-label",
+        default="role",
+        help="with --prometheus: the label holding prefill/decode/router (default role)",
+    )
+
+
+def spec_free_source(args: argparse.Namespace) -> bool:
+    """Whether the command line names its source itself (no spec is read)."""
+    return bool(
+        getattr(args, "prometheus", None)
+        or getattr(args, "prefill", None)
+        or getattr(args, "decode", None)
+        or (getattr(args, "router", None) and not getattr(args, "file", None))
+    )
+
+
 def add_ui_arguments(p: argparse.ArgumentParser) -> None:
     """Options of the terminal UI itself (top and demo)."""
     p.add_argument(

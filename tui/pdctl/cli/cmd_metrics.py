@@ -9,7 +9,13 @@ import argparse
 import asyncio
 from typing import TYPE_CHECKING
 
-from pdctl.cli.args import Grammar, add_monitor_arguments, emit_record, human
+from pdctl.cli.args import (
+    Grammar,
+    add_monitor_arguments,
+    add_source_arguments,
+    emit_record,
+    human,
+)
 from pdctl.cli.common import console, load
 from pdctl.cli.metricsview import make_monitor, print_snapshot
 
@@ -22,6 +28,7 @@ GRAMMAR = Grammar()
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     add_monitor_arguments(p)
+    add_source_arguments(p)
     p.add_argument(
         "--once",
         action="store_true",

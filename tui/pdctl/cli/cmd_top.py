@@ -15,7 +15,14 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from pdctl.cli.args import Grammar, add_monitor_arguments, add_ui_arguments, deprecated
+from pdctl.cli.args import (
+    Grammar,
+    add_monitor_arguments,
+    add_source_arguments,
+    add_ui_arguments,
+    deprecated,
+    spec_free_source,
+)
 from pdctl.cli.common import load
 
 if TYPE_CHECKING:
@@ -29,6 +36,7 @@ GRAMMAR = Grammar(outputs=("table", "json"))
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     add_monitor_arguments(p)
+    add_source_arguments(p)
     add_ui_arguments(p)
     p.add_argument("--interval", type=float, default=1.0, help="seconds between rounds")
     p.add_argument(
@@ -70,6 +78,21 @@ def make_source(args: argparse.Namespace, spec: FleetSpec | None = None) -> Sour
             prefills=n // 2,
             decodes=n - n // 2,
             interval_s=args.interval,
+        )
+    if spec is None and spec_free_source(args):
+        import os
+
+        from pdctl.cli.metricsview import make_monitor
+        from pdctl.tui.source import MonitorSource
+
+        where = f"Prometheus {args.prometheus}" if args.prometheus else "endpoints"
+        return MonitorSource(
+            make_monitor(args, args.interval),
+            title=f"fleet at {where}",
+            interval_s=args.interval,
+            router_url=args.router,
+            api_key=os.environ.get("PDCTL_ROUTER_API_KEY"),
+            timeout_s=args.scrape_timeout,
         )
     from pdctl.sdk.backends import observed
     from pdctl.tui.source import LiveSource

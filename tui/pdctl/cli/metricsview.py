@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
-from pdctl.cli.args import emit
+from pdctl.cli.args import emit, spec_free_source
 from pdctl.cli.common import STATE_STYLE, console, load
 
 if TYPE_CHECKING:
@@ -16,19 +16,32 @@ if TYPE_CHECKING:
 
 
 def make_monitor(args: argparse.Namespace, interval: float = 1.0) -> FleetMonitor:
-    """The monitor of the spec's fleet, as ``add_monitor_arguments`` configured it."""
-    from pdctl.sdk.backends import observed
+    """The monitor of the fleet the command line names: ``--prometheus``, the endpoints
+    (``--prefill``/``--decode``/``--router``) or the spec's fleet, configured as
+    ``add_monitor_arguments`` says."""
     from pdctl.sdk.metrics.monitor import FleetMonitor
 
+    kw = {
+        "interval_s": interval,
+        "timeout_s": args.scrape_timeout,
+        "window_s": args.window,
+        "expected_throughput_bps": args.expect_gbps * 1e9 if args.expect_gbps else None,
+    }
+    if getattr(args, "prometheus", None):
+        return FleetMonitor.from_prometheus(
+            args.prometheus,
+            args.selector,
+            router_url=args.router,
+            instance_label=args.instance_label,
+            role_label=args.role_label,
+            **kw,
+        )
+    if spec_free_source(args):
+        return FleetMonitor.for_endpoints(args.prefill, args.decode, args.router, **kw)
+    from pdctl.sdk.backends import observed
+
     spec, plan = observed(load(args).spec)
-    return FleetMonitor.for_fleet(
-        spec,
-        plan,
-        interval_s=interval,
-        timeout_s=args.scrape_timeout,
-        window_s=args.window,
-        expected_throughput_bps=args.expect_gbps * 1e9 if args.expect_gbps else None,
-    )
+    return FleetMonitor.for_fleet(spec, plan, **kw)
 
 
 def print_snapshot(args: argparse.Namespace) -> int:
@@ -68,6 +81,8 @@ def snapshot_view(snap: Snapshot) -> RenderableType:
     from rich.console import Group
     from rich.table import Table
     from rich.text import Text
+
+    from pdctl.sdk.metrics import coverage_of
 
     t = Table(
         box=box.SIMPLE_HEAD,
@@ -116,4 +131,7 @@ def snapshot_view(snap: Snapshot) -> RenderableType:
     for a in snap.alerts:
         style = "bold red" if a.severity == "critical" else "yellow"
         lines.append(Text.from_markup(f"[{style}]{a.code} {a.subject}[/]: ") + Text(a.message))
+    gaps = coverage_of(snap)
+    for figure in gaps.missing:  # what the stock connector cannot show, and the fix
+        lines.append(Text(f"not shown: {gaps.note(figure)}", style="yellow"))
     return Group(t, *lines)

@@ -147,6 +147,27 @@ class Source(ABC):
             self._advice = last
         return replace(update, recommendation=last[1], recommendation_note=last[2])
 
+    async def _requests(
+        self, notes: list[str], limit: int = 200
+    ) -> tuple[dict[str, Any], ...] | None:
+        """The router's recent requests (None without a router; a note when it failed)."""
+        if self.router is None:
+            return None
+        try:
+            return tuple(t.raw for t in await self.router.requests(limit))
+        except PdctlError as e:
+            notes.append(str(e))
+            return None
+
+    async def _router_state(self, notes: list[str]) -> RouterState | None:
+        if self.router is None:
+            return None
+        try:
+            return await self.router.state()
+        except PdctlError as e:
+            notes.append(str(e))
+            return None
+
     async def close(self) -> None:  # noqa: B027 - most sources hold nothing to release
         """Release connections (called by the poll worker when it ends)."""
 
@@ -244,30 +265,12 @@ class LiveSource(Source):
         notes: list[str] = []
         snap, reqs, state, fleet = await asyncio.gather(
             self.monitor.poll(self._client),
-            self._requests(notes),
+            self._requests(notes, self.request_limit),
             self._router_state(notes),
             self._fleet_status(),
         )
         self._round += 1
         return self.journal(self.advise(Update(snap, reqs, state, fleet, tuple(notes))))
-
-    async def _requests(self, notes: list[str]) -> tuple[dict[str, Any], ...] | None:
-        if self.router is None:
-            return None
-        try:
-            return tuple(t.raw for t in await self.router.requests(self.request_limit))
-        except PdctlError as e:
-            notes.append(str(e))
-            return None
-
-    async def _router_state(self, notes: list[str]) -> RouterState | None:
-        if self.router is None:
-            return None
-        try:
-            return await self.router.state()
-        except PdctlError as e:
-            notes.append(str(e))
-            return None
 
     async def _fleet_status(self) -> dict[str, InstanceStatus] | None:
         if self.fleet_name is None or self._round % self.status_every:
@@ -279,6 +282,54 @@ class LiveSource(Source):
         else:
             self._fleet = {i.name: i for i in st.instances}
         return self._fleet
+
+    async def close(self) -> None:
+        if self._client is not None:
+            await self._client.aclose()
+            self._client = None
+
+
+class MonitorSource(Source):
+    """A fleet pdctl did not launch, known only through a :class:`FleetMonitor` (its
+    endpoints, or a Prometheus) and, when given, its router: no spec, so no launcher
+    actions, no planner and no preflight."""
+
+    def __init__(
+        self,
+        monitor: FleetMonitor,
+        *,
+        title: str,
+        interval_s: float = 1.0,
+        router_url: str | None = None,
+        api_key: str | None = None,
+        timeout_s: float = 2.0,
+        request_limit: int = 200,
+    ) -> None:
+        router = None
+        if router_url is not None:
+            router = AsyncRouterClient(
+                router_url, api_key=api_key, control_timeout_s=timeout_s, pool=False
+            )
+        super().__init__(title=title, interval_s=interval_s, router=router)
+        self.monitor = monitor
+        self.request_limit = request_limit
+        self.planner_note = "no spec: the planner needs the fleet's spec (-f SPEC)"
+        self._client: httpx.AsyncClient | None = None
+
+    async def poll(self) -> Update:
+        if self._client is None:
+            self._client = httpx.AsyncClient()
+        notes: list[str] = []
+        try:
+            snap, reqs, state = await asyncio.gather(
+                self.monitor.poll(self._client),
+                self._requests(notes, self.request_limit),
+                self._router_state(notes),
+            )
+        except PdctlError as e:  # Prometheus refused or is gone: say so, keep the UI
+            notes.append(str(e))
+            snap, reqs, state = self.monitor.snapshot(), None, None
+        return self.journal(self.advise(Update(snap, reqs, state, None, tuple(notes))))
 
     async def close(self) -> None:
         if self._client is not None:

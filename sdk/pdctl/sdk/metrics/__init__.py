@@ -1,14 +1,18 @@
 """Reading Prometheus metrics from vLLM instances and the router; the fleet monitor."""
 
+from pdctl.sdk.metrics.coverage import ENABLE, Coverage, coverage_of
 from pdctl.sdk.metrics.derive import Histogram, Scrape, counter_delta
 from pdctl.sdk.metrics.promtext import MetricsParseError, Sample, parse, parse_text, total
 
 __all__ = [
+    "ENABLE",
+    "Coverage",
     "Histogram",
     "MetricsParseError",
     "Sample",
     "Scrape",
     "counter_delta",
+    "coverage_of",
     "parse",
     "parse_text",
     "total",

@@ -23,8 +23,9 @@ from pdctl.sdk.metrics.alerts import ALERTS as ALERTS  # re-exported: the alert 
 from pdctl.sdk.metrics.alerts import evaluate_alerts
 from pdctl.sdk.metrics.derive import Histogram, Latency, Lengths, Scrape, counter_delta
 from pdctl.sdk.metrics.flight import segment_stats
+from pdctl.sdk.metrics.promsource import PrometheusSource, PromRound, scrapes
 from pdctl.sdk.metrics.promtext import Sample, parse_text
-from pdctl.sdk.metrics.rendezvous import rendezvous_of
+from pdctl.sdk.metrics.rendezvous import present, rendezvous_of
 from pdctl.sdk.metrics.snapshot import (
     Alert,
     InstanceMetrics,
@@ -34,9 +35,9 @@ from pdctl.sdk.metrics.snapshot import (
     Target,
     Transfers,
 )
+from pdctl.sdk.metrics.targets import base_url, targets_for, targets_from_urls
 from pdctl.sdk.metrics.watch import LifecycleWatch
 from pdctl.sdk.spec import FleetSpec
-from pdctl.sdk.urls import http_url
 
 __all__ = [
     "ALERTS",
@@ -50,6 +51,7 @@ __all__ = [
     "Transfers",
     "evaluate_alerts",
     "targets_for",
+    "targets_from_urls",
 ]
 
 V = "vllm:"
@@ -78,14 +80,12 @@ ROUTER_TTFT = "pdctl_router_ttft_seconds"
 ROUTER_E2E = "pdctl_router_e2e_seconds"
 
 
-def targets_for(spec: FleetSpec, plan: FleetPlan) -> list[Target]:
-    out = [Target(i.name, i.role, i.url, i.tp) for i in plan.instances]
-    if spec.router is not None:
-        out.append(Target("router", "router", http_url(spec.router.host, spec.router.port)))
-    return out
-
-
 class FleetMonitor:
+    """The fleet's metrics stream. Its source is either the instances themselves (each
+    target's ``/metrics``, scraped concurrently) or, with ``prometheus``, an operator's
+    Prometheus (three instant queries per update, whatever the fleet's size; see
+    :mod:`~pdctl.sdk.metrics.promsource`); the same :class:`Snapshot` comes out."""
+
     def __init__(
         self,
         targets: Iterable[Target],
@@ -97,8 +97,14 @@ class FleetMonitor:
         stale_after_s: float = 30.0,
         expected_throughput_bps: float | None = None,
         transport: httpx.AsyncBaseTransport | None = None,
+        prometheus: PrometheusSource | None = None,
+        router_url: str | None = None,
     ) -> None:
+        """``router_url``: with ``prometheus``, where the router's recent requests are
+        read (its per-pair figures); the router's series come from Prometheus."""
         self.targets = list(targets)
+        self.prometheus = prometheus
+        self.router_url = None if router_url is None else base_url(router_url)
         self.mode = mode
         self.interval_s = interval_s
         self.timeout_s = timeout_s
@@ -114,10 +120,45 @@ class FleetMonitor:
         self._router_mode: str | None = None
         self._alert_since: dict[tuple[str, str], float] = {}
         self._watch = LifecycleWatch()
+        self._window_end: float | None = None
 
     @classmethod
     def for_fleet(cls, spec: FleetSpec, plan: FleetPlan, **kw: Any) -> FleetMonitor:
         return cls(targets_for(spec, plan), mode=spec.fleet.mode, **kw)
+
+    @classmethod
+    def for_endpoints(
+        cls,
+        prefill: Iterable[str] = (),
+        decode: Iterable[str] = (),
+        router: str | None = None,
+        **kw: Any,
+    ) -> FleetMonitor:
+        """A fleet known only by its URLs (``pdctl metrics --prefill URL --decode URL``)."""
+        return cls(targets_from_urls(prefill, decode, router), **kw)
+
+    @classmethod
+    def from_prometheus(
+        cls,
+        url: str,
+        selector: str = "",
+        *,
+        router_url: str | None = None,
+        instance_label: str = "instance",
+        role_label: str = "role",
+        **kw: Any,
+    ) -> FleetMonitor:
+        """A fleet read from the Prometheus at ``url`` (``selector``: label matchers such
+        as ``fleet="demo"``); the instances are those ``up{selector}`` lists."""
+        timeout = kw.get("timeout_s", 2.0)
+        source = PrometheusSource(
+            url,
+            selector=selector,
+            instance_label=instance_label,
+            role_label=role_label,
+            timeout_s=max(5.0, timeout),
+        )
+        return cls((), prometheus=source, router_url=router_url, **kw)
 
     # ------------------------------------------------------------------ scraping
 
@@ -129,12 +170,7 @@ class FleetMonitor:
                 raise httpx.HTTPError(f"/metrics answered {r.status_code}")
             samples, bad = parse_text(r.text, WANTED)
             if t.role == "router":
-                rr = await client.get(
-                    t.url + "/v1/pdctl/requests?limit=1000", timeout=self.timeout_s
-                )
-                data = rr.json()
-                self._recent = list(data.get("requests", []))
-                self._router_mode = data.get("mode")
+                await self._read_recent(client, t.url)
         except (httpx.HTTPError, ValueError, OSError) as e:
             self._down_since.setdefault(t.name, now)
             self._errors[t.name] = str(e) or type(e).__name__
@@ -142,6 +178,43 @@ class FleetMonitor:
         self._down_since.pop(t.name, None)
         self._errors.pop(t.name, None)
         self._record(t.name, samples, len(bad), now)
+
+    async def _read_recent(self, client: httpx.AsyncClient, url: str) -> None:
+        rr = await client.get(url + "/v1/pdctl/requests?limit=1000", timeout=self.timeout_s)
+        data = rr.json()
+        if not isinstance(data, dict) or not isinstance(data.get("requests", []), list):
+            raise ValueError("the router's recent requests are not a JSON object with a list")
+        self._recent = [r for r in data.get("requests", []) if isinstance(r, dict)]
+        self._router_mode = data.get("mode")
+
+    async def _collect(self, client: httpx.AsyncClient, source: PrometheusSource) -> None:
+        """One update from Prometheus; the router's recent requests from ``router_url``."""
+        rnd = await source.collect(client, time.time(), self.window_s, WANTED)
+        if self.router_url is not None:
+            try:
+                await self._read_recent(client, self.router_url)
+            except (httpx.HTTPError, ValueError, OSError):
+                self._recent = []
+        self._window_end = rnd.at
+        self._apply(rnd)
+
+    def _apply(self, rnd: PromRound) -> None:
+        now = time.monotonic()
+        self.targets = list(rnd.targets)
+        live = {t.name for t in self.targets}
+        for gone in [n for n in self._history if n not in live]:
+            del self._history[gone]
+        for t in self.targets:
+            hist = scrapes(rnd, t.name, self.window_s)
+            why = rnd.down.get(t.name) or (None if hist else "no series in Prometheus")
+            if why is not None:
+                self._down_since.setdefault(t.name, now)
+                self._errors[t.name] = why
+                self._history.setdefault(t.name, deque())
+                continue
+            self._down_since.pop(t.name, None)
+            self._errors.pop(t.name, None)
+            self._history[t.name] = deque(hist)
 
     def _record(self, name: str, samples: list[Sample], malformed: int, at: float) -> None:
         self._malformed[name] = self._malformed.get(name, 0) + malformed
@@ -162,7 +235,10 @@ class FleetMonitor:
         if client is None:
             async with httpx.AsyncClient(transport=self._transport) as c:
                 return await self.poll(c)
-        await asyncio.gather(*(self._scrape(client, t) for t in self.targets))
+        if self.prometheus is not None:
+            await self._collect(client, self.prometheus)
+        else:
+            await asyncio.gather(*(self._scrape(client, t) for t in self.targets))
         return self.snapshot()
 
     async def snapshots(self, count: int | None = None) -> AsyncIterator[Snapshot]:
@@ -246,6 +322,7 @@ class FleetMonitor:
             if old
             else {},
             rendezvous=rendezvous_of(new, old, t.role),
+            pdctl_series=present(new),
             prompt_tokens=Lengths.of(window("request_prompt_tokens")),
             output_tokens=Lengths.of(window("request_generation_tokens")),
             span_s=dt if old is not None else None,
@@ -301,7 +378,8 @@ class FleetMonitor:
         )
 
     def _pairs(self) -> tuple[PairMetrics, ...]:
-        cutoff = time.time() - self.window_s
+        # over the window the figures come from: Prometheus' ends when it was evaluated
+        cutoff = (self._window_end or time.time()) - self.window_s
         groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
         for r in self._recent:
             if r.get("prefill") and r.get("decode") and (r.get("received") or 0) >= cutoff:
@@ -374,7 +452,7 @@ class FleetMonitor:
             instances=len(insts),
         )
         router = None
-        if any(t.role == "router" for t in self.targets):
+        if self.router_url is not None or any(t.role == "router" for t in self.targets):
             router = {"mode": self._router_mode, "recent_requests": len(self._recent)}
         alerts = self._alerts(insts)
         return Snapshot(

@@ -48,6 +48,10 @@ SIDE_REGISTRATION = "registration"
 SIDE_PREFILL = "prefill"
 SIDE_WRITE = "write"
 REASON_LABEL = "reason"  # on RELEASED: why the connector let go of the KV early
+DECODE_ABORTED = "decode_aborted"
+WRITE_FAILED = "write_failed"
+HANDSHAKE_FAILED = "handshake_failed"
+ROUTER_RELEASE = "router_release"
 RESULT_LABEL = "result"  # on KV_VERIFY
 KV_VERIFY_RESULTS = ("ok", "mismatch", "missing", "unsupported")
 """Every ``result`` of :data:`KV_VERIFY` (exported at 0 from the start)."""
@@ -63,8 +67,10 @@ class MetricDef:
     side: str  # prefill | decode | both
     help: str
     labels: tuple[str, ...] = ()
-    label_values: tuple[str, ...] = ()
-    """Known values of the (single) label, exported at 0 from the start."""
+    values: tuple[tuple[str, ...], ...] = ()
+    """Every value each label takes (one tuple per label): the connector exports each
+    combination at 0 from start-up, so dashboards and alerts see 0 before the first
+    event, not "no data"."""
 
 
 METRICS: tuple[MetricDef, ...] = (
@@ -93,6 +99,7 @@ METRICS: tuple[MetricDef, ...] = (
         "prefill",
         "Registration/prefill matches, by which side arrived first.",
         (ORDER_LABEL,),
+        ((REGISTRATION_FIRST, PREFILL_FIRST),),
     ),
     MetricDef(
         MATCH_WAIT,
@@ -115,6 +122,7 @@ METRICS: tuple[MetricDef, ...] = (
         "registration (side=prefill), or a registration whose prefill never finished "
         "(side=registration), or matched WRITEs that never completed (side=write).",
         (SIDE_LABEL,),
+        ((SIDE_REGISTRATION, SIDE_PREFILL, SIDE_WRITE),),
     ),
     MetricDef(
         RELEASED,
@@ -126,6 +134,7 @@ METRICS: tuple[MetricDef, ...] = (
         "the request end without decode reading it). Not expiries: vLLM counts "
         "them in vllm:nixl_num_kv_expired_reqs_total too (its lease reaper frees them).",
         (REASON_LABEL,),
+        ((DECODE_ABORTED, WRITE_FAILED, HANDSHAKE_FAILED, ROUTER_RELEASE),),
     ),
     MetricDef(
         DUPLICATES,
@@ -168,7 +177,7 @@ METRICS: tuple[MetricDef, ...] = (
         "not the KV that was sent; the receive failed), missing (the prefill sent no "
         "digest), unsupported (a layout the check does not cover).",
         (RESULT_LABEL,),
-        KV_VERIFY_RESULTS,
+        (KV_VERIFY_RESULTS,),
     ),
 )
 

@@ -73,6 +73,9 @@ class InstanceMetrics:
     """Generated tokens of the requests finished in the window (1 on a prefill)."""
     span_s: float | None = None
     """Seconds between the two scrapes the window's figures come from (None with one)."""
+    pdctl_series: bool | None = None
+    """Whether the instance exports pdctl's connector series (``pdctl:*``); None for the
+    router and before the first answer (see :mod:`~pdctl.sdk.metrics.coverage`)."""
 
 
 @dataclass(frozen=True)

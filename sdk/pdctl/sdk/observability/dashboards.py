@@ -6,8 +6,9 @@ generated scrape configuration. Queries use Grafana's ``$fleet`` variable and
 ``$__rate_interval``; :func:`expand` substitutes both as Grafana would, so a test can run
 every panel's query against Prometheus itself.
 
-A target marked ``sparse`` reads a series that appears only once its event has happened
-(a retry, an expired entry): "no data" there means "none yet".
+Every counter a query reads is exported at 0 from start-up for its known label values
+(the router primes its counters, the connector its labelled ``pdctl:*`` counters), so a
+healthy fleet shows 0 retries or expiries, not "No data".
 """
 
 from __future__ import annotations
@@ -26,7 +27,6 @@ FRONT = 'role=~"decode|colocated"'
 class Query:
     expr: str
     legend: str
-    sparse: bool = False
 
 
 @dataclass(frozen=True)
@@ -45,8 +45,8 @@ class Dashboard:
     tags: tuple[str, ...] = field(default=("pdctl",))
 
 
-def _q(expr: str, legend: str, *, sparse: bool = False) -> Query:
-    return Query(expr, legend, sparse)
+def _q(expr: str, legend: str) -> Query:
+    return Query(expr, legend)
 
 
 def _quantiles(
@@ -269,12 +269,10 @@ def rendezvous() -> Dashboard:
                     _q(
                         f"sum by (instance, side) (increase({rv.EXPIRED}_total{{{F}}}[{RI}]))",
                         "expired {{side}} {{instance}}",
-                        sparse=True,
                     ),
                     _q(
                         f"sum by (instance) (increase({rv.RECEIVE_FAILURES}_total{{{F}}}[{RI}]))",
                         "receive failures {{instance}}",
-                        sparse=True,
                     ),
                     _rate(
                         rv.REGISTRATIONS_SENT + "_total",
@@ -303,7 +301,6 @@ def router() -> Dashboard:
                     _q(
                         f"sum by (role) (rate({r}retries_total{{{F}}}[{RI}]))",
                         "retries {{role}}",
-                        sparse=True,
                     ),
                 ),
             ),

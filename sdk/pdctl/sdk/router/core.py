@@ -74,7 +74,8 @@ class Router:
         """For push fleets on pdctl's connector (router.release_kv_on_failure)."""
         ours = spec.fleet.mode == "push" and spec.fleet.connector == "pdctl"
         if ours and self.settings.release_kv_on_failure:
-            releases = KvReleases(self.served_name, self.registry)
+            prefills = [u.name for u in self.instances.prefills]
+            releases = KvReleases(self.served_name, self.registry, prefills=prefills)
         self.releases = releases
         fleet = {"pdctl.fleet": spec.fleet.name}
         self.tracer = tracing.Tracer(self.settings.otlp_traces_url, **fleet)

@@ -34,7 +34,8 @@ class Guard:
         self.keys = keys
         self.control_needs_client_cert = control_needs_client_cert
         self.audit = audit if audit is not None else AuditLog(None)
-        known = {p.tenant for p in keys.principals}
+        # an unguarded router admits every request as the anonymous tenant
+        known = {p.tenant for p in keys.principals} or {ANONYMOUS.tenant}
         kw = {"clock": clock} if clock is not None else {}
         self.limits = Limiter(registry, tenants or {}, keys.key_limits(), known, **kw)
         self.auth_failures = registry.counter(
@@ -42,8 +43,7 @@ class Guard:
             "Requests refused for a missing or wrong key (401) or a key's role (403).",
             ["reason"],
         )
-        for r in ("missing_key", "wrong_key", "role", "client_cert"):
-            self.auth_failures.inc(r, by=0)
+        self.auth_failures.prime(("missing_key", "wrong_key", "role", "client_cert"))
 
     @classmethod
     def from_spec(

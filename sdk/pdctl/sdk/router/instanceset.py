@@ -52,6 +52,12 @@ class InstanceSet:
             raise ValueError(f"{self.mode} mode needs at least one prefill and one decode")
         self.metrics = RouterMetrics(self.upstreams)
         """The router's metrics (per instance, and the decisions this set makes)."""
+        colocated = self.mode == "colocated"
+        self.metrics.prime(
+            self.modes(),
+            ("colocated",) if colocated else ("disaggregated", "decode-only"),
+            ("tokens", "text-fallback") if self.settings.path == "tokens" else ("text",),
+        )
         self.policy: Policy = make_policy(self.settings.policy)
         self.cache: CacheAware | None = None
         """The prefix index, made when the router starts with ``cache_aware``."""

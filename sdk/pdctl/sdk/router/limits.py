@@ -141,11 +141,10 @@ class Meter:
             ["tenant"],
             buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1),
         )
-        for t in tenants:
-            self.requests.inc(t, by=0)
-            self.tokens_total.inc(t, by=0)
-            for r in ("tenant_limit", "key_limit"):
-                self.rejections.inc(t, r, by=0)
+        known = tuple(tenants)
+        self.requests.prime(known)
+        self.tokens_total.prime(known)
+        self.rejections.prime(known, ("tenant_limit", "key_limit"))
 
     def tokens(self, tenant: str, n: float) -> None:
         self.tokens_total.inc(tenant, by=max(0.0, n))

@@ -7,7 +7,8 @@ asyncio), cheap enough for the per-request path.
 from __future__ import annotations
 
 import bisect
-from collections.abc import Callable, Sequence
+import itertools
+from collections.abc import Callable, Iterable, Sequence
 
 LabelValues = tuple[str, ...]
 
@@ -51,6 +52,15 @@ class Counter:
 
     def inc(self, *labels: str, by: float = 1.0) -> None:
         self.values[labels] = self.values.get(labels, 0.0) + by
+
+    def prime(self, *label_values: Iterable[str]) -> None:
+        """Export every combination of the known label values at 0 (one iterable per
+        label, in label order), so dashboards and alerts see 0 before the first event
+        rather than no series (Prometheus' instrumentation guidance)."""
+        if len(label_values) != len(self.labelnames):
+            raise ValueError(f"{self.name}: {len(self.labelnames)} label(s) to prime")
+        for combo in itertools.product(*(tuple(v) for v in label_values)):
+            self.values.setdefault(combo, 0.0)
 
     def expose(self) -> list[str]:
         out = [f"# HELP {self.name} {self.help}", f"# TYPE {self.name} counter"]

