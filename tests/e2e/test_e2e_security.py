@@ -39,7 +39,8 @@ def fleet(tiny_model: Path, state_root: Path) -> Iterator[Fleet]:
     spec, _ = demo_spec(tiny_model, NAME)
     d = spec.model_dump()
     d["router"]["host"] = "0.0.0.0"  # beyond loopback: its keys are what guards it
-    d["fleet"]["ucx"]["net_devices"] = "lo"  # UCX's TCP listeners on loopback only
+    # no fleet.ucx.net_devices: a local CPU fleet on loopback keeps UCX there by default
+    assert d["fleet"]["ucx"]["net_devices"] is None
     d["router"]["keys"] = [
         {"name": "ops", "role": "admin", "env": "E2E_ADMIN_KEY"},
         {"name": "apps", "role": "inference", "tenant": "apps", "env": "E2E_APPS_KEY"},

@@ -197,8 +197,9 @@ _FIX: dict[str, str] = {
     "unplanned": (
         "not in the launch plan: a library inside the process opened it (UCX's TCP "
         "transport listens on every device UCX_NET_DEVICES allows; Gloo on the address the "
-        "host name resolves to). On one machine set fleet.ucx.net_devices = 'lo'; on a "
-        "cluster allow only the fleet's pods to reach it (NetworkPolicies, a firewall)"
+        "host name resolves to). On one machine bind the engines to loopback (UCX then keeps "
+        "to lo by default) or set fleet.ucx.net_devices = 'lo'; on a cluster allow only "
+        "the fleet's pods to reach it (NetworkPolicies, a firewall)"
     ),
 }
 
