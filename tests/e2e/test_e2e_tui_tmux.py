@@ -45,6 +45,8 @@ SEGMENT_ROW = re.compile(
     "(" + "|".join(re.escape(n) for n in fr.LEGEND) + r") +\d+\.\d +\d+\.\d +\d+%"
 )
 """A drill-down row: a flight recorder segment's name, its start, length and share."""
+VERDICT = re.compile(r"⇒ (.+?) \d+%: \w")
+"""The latency view's verdict for a pair: ``⇒ first token 47%: decode is saturated…``."""
 
 
 def tmux(*args: str, check: bool = True) -> str:
@@ -135,6 +137,13 @@ def test_demo_opens_the_ui_with_live_values(
     text = wait_for("demo", lambda s: "initiator" in s and "prefill-0" in s, "transfers", 30)
     row = next(ln for ln in text.splitlines() if "prefill-0" in ln)
     assert re.search(r"\d+(\.\d+)? (KiB|MiB|GiB)", row), row
+
+    # latency: the P->D pair's bottleneck verdict, its largest segment, share and advice
+    tmux("send-keys", "-t", "demo", "4")
+    text = wait_for("demo", lambda s: VERDICT.search(s) is not None, "the bottleneck verdict", 60)
+    verdict = VERDICT.search(text)
+    assert verdict is not None
+    assert verdict.group(1) in fr.LEGEND, text  # a segment the flight recorder names
 
     tmux("send-keys", "-t", "demo", "5")  # the flight recorder: finished requests
     wait_for(
