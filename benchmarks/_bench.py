@@ -8,7 +8,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from pdctl.sdk.chaos import completion
 from pdctl.sdk.freeports import free_port as free_port
+from pdctl.sdk.spec import FleetSpec
 
 
 def find_vllm_router(given: str | None) -> str | None:
@@ -44,35 +46,34 @@ def vllm_router_argv(binary: str, prefill: str, decode: str, port: int) -> list[
     ]
 
 
+def pair_spec(p: int, d: int, port: int, router: dict[str, Any] | None = None) -> FleetSpec:
+    """A push-mode spec of one prefill and one decode on local ports (pdctl's mocks or any
+    OpenAI-style servers there) behind a router on ``port`` (``router``: more settings)."""
+    return FleetSpec(
+        model={"path": "org/m", "served_name": "tiny"},
+        fleet={"mode": "push", "platform": "gpu"},
+        prefill=[{"http_port": p, "devices": [0]}],
+        decode=[{"http_port": d, "devices": [1]}],
+        router={"port": port, **(router or {})},
+    )
+
+
 def pdctl_router_argv(
     prefill: str, decode: str, port: int, tmp: Path, router: dict[str, Any] | None = None
 ) -> list[str]:
     """pdctl's router in push mode in front of one prefill and one decode URL (``router``:
     more ``[router]`` settings)."""
-    from pdctl.sdk.spec import FleetSpec
-
-    spec = FleetSpec(
-        model={"path": "org/m", "served_name": "tiny"},
-        fleet={"mode": "push", "platform": "gpu"},
-        prefill=[{"http_port": int(prefill.rsplit(":", 1)[1]), "devices": [0]}],
-        decode=[{"http_port": int(decode.rsplit(":", 1)[1]), "devices": [1]}],
-        router={"port": port, **(router or {})},
-    )
+    p, d = (int(u.rsplit(":", 1)[1]) for u in (prefill, decode))
+    spec = pair_spec(p, d, port, router)
     f = tmp / f"spec-{port}.json"
     f.write_text(spec.model_dump_json())
     return [sys.executable, "-m", "pdctl.sdk.router.server", "--spec-json", str(f)]
 
 
 def greedy_body(prompt: str, max_tokens: int, stream: bool = True) -> dict[str, Any]:
-    """A completions body for the demo's model: greedy, ``ignore_eos`` (exact lengths)."""
-    return {
-        "model": "tiny",
-        "prompt": prompt,
-        "max_tokens": max_tokens,
-        "temperature": 0,
-        "ignore_eos": True,
-        "stream": stream,
-    }
+    """A completions body for the demo's model: greedy, ``ignore_eos`` (exact lengths),
+    streamed unless told otherwise (the chaos suite's :func:`~pdctl.sdk.chaos.completion`)."""
+    return completion(prompt, max_tokens, stream=stream)
 
 
 def write_record(path: str | Path, record: Any) -> None:

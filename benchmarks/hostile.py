@@ -33,7 +33,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from _bench import free_port
+from _bench import free_port, pair_spec
 
 from pdctl.sdk.router.mock import MockConfig, MockServer
 from pdctl.sdk.spec import FleetSpec
@@ -43,13 +43,11 @@ Counts = collections.Counter[str]
 
 
 def spec(p: int, d: int, port: int) -> FleetSpec:
-    return FleetSpec(
-        model={"path": "org/m", "served_name": "tiny"},
-        fleet={"mode": "push", "platform": "gpu"},
-        prefill=[{"http_port": p, "devices": [0]}],
-        decode=[{"http_port": d, "devices": [1]}],
-        router={
-            "port": port,
+    return pair_spec(
+        p,
+        d,
+        port,
+        {
             "keys": [{"name": "ops", "role": "admin", "env": "HOSTILE_KEY"}],
             "http": {"header_timeout_s": 2.0, "body_timeout_s": 2.0},
             "audit": {"path": "-"},

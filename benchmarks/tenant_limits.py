@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from _bench import free_port
+from _bench import free_port, pair_spec
 
 from pdctl.sdk.router.mock import MockConfig, MockServer
 from pdctl.sdk.spec import FleetSpec
@@ -49,13 +49,11 @@ BODY = {"model": "tiny", "prompt": "hello there, how are prefill and decode", "m
 
 
 def router_spec(p: int, d: int, port: int) -> FleetSpec:
-    return FleetSpec(
-        model={"path": "org/m", "served_name": "tiny"},
-        fleet={"mode": "push", "platform": "gpu"},
-        prefill=[{"http_port": p, "devices": [0]}],
-        decode=[{"http_port": d, "devices": [1]}],
-        router={
-            "port": port,
+    return pair_spec(
+        p,
+        d,
+        port,
+        {
             "keys": [
                 {"name": "web", "tenant": "web", "env": "BENCH_WEB_KEY"},
                 {"name": "batch", "tenant": "batch", "env": "BENCH_BATCH_KEY"},

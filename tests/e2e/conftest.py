@@ -15,6 +15,7 @@ from typing import Any
 import httpx
 import pytest
 
+from pdctl.sdk.chaos.mixed import WORDS as MIXED_WORDS
 from pdctl.sdk.fleet import Fleet
 from pdctl.sdk.paths import demo_spec_text
 from pdctl.sdk.spec import FleetSpec
@@ -24,21 +25,8 @@ from tests.conftest import free_ports
 
 pytestmark = pytest.mark.e2e
 
-WORDS = [
-    "cache",
-    "block",
-    "prefill",
-    "decode",
-    "router",
-    "token",
-    "engine",
-    "fleet",
-    "push",
-    "write",
-    "quiet",
-    "green",
-]
-"""The vocabulary of the e2e tests' greedy prompts."""
+WORDS = MIXED_WORDS
+"""The vocabulary of the e2e tests' greedy prompts (the chaos mix's, one list)."""
 
 
 @pytest.fixture(scope="session")
@@ -69,6 +57,20 @@ def running_fleet(spec: FleetSpec) -> Iterator[Fleet]:
         yield f
     finally:
         f.close()
+
+
+def running_with_failpoints(spec: FleetSpec) -> Iterator[Fleet]:
+    """:func:`running_fleet` with ``PDCTL_ALLOW_FAILPOINTS=1`` for the fleet's lifetime
+    (the spec arms connector failpoints); the variable is put back afterwards."""
+    old = os.environ.get("PDCTL_ALLOW_FAILPOINTS")
+    os.environ["PDCTL_ALLOW_FAILPOINTS"] = "1"
+    try:
+        yield from running_fleet(spec)
+    finally:
+        if old is None:
+            os.environ.pop("PDCTL_ALLOW_FAILPOINTS", None)
+        else:
+            os.environ["PDCTL_ALLOW_FAILPOINTS"] = old
 
 
 def demo_spec(model: Path, name: str) -> tuple[FleetSpec, list[str]]:

@@ -9,7 +9,6 @@ supervisor. One fleet for the module (two restarts); each fault is small and bou
 from __future__ import annotations
 
 import asyncio
-import os
 import random
 import time
 import uuid
@@ -26,7 +25,7 @@ from pdctl.sdk.fleet.procs import instance_pids
 from pdctl.sdk.metrics import parse, total
 from pdctl.sdk.metrics import rendezvous as rv
 from pdctl.sdk.pd import PrefillIdentity, prefill_body, push_decode_body
-from tests.e2e.conftest import demo_spec, running_fleet
+from tests.e2e.conftest import demo_spec, running_with_failpoints
 
 pytestmark = pytest.mark.e2e
 
@@ -67,15 +66,7 @@ def fleet(
     spec.fleet.connector_options["pdctl_failpoint_write_delay"] = delay
     cut = f"refused:while:{cut_switch}"
     spec.fleet.connector_options["pdctl_failpoint_side_channel"] = cut
-    old = os.environ.get("PDCTL_ALLOW_FAILPOINTS")
-    os.environ["PDCTL_ALLOW_FAILPOINTS"] = "1"
-    try:
-        yield from running_fleet(spec)
-    finally:
-        if old is None:
-            os.environ.pop("PDCTL_ALLOW_FAILPOINTS", None)
-        else:
-            os.environ["PDCTL_ALLOW_FAILPOINTS"] = old
+    yield from running_with_failpoints(spec)
 
 
 @pytest.fixture(scope="module")

@@ -9,7 +9,6 @@ prefix cache. One fleet for the module."""
 from __future__ import annotations
 
 import asyncio
-import os
 import time
 import uuid
 from collections.abc import Iterator
@@ -23,7 +22,7 @@ from pdctl.sdk.fleet import Fleet
 from pdctl.sdk.metrics import parse, total
 from pdctl.sdk.metrics import rendezvous as rv
 from pdctl.sdk.pd import PrefillIdentity, prefill_body, push_decode_body
-from tests.e2e.conftest import WORDS, demo_spec, running_fleet
+from tests.e2e.conftest import WORDS, demo_spec, running_with_failpoints
 
 pytestmark = pytest.mark.e2e
 
@@ -42,15 +41,7 @@ def fleet(tiny_model: Path, state_root: Path) -> Iterator[Fleet]:
     spec.fleet.failure_policy = "recompute"
     spec.fleet.connector_options["pdctl_kv_verify_rate"] = 1.0
     spec.fleet.connector_options["pdctl_failpoint_kv_corrupt"] = f"swap:match:{BAD_TAG}"
-    old = os.environ.get("PDCTL_ALLOW_FAILPOINTS")
-    os.environ["PDCTL_ALLOW_FAILPOINTS"] = "1"
-    try:
-        yield from running_fleet(spec)
-    finally:
-        if old is None:
-            os.environ.pop("PDCTL_ALLOW_FAILPOINTS", None)
-        else:
-            os.environ["PDCTL_ALLOW_FAILPOINTS"] = old
+    yield from running_with_failpoints(spec)
 
 
 def url_of(f: Fleet, name: str) -> str:
