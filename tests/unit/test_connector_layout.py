@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-pytest.importorskip("vllm")
+pytest.importorskip("vllm", reason="vLLM is not installed (pip install 'pdctl[cpu]')")
 
 from vllm.distributed.kv_transfer.kv_connector.utils import (
     EngineTransferInfo,
