@@ -7,8 +7,8 @@ pdctl file into a function in another is a *hand-off* (calls made by the event l
 a coroutine resumed, a protocol callback — are not: nobody in pdctl handed anything
 over); a file's *visits* are the hand-offs into it. With ``--routing`` only the files
 that hold routing objects count (leaf modules — the HTTP client, the timeline record and
-metrics, tracing, request bodies, replies, the lease, the instance record — are left
-out).
+metrics, tracing, request bodies, replies, the leases, the instance record, the
+hardening limits and JSON depth check — are left out).
 
     python benchmarks/router_walk.py [--routing] [--stream] [--json]
 
@@ -46,6 +46,7 @@ LEAVES = {
     "router/migrate.py",
     "router/lease.py",
     "router/instances.py",
+    "router/hardening.py",
     "pd.py",
 }
 """Leaf modules: data, bookkeeping and I/O helpers every routing object uses."""

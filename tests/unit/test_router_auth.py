@@ -230,7 +230,7 @@ def test_every_key_is_compared_whichever_matches(monkeypatch):
         who = ring.identify(token)
         assert (who.name if who else None) == want
         assert len(calls) == 5
-    v = ring.check("inference", b"Basic s0")
+    v = ring.check("/v1/completions", b"Basic s0")
     assert v.status == 401
     assert v.reason == "missing_key"
 
@@ -274,7 +274,8 @@ WHO = Principal("k", "inference", "t")
 
 
 def test_token_bucket_reserves_then_settles_from_usage():
-    from pdctl.sdk.router.limits import Refusal, Reservation
+    from pdctl.sdk.router.lease import Reservation
+    from pdctl.sdk.router.limits import Refusal
 
     lim, clock = _limiter(RateLimitSpec(tokens_per_s=100, burst_s=1.0))
     r = lim.reserve(WHO, 60)
@@ -295,7 +296,8 @@ def test_token_bucket_reserves_then_settles_from_usage():
 
 
 def test_a_request_larger_than_the_bucket_waits_for_a_full_bucket_not_for_ever():
-    from pdctl.sdk.router.limits import Refusal, Reservation
+    from pdctl.sdk.router.lease import Reservation
+    from pdctl.sdk.router.limits import Refusal
 
     lim, clock = _limiter(RateLimitSpec(tokens_per_s=10, burst_s=1.0))
     r = lim.reserve(WHO, 500)
@@ -306,7 +308,8 @@ def test_a_request_larger_than_the_bucket_waits_for_a_full_bucket_not_for_ever()
 
 
 def test_requests_and_key_limits_and_the_worst_wait_wins():
-    from pdctl.sdk.router.limits import Refusal, Reservation
+    from pdctl.sdk.router.lease import Reservation
+    from pdctl.sdk.router.limits import Refusal
 
     lim, clock = _limiter(
         RateLimitSpec(requests_per_s=10, burst_s=0.2), RateLimitSpec(requests_per_s=1)

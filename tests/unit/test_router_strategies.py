@@ -56,7 +56,7 @@ async def test_tokens_hands_other_endpoints_to_its_fallback():
     tokens = router.dispatcher.tokens
     assert isinstance(tokens, TokensPath)
     tokens.fallback = fallback = Recorded()
-    tl = router.dispatcher.open("/v1/embeddings", False)
+    tl = Timeline.begin(router.instances.mode, "/v1/embeddings", False)
     reply = await tokens.route("/v1/embeddings", {"input": "x"}, tl)
     assert isinstance(reply, Reply)
     assert fallback.got == ["/v1/embeddings"]

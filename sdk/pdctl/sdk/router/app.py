@@ -262,13 +262,19 @@ class RouterApp:
                 "not_found_error" if status == 404 else "invalid_request_error",
             )
             return
-        admitted = self.guard.admit(who, body)
+        admitted = self.guard.limits.admit(who, body)
         if isinstance(admitted, Refusal):
             await _send_error(send, 429, admitted.message, "rate_limit_error", admitted.headers())
             self.guard.limits.meter.refusal_s.observe(time.perf_counter() - t0, admitted.tenant)
             return
         dispatcher = self.router.dispatcher
-        tl = dispatcher.open(path, bool(body.get("stream")), _header(scope, b"traceparent"))
+        tl = Timeline.begin(
+            self.router.instances.mode,
+            path,
+            bool(body.get("stream")),
+            self.router.tracer,
+            _header(scope, b"traceparent"),
+        )
         handler = asyncio.current_task()
         assert handler is not None
         answered, gone = _Flag(), _Flag()

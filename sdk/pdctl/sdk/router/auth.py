@@ -53,16 +53,18 @@ ANONYMOUS = Principal("anonymous", "none", "anonymous")
 
 @dataclass(frozen=True)
 class Verdict:
-    """The answer to "may this request go on": ``status`` 0 means yes."""
+    """The answer to "may this request go on": ``status`` 0 (:attr:`ok`) means yes;
+    ``access`` is the endpoint's kind."""
 
     principal: Principal | None
     status: int = 0
     message: str = ""
     reason: str = ""
+    access: Access = "inference"
+    ok: bool = field(init=False)
 
-    @property
-    def ok(self) -> bool:
-        return self.status == 0
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "ok", self.status == 0)
 
 
 @dataclass(frozen=True)
@@ -117,12 +119,14 @@ class KeyRing:
                 found = k.principal
         return found
 
-    def check(self, access: Access, authorization: bytes | None) -> Verdict:
-        """Decide one request from its endpoint kind and ``Authorization`` header."""
+    def check(self, path: str, authorization: bytes | None) -> Verdict:
+        """Decide one request from its endpoint (:func:`access_for`) and ``Authorization``
+        header."""
+        access = access_for(path)
         if access == "public" or not self.has_keys:
-            return Verdict(ANONYMOUS)
+            return Verdict(ANONYMOUS, access=access)
         if access == "admin" and not self.has_admin:
-            return Verdict(ANONYMOUS)
+            return Verdict(ANONYMOUS, access=access)
         token = _bearer(authorization)
         who = self.identify(token)
         if who is None:
@@ -134,6 +138,7 @@ class KeyRing:
                 if token is None
                 else "wrong API key",
                 reason,
+                access,
             )
         if access == "admin" and who.role != "admin":
             return Verdict(
@@ -141,8 +146,9 @@ class KeyRing:
                 403,
                 f"key {who.name!r} has role {who.role!r}; this endpoint needs an admin key",
                 "role",
+                access,
             )
-        return Verdict(who)
+        return Verdict(who, access=access)
 
 
 def _bearer(value: bytes | None) -> bytes | None:

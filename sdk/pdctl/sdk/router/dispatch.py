@@ -21,8 +21,6 @@ legs (closing their connections makes vLLM abort them).
 from __future__ import annotations
 
 import asyncio
-import time
-import uuid
 from typing import Any, Protocol
 
 from pdctl.sdk.router import tracing
@@ -68,19 +66,6 @@ class Dispatcher:
         """The strategy for the router's path."""
         return self.tokens if self.tokens is not None else self.text
 
-    def open(self, path: str, stream: bool, traceparent: str | None = None) -> Timeline:
-        """A new request's timeline (and its trace, continuing ``traceparent``)."""
-        tl = Timeline(
-            id=f"pdctl-{uuid.uuid4().hex}",
-            mode=self.instances.mode,
-            path=path,
-            stream=stream,
-            received=time.time(),
-            t0=time.perf_counter(),
-        )
-        tl.trace = self.tracer.begin(traceparent)
-        return tl
-
     async def dispatch(
         self,
         path: str,
@@ -91,11 +76,12 @@ class Dispatcher:
     ) -> Reply | StreamReply:
         """Route one validated request: the entry every request passes (admitted by the
         app's guard before it). ``tl`` is the request's timeline when the caller opened it
-        (:meth:`open`, to read its usage afterwards). A :class:`RouteError` becomes its
+        (:meth:`Timeline.begin`, to read its usage afterwards). A :class:`RouteError` becomes its
         OpenAI-style error reply; a request cancelled (its client gone) is settled as
         such."""
         if tl is None:
-            tl = self.open(path, bool(body.get("stream")), traceparent)
+            stream = bool(body.get("stream"))
+            tl = Timeline.begin(self.instances.mode, path, stream, self.tracer, traceparent)
         try:
             return await self.strategy().route(path, body, tl)
         except RouteError as e:

@@ -1,7 +1,8 @@
 """The router's front desk: keys (:mod:`.auth`), rate limits (:mod:`.limits`) and the
-audit log (:mod:`.audit`) composed into one object the HTTP layer asks three questions:
-who is this and may they (:meth:`Guard.check`), may this completion start now
-(:meth:`Guard.admit`), and record this control action (:meth:`Guard.control_done`)."""
+audit log (:mod:`.audit`) composed into one object. The HTTP layer asks it who this is
+and whether they may (:meth:`Guard.check`), asks its :attr:`Guard.limits` whether a
+completion may start now (:meth:`~pdctl.sdk.router.limits.Limiter.admit`), and has it
+record each control action (:meth:`Guard.control_done`)."""
 
 from __future__ import annotations
 
@@ -10,8 +11,8 @@ from typing import Any
 
 from pdctl.sdk.keys import key_sources
 from pdctl.sdk.router.audit import AuditLog
-from pdctl.sdk.router.auth import ANONYMOUS, KeyRing, Principal, Verdict, access_for
-from pdctl.sdk.router.limits import Clock, Limiter, Refusal, Reservation, estimate_tokens
+from pdctl.sdk.router.auth import ANONYMOUS, KeyRing, Principal, Verdict
+from pdctl.sdk.router.limits import Clock, Limiter
 from pdctl.sdk.router.promreg import Registry
 from pdctl.sdk.spec import RouterSpec
 
@@ -64,9 +65,8 @@ class Guard:
     def check(self, scope: Scope) -> Verdict:
         """Authenticate one HTTP request; refusals are counted and audited."""
         path = scope["path"]
-        access = access_for(path)
-        v = self.keys.check(access, _header(scope, b"authorization"))
-        if v.ok and access == "admin" and self.control_needs_client_cert:
+        v = self.keys.check(path, _header(scope, b"authorization"))
+        if v.ok and v.access == "admin" and self.control_needs_client_cert:
             subject = scope.get("extensions", {}).get("tls", {}).get("client_cert_subject")
             if not subject:
                 v = Verdict(
@@ -75,6 +75,7 @@ class Guard:
                     "the control endpoints need a client certificate signed by "
                     "router.tls.client_ca_file (mTLS)",
                     "client_cert",
+                    v.access,
                 )
         if not v.ok:
             self.auth_failures.inc(v.reason)
@@ -88,9 +89,6 @@ class Guard:
                 detail={"reason": v.reason},
             )
         return v
-
-    def admit(self, who: Principal | None, body: Mapping[str, Any]) -> Reservation | Refusal:
-        return self.limits.reserve(who or ANONYMOUS, estimate_tokens(body))
 
     def control_done(self, who: Principal | None, scope: Scope, request: Any, status: int) -> None:
         p = who or ANONYMOUS

@@ -1,4 +1,7 @@
-"""A lease on an upstream slot: one leg counted in its instance's ``outstanding``.
+"""What a request takes and gives back exactly once: a :class:`Lease` on an upstream
+slot, and a :class:`Reservation` of its tenant's rate-limit budget.
+
+A lease is one leg counted in its instance's ``outstanding``.
 
 The slot is taken when the lease is made and given back exactly once, by whichever
 comes first: leaving its ``async with`` (normally, by an exception, or cancelled), an
@@ -14,7 +17,9 @@ so the ``async with`` around the send cannot release what the relay still uses.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from types import TracebackType
+from typing import Protocol
 
 from pdctl.sdk.router.instances import Upstream
 from pdctl.sdk.router.upstream import Response
@@ -75,3 +80,48 @@ class Lease:
         tb: TracebackType | None,
     ) -> None:
         self.release()
+
+
+class Bucket(Protocol):
+    """A token bucket a reservation charged (:class:`pdctl.sdk.router.limits.TokenBucket`)."""
+
+    def give(self, amount: float) -> None: ...
+    def take(self, amount: float) -> None: ...
+
+
+class Reservation:
+    """What one admitted request holds; :meth:`settle` exactly once (later calls do
+    nothing), also as ``with reservation:`` (settles with :attr:`used`)."""
+
+    def __init__(
+        self,
+        tenant: str,
+        tokens: float,
+        charges: list[tuple[Bucket, float]],
+        meter: Callable[[str, float], None],
+    ) -> None:
+        self.tenant, self.tokens = tenant, tokens
+        self.charges = charges
+        """(bucket, tokens reserved in it): the token buckets, settled from usage."""
+        self.used: float | None = None
+        self._meter = meter
+        self._settled = False
+
+    def settle(self, used: float | None) -> None:
+        """Correct the token buckets to ``used`` tokens (None: keep what was reserved)."""
+        if self._settled:
+            return
+        self._settled = True
+        spent = self.tokens if used is None else used
+        for bucket, reserved in self.charges:
+            if spent <= reserved:
+                bucket.give(reserved - spent)
+            else:
+                bucket.take(spent - reserved)
+        self._meter(self.tenant, spent)
+
+    def __enter__(self) -> Reservation:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.settle(self.used)

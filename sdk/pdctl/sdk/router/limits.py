@@ -6,13 +6,14 @@ key's, requests and tokens) can give what it asks for; then all of them are char
 once (nothing awaits in between, so the check and the charge are one step on the event
 loop). Tokens are not known until the answer: admission reserves an estimate (the
 request's ``max_tokens`` plus its prompt's length in characters / 4, at most a bucket's
-size so a large request is not refused for ever) and :meth:`Reservation.settle` returns
-or charges the difference from the answer's usage. A bucket may go below zero that way;
-the next request waits until it has refilled.
+size so a large request is not refused for ever) and the
+:class:`~pdctl.sdk.router.lease.Reservation` returns or charges the difference from the
+answer's usage when it settles. A bucket may go below zero that way; the next request
+waits until it has refilled.
 
-One mechanism for every limit: a :class:`Reservation` is a list of (bucket, amount)
-charges that settles exactly once. Admission control (a queue in front of the fleet)
-adds its own charges to the same object instead of keeping a second account.
+One mechanism for every limit: a reservation is a list of (bucket, amount) charges that
+settles exactly once. Admission control (a queue in front of the fleet) adds its own
+charges to the same object instead of keeping a second account.
 """
 
 from __future__ import annotations
@@ -23,7 +24,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from pdctl.sdk.router.auth import Principal
+from pdctl.sdk.router.auth import ANONYMOUS, Principal
+from pdctl.sdk.router.lease import Bucket, Reservation
 from pdctl.sdk.router.promreg import Registry
 from pdctl.sdk.spec.security import RateLimitSpec
 
@@ -84,40 +86,6 @@ class Refusal:
         ]
 
 
-class Reservation:
-    """What one admitted request holds; :meth:`settle` exactly once (later calls do
-    nothing), also as ``with reservation:`` (settles with :attr:`used`)."""
-
-    def __init__(
-        self, tenant: str, tokens: float, charges: list[tuple[TokenBucket, float]], meter: Meter
-    ) -> None:
-        self.tenant, self.tokens = tenant, tokens
-        self.charges = charges
-        """(bucket, tokens reserved in it): the token buckets, settled from usage."""
-        self.used: float | None = None
-        self._meter = meter
-        self._settled = False
-
-    def settle(self, used: float | None) -> None:
-        """Correct the token buckets to ``used`` tokens (None: keep what was reserved)."""
-        if self._settled:
-            return
-        self._settled = True
-        spent = self.tokens if used is None else used
-        for bucket, reserved in self.charges:
-            if spent <= reserved:
-                bucket.give(reserved - spent)
-            else:
-                bucket.take(spent - reserved)
-        self._meter.tokens(self.tenant, spent)
-
-    def __enter__(self) -> Reservation:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.settle(self.used)
-
-
 class Meter:
     """Per-tenant counters; every known tenant is exported from 0."""
 
@@ -167,6 +135,11 @@ class Limiter:
         self._tenant = {t: _buckets(s, now) for t, s in tenants.items() if s.limited}
         self._key = {k: _buckets(s, now) for k, s in keys.items() if s.limited}
 
+    def admit(self, who: Principal | None, body: Mapping[str, Any]) -> Reservation | Refusal:
+        """Admit one completion request (``who`` None: the anonymous tenant) at its
+        :func:`estimate_tokens`, or say which limit refuses it."""
+        return self.reserve(who or ANONYMOUS, estimate_tokens(body))
+
     def reserve(self, who: Principal, tokens: float) -> Reservation | Refusal:
         """Admit one request estimated at ``tokens``, or say which limit refuses it."""
         now = self.clock()
@@ -184,7 +157,7 @@ class Limiter:
         if worst is not None:
             self.meter.rejections.inc(who.tenant, worst.reason)
             return worst
-        charges: list[tuple[TokenBucket, float]] = []
+        charges: list[tuple[Bucket, float]] = []
         for _, bs in plans:
             for limit, bucket, amount in bs.asks(tokens):
                 taken = min(amount, bucket.capacity)
@@ -192,7 +165,7 @@ class Limiter:
                 if limit == "tokens":
                     charges.append((bucket, taken))
         self.meter.requests.inc(who.tenant)
-        return Reservation(who.tenant, tokens, charges, self.meter)
+        return Reservation(who.tenant, tokens, charges, self.meter.tokens)
 
 
 @dataclass

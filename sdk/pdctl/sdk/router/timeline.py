@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import time
+import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 from pdctl.sdk.router.instances import Upstream
 from pdctl.sdk.router.promreg import Registry
-from pdctl.sdk.router.tracing import RequestTrace
+from pdctl.sdk.router.tracing import RequestTrace, Tracer
 
 
 @dataclass
@@ -46,6 +47,28 @@ class Timeline:
     """What the router did beyond the plain path: waits, retries, cancellations."""
     migrations: list[dict[str, Any]] = field(default_factory=list)
     """Decode migrations: from, to, at_ms, tokens_sent, why."""
+
+    @classmethod
+    def begin(
+        cls,
+        mode: str,
+        path: str,
+        stream: bool,
+        tracer: Tracer | None = None,
+        traceparent: str | None = None,
+    ) -> Timeline:
+        """A new request's timeline (and its trace, continuing ``traceparent``)."""
+        tl = cls(
+            id=f"pdctl-{uuid.uuid4().hex}",
+            mode=mode,
+            path=path,
+            stream=stream,
+            received=time.time(),
+            t0=time.perf_counter(),
+        )
+        if tracer is not None:
+            tl.trace = tracer.begin(traceparent)
+        return tl
 
     def note(self, text: str) -> None:
         self.notes.append(f"{self.mark() * 1000:.1f} ms: {text}")
