@@ -319,3 +319,20 @@ async def test_supervisor_control_socket_is_0600_and_survives_hostile_clients(tm
         assert reply == {"ok": True}
     finally:
         server.close()
+
+
+def test_open_files_limit_is_raised_and_a_too_low_one_is_named():
+    import resource
+
+    from pdctl.sdk.router.hardening import FDS_PER_CONNECTION, FDS_SPARE, open_files_for
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    fits = max(1, (min(soft, hard) - FDS_SPARE) // FDS_PER_CONNECTION)
+    assert open_files_for(fits) is None
+    assert resource.getrlimit(resource.RLIMIT_NOFILE)[0] == hard  # soft raised to hard
+    if hard == resource.RLIM_INFINITY:
+        return
+    warning = open_files_for(hard)  # three descriptors per connection cannot fit
+    assert warning is not None
+    assert "router.http.max_connections" in warning
+    assert str(hard) in warning

@@ -23,7 +23,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["Limits", "json_too_deep"]
+__all__ = ["Limits", "json_too_deep", "open_files_for"]
+
+FDS_PER_CONNECTION = 3
+"""File descriptors one client connection may hold in the router: its own socket, the
+decode leg's and, in push mode, the prefill leg's while both are in flight."""
+FDS_SPARE = 256
+"""Descriptors kept for everything else: the listening socket, the health checks, the
+metrics scrapes, KV-event subscriptions, log and audit files."""
 
 
 @dataclass(frozen=True)
@@ -47,3 +54,26 @@ def json_too_deep(obj: Any, limit: int) -> bool:
                 return True
             stack.extend((v, d + 1) for v in (o.values() if isinstance(o, dict) else o))
     return False
+
+
+def open_files_for(max_connections: int) -> str | None:
+    """Raise this process's soft limit on open files to its hard limit (what the router
+    may hold at ``max_connections``: :data:`FDS_PER_CONNECTION` each, plus
+    :data:`FDS_SPARE`); a warning naming the fix when even the hard limit is lower, else
+    None. Past the limit, accepting a connection or opening a leg fails with ``EMFILE``:
+    requests fail instead of being refused with a 503 at ``max_connections``."""
+    import resource
+
+    need = max_connections * FDS_PER_CONNECTION + FDS_SPARE
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and soft < hard:
+        soft = hard
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    if soft == resource.RLIM_INFINITY or soft >= need:
+        return None
+    return (
+        f"router.http.max_connections = {max_connections} needs up to {need} open files, "
+        f"but this process may open {soft} (ulimit -n; its hard limit is {hard}): raise the "
+        f"limit (ulimit -Hn, a container's nofile ulimit, systemd LimitNOFILE) or lower "
+        f"router.http.max_connections to {max(1, (soft - FDS_SPARE) // FDS_PER_CONNECTION)}"
+    )

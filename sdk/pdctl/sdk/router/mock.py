@@ -405,6 +405,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--engine-id", default="prefill-0")
     ap.add_argument("--side-channel-port", type=int, default=5600)
     ap.add_argument("--chunks", type=int, default=4, help="SSE events in a streamed answer")
+    ap.add_argument(
+        "--chunk-delay-s", type=float, default=0.0, help="seconds between streamed events"
+    )
     ap.add_argument("--no-record", action="store_true", help="keep no list of requests (load runs)")
     args = ap.parse_args(argv)
     cfg = MockConfig(
@@ -412,6 +415,7 @@ def main(argv: list[str] | None = None) -> int:
         engine_id=args.engine_id,
         side_channel_port=args.side_channel_port,
         chunks=args.chunks,
+        chunk_delay_s=args.chunk_delay_s,
         record=not args.no_record,
     )
 

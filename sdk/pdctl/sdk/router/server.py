@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import gc
 import signal
+import sys
 from collections.abc import Collection
 from typing import Any
 
@@ -16,7 +17,7 @@ from pdctl.sdk.lint.waiver import refused_layout, waive
 from pdctl.sdk.router.app import DEFAULT_MAX_BODY, RouterApp
 from pdctl.sdk.router.core import Router, RouterMode
 from pdctl.sdk.router.guard import Guard
-from pdctl.sdk.router.hardening import Limits
+from pdctl.sdk.router.hardening import Limits, open_files_for
 from pdctl.sdk.router.suspects import SupervisorLink
 from pdctl.sdk.spec import FleetSpec, RouterSpec
 
@@ -137,6 +138,9 @@ def serve(app: RouterApp, host: str, port: int) -> None:
     except (OSError, ValueError) as e:
         raise RouterStartError(f"router.tls: cannot load the certificate or key: {e}") from None
     server = uvicorn.Server(config)
+    warning = open_files_for(app.router.settings.http.max_connections)
+    if warning is not None:
+        print(f"pdctl router: warning: {warning}", file=sys.stderr, flush=True)
     settle_heap()
 
     async def main() -> None:
@@ -158,7 +162,6 @@ def serve(app: RouterApp, host: str, port: int) -> None:
 def main(argv: list[str] | None = None) -> int:
     """``python -m pdctl.sdk.router.server --spec-json FILE``: how the launcher runs it."""
     import argparse
-    import sys
     from pathlib import Path
 
     ap = argparse.ArgumentParser(prog="python -m pdctl.sdk.router.server")
