@@ -11,9 +11,10 @@ its stream to the end and checking it ended with ``[DONE]``.
   its process tree) idle, at the plateau and after, memory per 1,000 streams, time to
   first byte p50/p99 and stream duration;
 * ``--soak S`` seconds at ``--rate R`` new streams per second (open loop; default 70% of
-  the capacity measured first with ``--capacity-s`` seconds of as-fast-as-possible
-  streams): the router's RSS sampled every 10 s, the last fifth of the run against the
-  first fifth after the warm-up fifth (flat: within ±10%).
+  the capacity measured first with ``--capacity-s`` seconds of 64 clients streaming back
+  to back — the capacity of the whole setup, load generator included, which on a small
+  machine is below the router's own): the router's RSS sampled every 10 s, the last
+  fifth of the run against the second fifth (flat: within ±10%).
 
 The router is started with ``router.http.max_connections`` above N and, when this
 process may raise it (root), an open-files limit of ``--nofile``; the router raises its
@@ -140,7 +141,7 @@ async def many(port: int, n: int, ramp_s: float, pid: int) -> dict[str, Any]:
     tasks = []
     for i in range(n):
         tasks.append(asyncio.create_task(one_stream("127.0.0.1", port, payload, stats)))
-        if ramp_s > 0 and i % 100 == 99:
+        if ramp_s > 0 and i % 100 == 99:  # a ramp, not a SYN flood on one backlog
             await asyncio.sleep(ramp_s * 100 / n)
     peak_rss, peak_fds = 0.0, 0
     while not all(t.done() for t in tasks):
@@ -165,7 +166,7 @@ async def many(port: int, n: int, ramp_s: float, pid: int) -> dict[str, Any]:
         "idle": idle,
         "peak": {"rss_mb": round(peak_rss, 1), "open_files": peak_fds},
         "after": after,
-        "mib_per_1000_streams": round((peak_rss - idle["rss_mb"]) / max(1, n / 1000), 2),
+        "mib_per_1000_streams": round((peak_rss - idle["rss_mb"]) / (n / 1000), 2) if n else None,
         "ttfb_ms": {"p50": pct(stats.ttfb, 0.5), "p99": pct(stats.ttfb, 0.99)},
         "stream_s": {
             "p50": (pct(stats.duration, 0.5) or 0) / 1000,
@@ -238,6 +239,7 @@ def main() -> int:
     ap.add_argument("--rate", type=float, default=None, help="soak: new streams per second")
     ap.add_argument("--capacity-s", type=float, default=10.0)
     ap.add_argument("--soak-events", type=int, default=16)
+    ap.add_argument("--soak-interval", type=float, default=0.0, help="soak: s between events")
     ap.add_argument("--router-cpus", default="0")
     ap.add_argument("--load-cpus", default="1")
     ap.add_argument("--nofile", type=int, default=65536)
@@ -258,7 +260,7 @@ def main() -> int:
     try:
         for events, interval, label in (
             (args.events, args.event_interval, "many"),
-            (args.soak_events, 0.05, "soak"),
+            (args.soak_events, args.soak_interval, "soak"),
         ):
             if label == "soak" and args.soak <= 0:
                 break
