@@ -94,3 +94,21 @@ def test_excluded_and_open_breakers_are_not_candidates():
     for _ in range(5):
         pool[1].breaker.failure()
     assert [u.name for u in candidates(pool, exclude=(pool[2],))] == ["d0"]
+
+
+def test_place_chooses_decode_then_prefill_or_decode_alone():
+    decodes, prefills = ups(3, 1), ups(0, 2)
+    for u in prefills:
+        u.role = "prefill"
+    ll = LeastLoaded()
+    d, p = ll.place(decodes, prefills)
+    assert (d.name, p.name if p else None) == ("d1", "d0")
+    d, p = ll.place(decodes, prefills, alone_on={"d1"})  # few tokens uncached on d1
+    assert (d.name, p) == ("d1", None)
+    d, p = ll.place(decodes, prefills, alone_on={"d0"})  # not the chosen decode
+    assert p is not None
+    assert ll.place(decodes, None) == (decodes[1], None)  # colocated, or decode-only asked
+    for u in prefills:
+        u.healthy = False
+    with pytest.raises(RouteError, match="no healthy prefill"):
+        ll.place(decodes, prefills)

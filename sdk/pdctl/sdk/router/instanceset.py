@@ -196,32 +196,43 @@ class InstanceSet:
         not cached on the chosen decode goes to decode alone."""
         cache = self.cache_aware if keys is not None else None
         blocks = prompt_len // cache.block_size if cache is not None else 0
-        scores = cache.scores(self.decodes, keys or [], blocks) if cache is not None else None
-        d = await self.acquire(self.decodes, tl, scores=scores)
-        tl.decode = d.name
-        if cache is not None and self.mode != "colocated" and not decode_only:
+        ks = keys or []
+        alone = self.mode == "colocated" or decode_only
+        d_scores = p_scores = None
+        uncached: dict[str, int] = {}
+        if cache is not None:
+            d_scores = cache.scores(self.decodes, ks, blocks)
             limit = self.settings.disaggregate_min_uncached_tokens
-            uncached = prompt_len - cache.overlap(d, keys or []) * cache.block_size
-            if limit and uncached <= limit:
-                decode_only = True
-                tl.decision = "decode-only"
-                tl.note(f"{uncached} uncached tokens on {d.name}: decode alone")
+            if not alone:
+                p_scores = cache.scores(self.prefills, ks, blocks)
+                if limit:
+                    for n, held in cache.overlaps(self.decodes, ks).items():
+                        if (left := prompt_len - held * cache.block_size) <= limit:
+                            uncached[n] = left
+        try:
+            d, p = self.policy.place(
+                self.decodes, None if alone else self.prefills, d_scores, p_scores, uncached
+            )
+        except RouteError:  # a role has no instance now: wait for one, role by role
+            d = await self.acquire(self.decodes, tl, scores=d_scores)
+            p = None
+            if not alone and d.name not in uncached:
+                p = await self.acquire(self.prefills, tl, scores=p_scores)
+        tl.decode = d.name
         if self.mode == "colocated":
             tl.decision = "colocated"
         elif decode_only:
             tl.decision = "decode-only"
+        elif d.name in uncached:
+            tl.decision = "decode-only"
+            tl.note(f"{uncached[d.name]} uncached tokens on {d.name}: decode alone")
         elif tl.decision is None:
             tl.decision = "disaggregated"
         self.metrics.decisions.inc(tl.decision, tl.route_path)
-        if self.mode == "colocated" or decode_only:
-            if cache is not None and keys is not None:
-                cache.routed(d, keys, tl)
-            return d, None
-        scores = cache.scores(self.prefills, keys or [], blocks) if cache is not None else None
-        p = await self.acquire(self.prefills, tl, scores=scores)
-        tl.prefill = p.name
+        if p is not None:
+            tl.prefill = p.name
         if cache is not None and keys is not None:
-            cache.routed(p, keys, tl)
+            cache.routed(d if p is None else p, keys, tl)  # where the prompt is computed
         return d, p
 
     # ------------------------------------------------------------------ operator control

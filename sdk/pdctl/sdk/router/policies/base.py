@@ -1,7 +1,8 @@
 """What a selection policy is: an object that picks one instance among the eligible ones.
 
 The instance set (:mod:`pdctl.sdk.router.instanceset`) holds one policy, swaps it when an
-operator asks, and calls :meth:`Policy.choose`; each policy lives in its own file of this
+operator asks, and calls :meth:`Policy.place` for a request's pair (:meth:`Policy.choose`
+for one role); each policy lives in its own file of this
 package and :mod:`pdctl.sdk.router.policies.registry` maps the spec's ``router.policy``
 names to them.
 """
@@ -9,7 +10,7 @@ names to them.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from typing import ClassVar
 
 from pdctl.sdk.router.instances import Upstream
@@ -49,6 +50,22 @@ class Policy:
         if len(cands) == 1:
             return cands[0]
         return self.pick(cands, scores)
+
+    def place(
+        self,
+        decodes: Sequence[Upstream],
+        prefills: Sequence[Upstream] | None,
+        d_scores: dict[str, float] | None = None,
+        p_scores: dict[str, float] | None = None,
+        alone_on: Collection[str] = (),
+    ) -> tuple[Upstream, Upstream | None]:
+        """A request's decode and its prefill, one choice per role, decode first; no
+        prefill when ``prefills`` is None or the chosen decode is in ``alone_on`` (the
+        decodes on which the prompt goes to decode alone); 503 when a role has none."""
+        d = self.choose(decodes, (), d_scores)
+        if prefills is None or d.name in alone_on:
+            return d, None
+        return d, self.choose(prefills, (), p_scores)
 
     def pick(self, cands: list[Upstream], scores: dict[str, float] | None) -> Upstream:
         """The choice among two or more candidates."""

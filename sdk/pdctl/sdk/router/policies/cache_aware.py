@@ -259,6 +259,12 @@ class CacheAware:
             for u in pool
         }
 
+    def overlaps(self, pool: Sequence[Upstream], keys: Sequence[int]) -> dict[str, int]:
+        """The prompt's leading blocks each instance of ``pool`` holds."""
+        known = [u.name for u in pool if u.name in self.index.instances]
+        over = self.index.overlaps(known, keys) if known else {}
+        return {u.name: over.get(u.name, 0) for u in pool}
+
     def overlap(self, u: Upstream, keys: Sequence[int]) -> int:
         if u.name not in self.index.instances:
             return 0
