@@ -329,9 +329,13 @@ class MonitorSource(Source):
         except PdctlError as e:  # Prometheus refused or is gone: say so, keep the UI
             notes.append(str(e))
             snap, reqs, state = self.monitor.snapshot(), None, None
+        found = self.monitor.discovery
+        if found is not None and found.problem:  # the last known pods are shown
+            notes.append(f"Kubernetes: {found.problem}")
         return self.journal(self.advise(Update(snap, reqs, state, None, tuple(notes))))
 
     async def close(self) -> None:
+        await self.monitor.aclose()
         if self._client is not None:
             await self._client.aclose()
             self._client = None
