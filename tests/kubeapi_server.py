@@ -104,6 +104,17 @@ def pod(
 
 
 class _Server(ThreadingHTTPServer):
+    ssl_context: Any = None
+
+    def finish_request(self, request: Any, client_address: Any) -> None:
+        # the TLS handshake in the connection's own thread: a client that never finishes
+        # it must not block accepting the others (nor shutting down)
+        if self.ssl_context is not None:
+            request.settimeout(5.0)
+            request = self.ssl_context.wrap_socket(request, server_side=True)
+            request.settimeout(None)
+        super().finish_request(request, client_address)
+
     def handle_error(self, request: Any, client_address: Any) -> None:
         pass  # a client that went away mid-answer (the tests cut connections on purpose)
 
@@ -111,7 +122,16 @@ class _Server(ThreadingHTTPServer):
 class FakeKubeAPI:
     """``with FakeKubeAPI() as api:`` serves on ``api.url`` until the block ends."""
 
-    def __init__(self, token: str = "good-token", namespace: str = "llm") -> None:
+    def __init__(
+        self,
+        token: str = "good-token",
+        namespace: str = "llm",
+        *,
+        tls: dict[str, str] | None = None,
+    ) -> None:
+        """``tls``: ``cert``, ``key`` (the server's) and optionally ``client_ca``: a
+        verified client certificate then authenticates without a token, as the real
+        server's x509 authenticator does."""
         self.token = token
         self.user = f"system:serviceaccount:{namespace}:pdctl"
         self.allowed = {"list", "watch", "get"}
@@ -129,7 +149,18 @@ class FakeKubeAPI:
         handler = self._handler()
         self.httpd = _Server(("127.0.0.1", 0), handler)
         self.httpd.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        scheme = "http"
+        if tls is not None:
+            import ssl
+
+            ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+            ctx.load_cert_chain(tls["cert"], tls["key"])
+            if tls.get("client_ca"):
+                ctx.load_verify_locations(tls["client_ca"])
+                ctx.verify_mode = ssl.CERT_OPTIONAL
+            self.httpd.ssl_context = ctx
+            scheme = "https"
+        self.url = f"{scheme}://127.0.0.1:{self.httpd.server_address[1]}"
         self._thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
 
     def __enter__(self) -> FakeKubeAPI:
@@ -221,7 +252,8 @@ class FakeKubeAPI:
                         status(404, "NotFound", "the server could not find the requested resource"),
                     )
                     return
-                if self.headers.get("Authorization") != f"Bearer {api.token}":
+                peer = getattr(self.connection, "getpeercert", lambda: None)()
+                if not peer and self.headers.get("Authorization") != f"Bearer {api.token}":
                     self._json(401, status(401, "Unauthorized", "Unauthorized"))
                     return
                 ns = m[1]

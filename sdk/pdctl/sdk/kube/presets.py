@@ -20,14 +20,15 @@ stored in ``tests/fixtures/kube/``.
   ``config/llmisvcconfig/config-llm-{prefill,decode}-template.yaml`` run vLLM in the
   container ``main`` (``--port 8000`` prefill, ``--port 8001`` decode behind the
   ``llm-d-routing-sidecar`` on 8000), over HTTPS when the controller's TLS is on.
-* ``dynamo`` (ai-dynamo/dynamo, commit d195d280e13e5532510a1004ad8d8d06f2f8266a): the
-  operator's ``deploy/operator/internal/consts/consts.go`` names the labels
+* ``dynamo`` (ai-dynamo/dynamo): the operator's ``deploy/operator/internal/consts/consts.go``
+  (commit d195d280e13e5532510a1004ad8d8d06f2f8266a) names the labels
   ``nvidia.com/dynamo-component-type`` (``prefill``/``decode``; ``worker`` in the legacy
-  form, with ``nvidia.com/dynamo-sub-component-type: prefill|decode``, set in
-  ``deploy/operator/internal/controller/`` when rendering a worker's pods) and the worker
-  container's port ``system`` (9090), where Dynamo serves vLLM's ``vllm:*`` series next
-  to its own (``DYN_SYSTEM_PORT``; ``docs/backends/vllm/prometheus.md``); the container is
-  ``main`` (``MainContainerName``).
+  form, with ``nvidia.com/dynamo-sub-component-type: prefill|decode``, as the operator's
+  ``getDCDWorkloadPodLabels`` writes them), the container ``main`` (``MainContainerName``)
+  and the worker's port ``system`` (9090); ``deploy/operator/internal/dynamo/component_worker.go``
+  (commit 015d780ba9c3d32c293ad67b786fe9af0d8a4d22) puts that port, its probes and
+  ``DYN_SYSTEM_PORT`` on every worker, where Dynamo serves vLLM's ``vllm:*`` series next to
+  its own (``docs/backends/vllm/prometheus.md``). Too large to copy into the tests: cited.
 * ``pdctl``: what pdctl's own Kubernetes backend creates (:mod:`pdctl.sdk.k8slabels`),
   router included.
 """
