@@ -219,6 +219,10 @@ class FakeKubeAPI:
             with contextlib.suppress(OSError):
                 s.shutdown(socket.SHUT_RDWR)
 
+    def open_watches(self) -> int:
+        with self.cond:
+            return len(self._socks)
+
     def watch_count(self) -> int:
         return sum(1 for p, q in self.requests if q.get("watch") == ["1"])
 

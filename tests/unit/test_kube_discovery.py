@@ -341,6 +341,13 @@ async def test_the_monitor_scrapes_the_pods_it_finds_and_drops_those_that_leave(
             snap = await mon.poll()
             assert [i.name for i in snap.instances] == ["d-0", "d-1"]
             assert all(i.health == "UP" for i in snap.instances)
+            assert api.open_watches() == 2
+            await mon.aclose()
+            for _ in range(100):  # the server notices at its next bookmark
+                if api.open_watches() == 0:
+                    break
+                await asyncio.sleep(0.05)
+            assert api.open_watches() == 0  # nothing left open
         finally:
             await mon.aclose()
             for m in (p, d0, d1):
@@ -391,3 +398,27 @@ async def test_pdctl_metrics_once_over_kubernetes(capsys, tmp_path, monkeypatch)
     assert [(i["name"], i["role"], i["health"]) for i in doc["instances"]] == [
         ("d-0", "decode", "UP")
     ]
+
+
+async def test_the_ui_source_notes_what_keeps_the_pods_stale_and_stops_the_watches():
+    pytest.importorskip("textual", reason="the TUI's source needs the tui extra")
+    from pdctl.tui.source import MonitorSource
+
+    with FakeKubeAPI() as api:
+        api.allowed = {"list"}  # the Role lacks watch
+        api.add(pod("d-0", LLMD_D, ip="127.0.0.1", containers=vllm(closed_port())))
+        mon = FleetMonitor.from_kubernetes(
+            "llm", preset="llm-d", config=config(api), backoff_s=0.05
+        )
+        source = MonitorSource(mon, title="fleet at Kubernetes")
+        try:
+            first = await source.poll()
+            assert [i.name for i in first.snapshot.instances] == ["d-0"]
+            found = mon.discovery
+            assert found is not None
+            await until(found, lambda: found.problem is not None, "the refused watch")
+            update = await source.poll()
+            note = next(n for n in update.notes if n.startswith("Kubernetes: "))
+            assert "may not watch pods" in note
+        finally:
+            await source.close()
