@@ -25,7 +25,11 @@ from tests.unit.test_router_hardening import _certs
 D = {"llm-d.ai/role": "decode"}
 
 
-def kubeconfig(path: Path, server: str, user: dict[str, Any], **cluster: Any) -> Path:
+def kubeconfig(
+    path: Path, server: str, user: dict[str, Any], yaml: Any = None, **cluster: Any
+) -> Path:
+    """A kubeconfig with contexts ``main`` (namespace llm) and ``other`` (prod); YAML, as
+    kubectl writes it, given the ``yaml`` fixture, else JSON (a kubeconfig too)."""
     doc = {
         "apiVersion": "v1",
         "kind": "Config",
@@ -37,9 +41,7 @@ def kubeconfig(path: Path, server: str, user: dict[str, Any], **cluster: Any) ->
         "clusters": [{"name": "c", "cluster": {"server": server, **cluster}}],
         "users": [{"name": "u", "user": user}],
     }
-    import yaml  # type: ignore[import-untyped, unused-ignore]
-
-    path.write_text(yaml.safe_dump(doc))  # YAML, as kubectl writes it
+    path.write_text(yaml.safe_dump(doc) if yaml is not None else json.dumps(doc))
     return path
 
 
@@ -56,10 +58,12 @@ def b64(path: str) -> str:
     return base64.b64encode(Path(path).read_bytes()).decode()
 
 
-async def test_kubeconfig_with_a_token_and_the_contexts_namespace(tmp_path):
+async def test_kubeconfig_with_a_token_and_the_contexts_namespace(tmp_path, yaml):
     with FakeKubeAPI() as api:
         api.add(pod("d-0", D))
-        cfg = from_kubeconfig(str(kubeconfig(tmp_path / "kc", api.url, {"token": "good-token"})))
+        cfg = from_kubeconfig(
+            str(kubeconfig(tmp_path / "kc", api.url, {"token": "good-token"}, yaml))
+        )
         assert cfg.namespace == "llm"
         assert await names_via(cfg) == ["d-0"]
         other = from_kubeconfig(str(tmp_path / "kc"), "other")
@@ -101,6 +105,11 @@ async def test_an_exec_plugin_gives_the_token(tmp_path):
             }
         }
         cfg = from_kubeconfig(str(kubeconfig(tmp_path / "kc", api.url, user)))
+        assert await names_via(cfg) == ["d-0"]
+        # the plugin's cached token is refused (it was revoked): it runs again, once
+        api.token = "renewed"
+        assert cfg.exec_spec is not None
+        cfg.exec_spec["env"] = [{"name": "TOKEN", "value": "renewed"}]
         assert await names_via(cfg) == ["d-0"]
         user["exec"]["command"] = str(tmp_path / "no-such-plugin")
         user["exec"]["installHint"] = "install the cloud's CLI"
@@ -154,10 +163,10 @@ def test_kubeconfig_errors_name_the_file_entry_and_fix(tmp_path, monkeypatch):
         from_kubeconfig(str(half))
 
 
-def test_kubeconfig_files_merge_first_wins(tmp_path, monkeypatch):
-    a = kubeconfig(tmp_path / "a", "https://first:6443", {"token": "a"})
+def test_kubeconfig_files_merge_first_wins(tmp_path, monkeypatch, yaml):
+    a = kubeconfig(tmp_path / "a", "https://first:6443", {"token": "a"}, yaml)
     b = kubeconfig(tmp_path / "b", "https://second:6443", {"token": "b"})
-    doc = json.loads(json.dumps(__import__("yaml").safe_load(b.read_text())))
+    doc = json.loads(b.read_text())
     doc["current-context"] = "other"
     b.write_text(json.dumps(doc))  # JSON is a kubeconfig too
     monkeypatch.setenv("KUBECONFIG", f"{a}:{b}")

@@ -8,7 +8,6 @@ import re
 from typing import Any
 
 import pytest
-import yaml  # type: ignore[import-untyped, unused-ignore]
 
 from pdctl.sdk.kube import PRESETS, Selector
 from pdctl.sdk.kube.pods import url_of
@@ -33,7 +32,7 @@ def role_of(preset: str, labels: dict[str, str]) -> str | None:
     return None
 
 
-def test_llmd_preset_finds_the_charts_prefill_and_decode_pods_on_vllms_port():
+def test_llmd_preset_finds_the_charts_prefill_and_decode_pods_on_vllms_port(yaml):
     docs = list(yaml.safe_load_all((UP / "llm-d-modelservice" / "output-pd.yaml").read_text()))
     found = {}
     for d in docs:
@@ -81,7 +80,7 @@ def test_kserve_controller_labels_its_engine_pods_as_the_preset_says():
     assert role_of("kserve", {"llm-d.ai/role": "decode"}) is None
 
 
-def kserve_template(name: str, tls: bool) -> dict[str, Any]:
+def kserve_template(yaml: Any, name: str, tls: bool) -> dict[str, Any]:
     text = (UP / "kserve" / f"config-llm-{name}-template.yaml").read_text()
     branch = r"\1" if tls else r"\2"
     text = re.sub(
@@ -93,11 +92,11 @@ def kserve_template(name: str, tls: bool) -> dict[str, Any]:
 
 
 @pytest.mark.parametrize("tls", [False, True], ids=["http", "tls"])
-def test_kserve_templates_serve_vllm_in_main_on_its_port(tls):
+def test_kserve_templates_serve_vllm_in_main_on_its_port(yaml, tls):
     hint = PRESETS["kserve"].hint
     scheme = "https" if tls else "http"
-    assert url_of(ready(kserve_template("decode", tls)), hint) == f"{scheme}://10.1.2.3:8001"
-    assert url_of(ready(kserve_template("prefill", tls)), hint) == f"{scheme}://10.1.2.3:8000"
+    assert url_of(ready(kserve_template(yaml, "decode", tls)), hint) == f"{scheme}://10.1.2.3:8001"
+    assert url_of(ready(kserve_template(yaml, "prefill", tls)), hint) == f"{scheme}://10.1.2.3:8000"
 
 
 def test_dynamo_preset_reads_both_labelings_and_the_system_port():

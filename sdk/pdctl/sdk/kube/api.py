@@ -108,6 +108,7 @@ class KubeAPI:
         msg, doc = _status_message(body)
         where = f"the API server at {self.config.server} ({self.config.source})"
         if status == 401:
+            self.config.forget_token()
             return KubeAuthError(
                 f"{where} refused the credentials of {self.config.user} (401 Unauthorized"
                 f"{': ' + msg if msg and msg != 'Unauthorized' else ''}): the token is "

@@ -107,6 +107,10 @@ class KubeConfig:
             token = self._exec_bearer(refresh)
         return {"Authorization": f"Bearer {token}"} if token else {}
 
+    def forget_token(self) -> None:
+        """The server refused the exec plugin's token: the next request runs it again."""
+        self._exec_token = None
+
     # -- exec credential plugins (client.authentication.k8s.io ExecCredential)
 
     def _run_exec(self) -> dict[str, Any]:
