@@ -407,6 +407,7 @@ async def test_the_ui_source_notes_what_keeps_the_pods_stale_and_stops_the_watch
     with FakeKubeAPI() as api:
         api.allowed = {"list"}  # the Role lacks watch
         api.add(pod("d-0", LLMD_D, ip="127.0.0.1", containers=vllm(closed_port())))
+        api.add(pod("d-1", LLMD_D, ip="127.0.0.1", ready=False))
         mon = FleetMonitor.from_kubernetes(
             "llm", preset="llm-d", config=config(api), backoff_s=0.05
         )
@@ -420,5 +421,7 @@ async def test_the_ui_source_notes_what_keeps_the_pods_stale_and_stops_the_watch
             update = await source.poll()
             note = next(n for n in update.notes if n.startswith("Kubernetes: "))
             assert "may not watch pods" in note
+            want = "Kubernetes: 1 selected pod(s) not shown: d-1 (not Ready (ContainersNotReady))"
+            assert want in update.notes
         finally:
             await source.close()
