@@ -308,11 +308,52 @@ def add_source_arguments(p: argparse._ActionsContainer) -> None:
         help="with --prometheus: the label holding prefill/decode/router (default role)",
     )
 
+    k = p.add_argument_group("Kubernetes discovery (pods by labels, followed with list + watch)")
+    k.add_argument(
+        "--k8s-preset",
+        choices=("llm-d", "kserve", "dynamo", "pdctl"),
+        default=None,
+        help="the labels llm-d's chart, KServe's LLMInferenceService, Dynamo's operator or "
+        "pdctl's k8s backend put on prefill/decode pods",
+    )
+    k.add_argument(
+        "--k8s-namespace",
+        metavar="NS",
+        default=None,
+        help="the pods' namespace (default: the kubeconfig context's, or the pod's own)",
+    )
+    for role in ("prefill", "decode", "router"):
+        k.add_argument(
+            f"--k8s-{role}-selector",
+            metavar="LABELS",
+            default=None,
+            help=f"label selector of the {role} pods, e.g. 'llm-d.ai/role={role}' "
+            "(replaces the preset's for that role)",
+        )
+    k.add_argument(
+        "--k8s-port",
+        metavar="NAME|N",
+        default=None,
+        help="the engines' container port, by name or number (default: the preset's, "
+        "else the container's --port, else its first port)",
+    )
+    k.add_argument("--k8s-kubeconfig", metavar="FILE", default=None, help="kubeconfig to use")
+    k.add_argument("--k8s-context", metavar="NAME", default=None, help="kubeconfig context")
+
+
+def k8s_source(args: argparse.Namespace) -> bool:
+    """Whether the command line asks for Kubernetes discovery."""
+    return any(
+        getattr(args, f"k8s_{n}", None)
+        for n in ("preset", "namespace", "prefill_selector", "decode_selector", "router_selector")
+    )
+
 
 def spec_free_source(args: argparse.Namespace) -> bool:
     """Whether the command line names its source itself (no spec is read)."""
     return bool(
-        getattr(args, "prometheus", None)
+        k8s_source(args)
+        or getattr(args, "prometheus", None)
         or getattr(args, "prefill", None)
         or getattr(args, "decode", None)
         or (getattr(args, "router", None) and not getattr(args, "file", None))

@@ -86,6 +86,10 @@ def make_source(args: argparse.Namespace, spec: FleetSpec | None = None) -> Sour
         from pdctl.tui.source import MonitorSource
 
         where = f"Prometheus {args.prometheus}" if args.prometheus else "endpoints"
+        if getattr(args, "k8s_preset", None) or getattr(args, "k8s_namespace", None):
+            where = (
+                f"Kubernetes {args.k8s_namespace or 'namespace'} ({args.k8s_preset or 'selectors'})"
+            )
         return MonitorSource(
             make_monitor(args, args.interval),
             title=f"fleet at {where}",

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
-from pdctl.cli.args import emit, spec_free_source
+from pdctl.cli.args import emit, k8s_source, spec_free_source
 from pdctl.cli.common import STATE_STYLE, console, load
 
 if TYPE_CHECKING:
@@ -36,6 +36,19 @@ def make_monitor(args: argparse.Namespace, interval: float = 1.0) -> FleetMonito
             role_label=args.role_label,
             **kw,
         )
+    if k8s_source(args):
+        return FleetMonitor.from_kubernetes(
+            args.k8s_namespace,
+            args.k8s_prefill_selector,
+            args.k8s_decode_selector,
+            args.k8s_router_selector,
+            args.k8s_preset,
+            router_url=args.router,
+            port=args.k8s_port,
+            kubeconfig=args.k8s_kubeconfig,
+            context=args.k8s_context,
+            **kw,
+        )
     if spec_free_source(args):
         return FleetMonitor.for_endpoints(args.prefill, args.decode, args.router, **kw)
     from pdctl.sdk.backends import observed
@@ -49,7 +62,14 @@ def print_snapshot(args: argparse.Namespace) -> int:
     instance started (rates need two scrapes: a stream). Exit 0 without alerts, 1 with."""
     import asyncio
 
-    snap = asyncio.run(make_monitor(args).poll())
+    async def once() -> Snapshot:
+        mon = make_monitor(args)
+        try:
+            return await mon.poll()
+        finally:
+            await mon.aclose()
+
+    snap = asyncio.run(once())
     if not emit(args, snap.as_dict()):
         console().print(snapshot_view(snap))
     return 1 if snap.alerts else 0

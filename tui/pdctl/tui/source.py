@@ -329,9 +329,17 @@ class MonitorSource(Source):
         except PdctlError as e:  # Prometheus refused or is gone: say so, keep the UI
             notes.append(str(e))
             snap, reqs, state = self.monitor.snapshot(), None, None
+        found = self.monitor.discovery
+        if found is not None and found.problem:  # the last known pods are shown
+            notes.append(f"Kubernetes: {found.problem}")
+        if found is not None and (waiting := found.waiting()):
+            shown = ", ".join(f"{n} ({why})" for n, why in sorted(waiting.items())[:3])
+            more = f" and {len(waiting) - 3} more" if len(waiting) > 3 else ""
+            notes.append(f"Kubernetes: {len(waiting)} selected pod(s) not shown: {shown}{more}")
         return self.journal(self.advise(Update(snap, reqs, state, None, tuple(notes))))
 
     async def close(self) -> None:
+        await self.monitor.aclose()
         if self._client is not None:
             await self._client.aclose()
             self._client = None

@@ -19,10 +19,11 @@ from typing import Any
 import httpx
 
 from pdctl.sdk.fleetplan import FleetPlan
+from pdctl.sdk.kube import PodDiscovery
 from pdctl.sdk.metrics.alerts import ALERTS as ALERTS  # re-exported: the alert listing
 from pdctl.sdk.metrics.alerts import evaluate_alerts
 from pdctl.sdk.metrics.derive import Histogram, Latency, Lengths, Scrape, counter_delta
-from pdctl.sdk.metrics.flight import segment_stats
+from pdctl.sdk.metrics.pairs import pairs_of
 from pdctl.sdk.metrics.promsource import PrometheusSource, PromRound, scrapes
 from pdctl.sdk.metrics.promtext import Sample, parse_text
 from pdctl.sdk.metrics.rendezvous import present, rendezvous_of
@@ -35,7 +36,13 @@ from pdctl.sdk.metrics.snapshot import (
     Target,
     Transfers,
 )
-from pdctl.sdk.metrics.targets import base_url, targets_for, targets_from_urls
+from pdctl.sdk.metrics.targets import (
+    base_url,
+    discovered,
+    discovery_of,
+    targets_for,
+    targets_from_urls,
+)
 from pdctl.sdk.metrics.watch import LifecycleWatch
 from pdctl.sdk.spec import FleetSpec
 
@@ -99,10 +106,15 @@ class FleetMonitor:
         transport: httpx.AsyncBaseTransport | None = None,
         prometheus: PrometheusSource | None = None,
         router_url: str | None = None,
+        discovery: PodDiscovery | None = None,
     ) -> None:
         """``router_url``: with ``prometheus``, where the router's recent requests are
-        read (its per-pair figures); the router's series come from Prometheus."""
+        read (its per-pair figures); the router's series come from Prometheus.
+        ``discovery``: Kubernetes pods found by labels, added to ``targets`` as they come
+        and removed as they go (:meth:`from_kubernetes`)."""
         self.targets = list(targets)
+        self.discovery = discovery
+        self._static = list(self.targets)
         self.prometheus = prometheus
         self.router_url = None if router_url is None else base_url(router_url)
         self.mode = mode
@@ -160,6 +172,43 @@ class FleetMonitor:
         )
         return cls((), prometheus=source, router_url=router_url, **kw)
 
+    @classmethod
+    def from_kubernetes(
+        cls,
+        namespace: str | None = None,
+        prefill_selector: str | None = None,
+        decode_selector: str | None = None,
+        router_selector: str | None = None,
+        preset: str | None = None,
+        *,
+        router_url: str | None = None,
+        **kw: Any,
+    ) -> FleetMonitor:
+        """The pods of ``namespace`` a preset or the selectors find, followed with list +
+        watch (:func:`pdctl.sdk.kube.discovery` takes its keywords: ``port``, ``config``,
+        ``kubeconfig``, ``context``, ...); ``router_url``: a router outside the pods."""
+        found = discovery_of(
+            namespace, prefill_selector, decode_selector, router_selector, preset, kw
+        )
+        return cls(
+            targets_from_urls(router=router_url) if router_url else [], discovery=found, **kw
+        )
+
+    async def aclose(self) -> None:
+        """Stop following the pods (only a monitor with discovery holds anything)."""
+        if self.discovery is not None:
+            await self.discovery.aclose()
+
+    def _use(self, targets: Iterable[Target]) -> None:
+        """The targets from now on; what was kept of those that left is dropped."""
+        self.targets = list(targets)
+        live = {t.name for t in self.targets}
+        for gone in [n for n in self._history if n not in live]:
+            for state in (self._history, self._down_since, self._errors, self._malformed):
+                state.pop(gone, None)
+        for t in self.targets:
+            self._history.setdefault(t.name, deque())
+
     # ------------------------------------------------------------------ scraping
 
     async def _scrape(self, client: httpx.AsyncClient, t: Target) -> None:
@@ -200,10 +249,7 @@ class FleetMonitor:
 
     def _apply(self, rnd: PromRound) -> None:
         now = time.monotonic()
-        self.targets = list(rnd.targets)
-        live = {t.name for t in self.targets}
-        for gone in [n for n in self._history if n not in live]:
-            del self._history[gone]
+        self._use(rnd.targets)
         for t in self.targets:
             hist = scrapes(rnd, t.name, self.window_s)
             why = rnd.down.get(t.name) or (None if hist else "no series in Prometheus")
@@ -238,13 +284,19 @@ class FleetMonitor:
         if self.prometheus is not None:
             await self._collect(client, self.prometheus)
         else:
+            if self.discovery is not None:
+                await self.discovery.start()
+                self._use(discovered(self.discovery, self._static))
             await asyncio.gather(*(self._scrape(client, t) for t in self.targets))
         return self.snapshot()
 
     async def snapshots(self, count: int | None = None) -> AsyncIterator[Snapshot]:
         """A snapshot every ``interval_s`` (``count`` of them, or forever)."""
         n = 0
-        async with httpx.AsyncClient(transport=self._transport) as client:
+        async with (
+            httpx.AsyncClient(transport=self._transport) as client,
+            contextlib.aclosing(self),
+        ):
             while count is None or n < count:
                 t0 = time.monotonic()
                 yield await self.poll(client)
@@ -377,39 +429,6 @@ class FleetMonitor:
             expired_window=dcount("nixl_num_kv_expired_reqs_total"),
         )
 
-    def _pairs(self) -> tuple[PairMetrics, ...]:
-        # over the window the figures come from: Prometheus' ends when it was evaluated
-        cutoff = (self._window_end or time.time()) - self.window_s
-        groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
-        for r in self._recent:
-            if r.get("prefill") and r.get("decode") and (r.get("received") or 0) >= cutoff:
-                groups.setdefault((r["prefill"], r["decode"]), []).append(r)
-        out = []
-        for (p, d), rs in sorted(groups.items()):
-            ttft = sorted(
-                r["decode_first_byte_ms"]
-                for r in rs
-                if r.get("outcome") == "ok" and r.get("decode_first_byte_ms") is not None
-            )
-            ovl = sorted(
-                max(0.0, r["prefill_done_ms"] - r["decode_sent_ms"])
-                for r in rs
-                if r.get("prefill_done_ms") is not None and r.get("decode_sent_ms") is not None
-            )
-            out.append(
-                PairMetrics(
-                    p,
-                    d,
-                    len(rs),
-                    sum(r.get("outcome") == "ok" for r in rs),
-                    sum(r.get("outcome") == "error" for r in rs),
-                    ttft[len(ttft) // 2] if ttft else None,
-                    ovl[len(ovl) // 2] if ovl else None,
-                    segment_stats(r for r in rs if r.get("outcome") == "ok"),
-                )
-            )
-        return tuple(out)
-
     def snapshot(self) -> Snapshot:
         now = time.monotonic()
         insts = tuple(self._instance(t, now) for t in self.targets)
@@ -456,7 +475,14 @@ class FleetMonitor:
             router = {"mode": self._router_mode, "recent_requests": len(self._recent)}
         alerts = self._alerts(insts)
         return Snapshot(
-            time.time(), self.window_s, insts, roles, self._pairs(), router, alerts, summary
+            time.time(),
+            self.window_s,
+            insts,
+            roles,
+            pairs_of(self._recent, (self._window_end or time.time()) - self.window_s),
+            router,
+            alerts,
+            summary,
         )
 
     # ------------------------------------------------------------------ alerts

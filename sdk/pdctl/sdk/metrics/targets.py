@@ -4,14 +4,16 @@ plan, or from bare endpoint URLs (a fleet pdctl did not launch)."""
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any
 
 from pdctl.sdk.errors import PdctlError
 from pdctl.sdk.fleetplan import FleetPlan
+from pdctl.sdk.kube import PodDiscovery, discovery
 from pdctl.sdk.metrics.snapshot import Target
 from pdctl.sdk.spec import FleetSpec
 from pdctl.sdk.urls import http_url
 
-__all__ = ["base_url", "targets_for", "targets_from_urls"]
+__all__ = ["base_url", "discovered", "discovery_of", "targets_for", "targets_from_urls"]
 
 
 def targets_for(spec: FleetSpec, plan: FleetPlan) -> list[Target]:
@@ -46,3 +48,38 @@ def base_url(url: str) -> str:
     if "://" not in u:
         u = "http://" + u
     return u
+
+
+DISCOVERY_KEYWORDS = (
+    "port",
+    "kubeconfig",
+    "context",
+    "config",
+    "transport_k8s",
+    "watch_timeout_s",
+    "backoff_s",
+    "max_backoff_s",
+)
+"""What of ``FleetMonitor.from_kubernetes``'s keywords belongs to the discovery."""
+
+
+def discovery_of(
+    namespace: str | None,
+    prefill: str | None,
+    decode: str | None,
+    router: str | None,
+    preset: str | None,
+    kw: dict[str, Any],
+) -> PodDiscovery:
+    """The discovery of ``from_kubernetes``: takes its keywords out of ``kw``."""
+    mine = {k: kw.pop(k) for k in DISCOVERY_KEYWORDS if k in kw}
+    if "transport_k8s" in mine:
+        mine["transport"] = mine.pop("transport_k8s")
+    return discovery(namespace, prefill, decode, router, preset, **mine)
+
+
+def discovered(found: PodDiscovery, static: Iterable[Target] = ()) -> list[Target]:
+    """The discovery's Ready pods as targets, then the ``static`` ones not among them."""
+    out = [Target(e.name, e.role, e.url) for e in found.endpoints()]
+    names = {t.name for t in out}
+    return out + [t for t in static if t.name not in names]

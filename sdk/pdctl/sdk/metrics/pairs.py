@@ -1,0 +1,43 @@
+"""The router's recent requests grouped per prefill/decode pair (the TTFT split's rows)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from pdctl.sdk.metrics.flight import segment_stats
+from pdctl.sdk.metrics.snapshot import PairMetrics
+
+
+def pairs_of(recent: Iterable[dict[str, Any]], cutoff: float) -> tuple[PairMetrics, ...]:
+    """Per (prefill, decode): the requests received since ``cutoff`` (Unix time; the
+    window the other figures come from: with Prometheus it ends when it was evaluated)."""
+    groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for r in recent:
+        if r.get("prefill") and r.get("decode") and (r.get("received") or 0) >= cutoff:
+            groups.setdefault((r["prefill"], r["decode"]), []).append(r)
+    out = []
+    for (p, d), rs in sorted(groups.items()):
+        ttft = sorted(
+            r["decode_first_byte_ms"]
+            for r in rs
+            if r.get("outcome") == "ok" and r.get("decode_first_byte_ms") is not None
+        )
+        ovl = sorted(
+            max(0.0, r["prefill_done_ms"] - r["decode_sent_ms"])
+            for r in rs
+            if r.get("prefill_done_ms") is not None and r.get("decode_sent_ms") is not None
+        )
+        out.append(
+            PairMetrics(
+                p,
+                d,
+                len(rs),
+                sum(r.get("outcome") == "ok" for r in rs),
+                sum(r.get("outcome") == "error" for r in rs),
+                ttft[len(ttft) // 2] if ttft else None,
+                ovl[len(ovl) // 2] if ovl else None,
+                segment_stats(r for r in rs if r.get("outcome") == "ok"),
+            )
+        )
+    return tuple(out)
