@@ -5,9 +5,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
+import os
 import signal
+import socket
 import sys
 from collections.abc import Collection
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from pdctl.sdk.errors import PdctlError
@@ -35,12 +39,14 @@ def build_app(
     audit_path: str | None = None,
     host: str | None = None,
     supervisor_socket: str | None = None,
+    workers: int = 1,
 ) -> RouterApp:
     """The router of ``spec`` (bound to ``host``, default ``router.host``). ``ignore_lint``:
     the lint errors the fleet was launched past (``pdctl up --ignore-lint``); a waived
     handshake error is named in the error answers of the requests it fails.
     ``supervisor_socket``: the fleet supervisor's control socket, told at once of an
-    instance the router saw fail (:mod:`pdctl.sdk.router.suspects`)."""
+    instance the router saw fail (:mod:`pdctl.sdk.router.suspects`). ``workers``: how many
+    processes share the router (each enforces 1/``workers`` of every rate limit)."""
     report = waive(lint(spec, check_bound_ports=False), {c.upper() for c in ignore_lint})
     plan = require_clean(report)
     try:
@@ -49,12 +55,16 @@ def build_app(
         raise RouterStartError(str(e)) from None
     router.dispatcher.relay.layout_note = refused_layout(report)
     router.dispatcher.recovery.link = SupervisorLink(supervisor_socket)
-    guard = build_guard(spec, router, audit_path, host)
+    guard = build_guard(spec, router, audit_path, host, share=1.0 / workers)
     return RouterApp(router, max_body=max_body, guard=guard)
 
 
 def build_guard(
-    spec: FleetSpec, router: Router, audit_path: str | None = None, host: str | None = None
+    spec: FleetSpec,
+    router: Router,
+    audit_path: str | None = None,
+    host: str | None = None,
+    share: float = 1.0,
 ) -> Guard:
     """The keys, limits and audit log of ``spec``'s router; refuses (naming the fix) a
     router that would expose its control endpoints beyond loopback without a key."""
@@ -62,7 +72,8 @@ def build_guard(
     if problem is not None:
         raise RouterStartError(problem)
     try:
-        return Guard.from_spec(spec.router or RouterSpec(), router.registry, audit_path=audit_path)
+        rs = spec.router or RouterSpec()
+        return Guard.from_spec(rs, router.registry, audit_path=audit_path, share=share)
     except KeySourceError as e:
         raise RouterStartError(str(e)) from None
 
@@ -128,26 +139,46 @@ def settle_heap() -> None:
     gc.set_threshold(*GC_THRESHOLD)
 
 
-def serve(app: RouterApp, host: str, port: int) -> None:
-    """Serve until SIGINT/SIGTERM."""
-    import uvicorn
-
+def loaded_config(app: RouterApp, host: str, port: int) -> Any:
+    """:func:`server_config`, loaded: a bad TLS file is a clear start error here."""
     config = server_config(app, host, port)
     try:
-        config.load()  # TLS files are read here: a bad one is a clear start error
+        config.load()  # TLS files are read here
     except (OSError, ValueError) as e:
         raise RouterStartError(f"router.tls: cannot load the certificate or key: {e}") from None
+    return config
+
+
+def serve(app: RouterApp, host: str, port: int, worker: WorkerPlace | None = None) -> None:
+    """Serve until SIGINT/SIGTERM; as ``worker``, one of several processes on the port."""
+    import uvicorn
+
+    config = loaded_config(app, host, port)
     server = uvicorn.Server(config)
     warning = open_files_for(app.router.settings.http.max_connections)
     if warning is not None:
         print(f"pdctl router: warning: {warning}", file=sys.stderr, flush=True)
-    settle_heap()
 
     async def main() -> None:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, lambda: setattr(server, "should_exit", True))
-        await server.serve()
+        if worker is None:
+            settle_heap()
+            await server.serve()
+            return
+        from pdctl.sdk.router.workerlink import WorkerLink
+
+        link = WorkerLink(app, worker.folder, worker.index)
+        await link.start()  # the control changes so far, before serving
+        sock = reuseport_socket(host, port)
+        watch = asyncio.create_task(_watch_parent(worker.parent_pid, server))
+        settle_heap()
+        try:
+            await server.serve(sockets=[sock])
+        finally:
+            watch.cancel()
+            await link.stop()
 
     try:
         import uvloop
@@ -159,19 +190,91 @@ def serve(app: RouterApp, host: str, port: int) -> None:
         uvloop.run(main())
 
 
+@dataclass(frozen=True)
+class WorkerPlace:
+    """Where a worker stands: its parent's channel folder, its index, its parent's pid."""
+
+    folder: Path
+    index: int
+    parent_pid: int
+
+
+def reuseport_socket(host: str, port: int) -> socket.socket:
+    """A listening TCP socket on (host, port) with ``SO_REUSEPORT`` (the workers' share)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    try:
+        sock.bind((host, port))
+        sock.listen(4096)
+    except OSError as e:
+        sock.close()
+        raise RouterStartError(f"cannot listen on {host}:{port}: {e}") from None
+    sock.set_inheritable(False)
+    return sock
+
+
+def port_free(host: str, port: int) -> None:
+    """Refuse (naming the port) when something already listens there: with
+    ``SO_REUSEPORT`` the workers would otherwise share the port with it."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError as e:
+            raise RouterStartError(
+                f"cannot listen on {host}:{port}: {e} (another router or server is there?)"
+            ) from None
+
+
+def _die_with_parent() -> None:
+    """Linux: have the kernel send this process SIGTERM when its parent dies."""
+    import ctypes
+    import ctypes.util
+
+    with contextlib.suppress(OSError, AttributeError):
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
+async def _watch_parent(parent_pid: int, server: Any) -> None:
+    """Stop serving once the parent is gone (a worker is never left behind)."""
+    while os.getppid() == parent_pid:  # noqa: ASYNC110 (no event tells of a parent's death)
+        await asyncio.sleep(1.0)
+    server.should_exit = True
+
+
+def workers_of(spec: FleetSpec) -> int:
+    """``router.workers``, or the CPUs the router may use when it is not set."""
+    from pdctl.sdk.router.workers import usable_cpus
+
+    rs = spec.router or RouterSpec()
+    return rs.workers if rs.workers is not None else usable_cpus()
+
+
 def main(argv: list[str] | None = None) -> int:
     """``python -m pdctl.sdk.router.server --spec-json FILE``: how the launcher runs it."""
     import argparse
-    from pathlib import Path
 
     ap = argparse.ArgumentParser(prog="python -m pdctl.sdk.router.server")
     ap.add_argument("--spec-json", required=True)
     ap.add_argument("--mode", default=None)
     ap.add_argument("--ignore-lint", action="append", default=[], metavar="CODE")
     ap.add_argument("--supervisor-socket", default=None, metavar="PATH")
-    args = ap.parse_args(argv)
+    ap.add_argument("--worker-of", default=None, metavar="DIR", help=argparse.SUPPRESS)
+    ap.add_argument("--worker-index", type=int, default=0, help=argparse.SUPPRESS)
+    args = ap.parse_args(argv if argv is not None else sys.argv[1:])
     spec_file = Path(args.spec_json)
     spec = FleetSpec.model_validate_json(spec_file.read_text())
+    rs = spec.router or RouterSpec()
+    worker: WorkerPlace | None = None
+    n = 1
+    if args.worker_of is not None:
+        _die_with_parent()
+        worker = WorkerPlace(Path(args.worker_of), args.worker_index, os.getppid())
+        n = workers_of(spec)
     try:
         app = build_app(
             spec,
@@ -179,20 +282,38 @@ def main(argv: list[str] | None = None) -> int:
             audit_path=default_audit_path(spec_file),
             ignore_lint=args.ignore_lint,
             supervisor_socket=args.supervisor_socket,
+            workers=n,
         )
+        if worker is None:
+            n = workers_of(spec)
+            if n > 1:  # the parent: check what the workers will need, then start them
+                loaded_config(app, rs.host, rs.port)
+                port_free(rs.host, rs.port)
     except PdctlError as e:
         print(f"pdctl router: {e}", file=sys.stderr)
         return 2
-    assert spec.router is not None
     r = app.router
-    scheme = "https" if spec.router.tls is not None else "http"
-    print(
-        f"pdctl router: {r.mode} mode on {scheme}://{spec.router.host}:{spec.router.port} → "
-        f"{len(r.prefills)} prefill, {len(r.decodes)} decode instance(s)",
-        flush=True,
-    )
+    scheme = "https" if rs.tls is not None else "http"
+    if worker is None:
+        print(
+            f"pdctl router: {r.mode} mode on {scheme}://{rs.host}:{rs.port} → "
+            f"{len(r.prefills)} prefill, {len(r.decodes)} decode instance(s)"
+            + (f", {n} workers" if n > 1 else ""),
+            flush=True,
+        )
+    if worker is None and n > 1:
+        from pdctl.sdk.router.audit import AuditLog
+        from pdctl.sdk.router.workers import run_workers
+
+        a = rs.audit
+        audit = AuditLog(
+            a.path or default_audit_path(spec_file), max_bytes=a.max_bytes, backups=a.backups
+        )
+        del app, r  # the parent serves nothing: it only started to check the spec
+        me = [sys.executable, "-m", "pdctl.sdk.router.server", *(argv or sys.argv[1:])]
+        return run_workers(me, n, audit)
     try:
-        serve(app, spec.router.host, spec.router.port)
+        serve(app, rs.host, rs.port, worker)
     except RouterStartError as e:
         print(f"pdctl router: {e}", file=sys.stderr)
         return 2
@@ -202,9 +323,6 @@ def main(argv: list[str] | None = None) -> int:
 def default_audit_path(spec_file: object) -> str:
     """router-audit.jsonl beside the router's spec file when that folder is writable (a
     fleet's run directory), else standard error ("-": a read-only ConfigMap mount)."""
-    import os
-    from pathlib import Path
-
     folder = Path(str(spec_file)).resolve().parent
     return str(folder / "router-audit.jsonl") if os.access(folder, os.W_OK) else "-"
 
