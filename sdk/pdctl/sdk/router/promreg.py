@@ -114,7 +114,7 @@ class Histogram:
     def observe(self, value: float, *labels: str) -> None:
         s = self.series.get(labels)
         if s is None:
-            s = self.series[labels] = [0.0] * (len(self.bounds) + 2)
+            s = self.series[labels] = [0.0] * (len(self.bounds) + 3)  # buckets, +Inf, sum, count
         s[bisect.bisect_left(self.bounds, value)] += 1  # last slot before sum is +Inf
         s[-2] += value
         s[-1] += 1

@@ -53,15 +53,15 @@ STOP_S = 60.0
 QUICK_DEATH_S = 5.0
 
 
-def usable_cpus() -> int:
+def usable_cpus(cpu_max: Path = Path("/sys/fs/cgroup/cpu.max")) -> int:
     """The CPUs this process may run on: its affinity, capped by a cgroup v2 CPU quota
-    (``cpu.max``, a container's CPU limit), at least 1."""
+    (``cpu_max``: a container's CPU limit, rounded up), at least 1."""
     try:
         n = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):  # not Linux
         n = os.cpu_count() or 1
     with contextlib.suppress(OSError, ValueError):
-        quota, period = Path("/sys/fs/cgroup/cpu.max").read_text().split()[:2]
+        quota, period = cpu_max.read_text().split()[:2]
         if quota != "max":
             n = min(n, max(1, -(-int(quota) // int(period))))
     return max(1, n)
