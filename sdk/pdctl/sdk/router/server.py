@@ -9,7 +9,7 @@ import os
 import signal
 import socket
 import sys
-from collections.abc import Collection
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -254,49 +254,47 @@ def workers_of(spec: FleetSpec) -> int:
     return rs.workers if rs.workers is not None else usable_cpus()
 
 
-def main(argv: list[str] | None = None) -> int:
-    """``python -m pdctl.sdk.router.server --spec-json FILE``: how the launcher runs it."""
+def add_worker_args(ap: Any) -> None:
+    """The arguments a parent gives its workers (hidden: not for people to pass)."""
     import argparse
 
-    ap = argparse.ArgumentParser(prog="python -m pdctl.sdk.router.server")
-    ap.add_argument("--spec-json", required=True)
-    ap.add_argument("--mode", default=None)
-    ap.add_argument("--ignore-lint", action="append", default=[], metavar="CODE")
-    ap.add_argument("--supervisor-socket", default=None, metavar="PATH")
     ap.add_argument("--worker-of", default=None, metavar="DIR", help=argparse.SUPPRESS)
     ap.add_argument("--worker-index", type=int, default=0, help=argparse.SUPPRESS)
-    args = ap.parse_args(argv if argv is not None else sys.argv[1:])
-    spec_file = Path(args.spec_json)
-    spec = FleetSpec.model_validate_json(spec_file.read_text())
+
+
+def run(
+    build: Callable[[int], RouterApp],
+    spec: FleetSpec,
+    host: str,
+    *,
+    module: str,
+    argv: Sequence[str],
+    args: Any,
+    audit_path: str,
+) -> int:
+    """Run the router ``build(workers)`` makes, on ``host``: one process, or (with
+    ``router.workers`` above 1) the parent of that many workers, each started as
+    ``python -m module argv --worker-of ... --worker-index I`` (:mod:`.workers`), or, with
+    ``args.worker_of``, one such worker. The exit code (2: it cannot start, said why)."""
     rs = spec.router or RouterSpec()
     worker: WorkerPlace | None = None
-    n = 1
     if args.worker_of is not None:
         _die_with_parent()
         worker = WorkerPlace(Path(args.worker_of), args.worker_index, os.getppid())
-        n = workers_of(spec)
+    n = workers_of(spec)
     try:
-        app = build_app(
-            spec,
-            mode=args.mode,
-            audit_path=default_audit_path(spec_file),
-            ignore_lint=args.ignore_lint,
-            supervisor_socket=args.supervisor_socket,
-            workers=n,
-        )
-        if worker is None:
-            n = workers_of(spec)
-            if n > 1:  # the parent: check what the workers will need, then start them
-                loaded_config(app, rs.host, rs.port)
-                port_free(rs.host, rs.port)
+        app = build(n)
+        if worker is None and n > 1:  # the parent: check what the workers need first
+            loaded_config(app, host, rs.port)
+            port_free(host, rs.port)
     except PdctlError as e:
         print(f"pdctl router: {e}", file=sys.stderr)
         return 2
-    r = app.router
-    scheme = "https" if rs.tls is not None else "http"
     if worker is None:
+        r = app.router
+        scheme = "https" if rs.tls is not None else "http"
         print(
-            f"pdctl router: {r.mode} mode on {scheme}://{rs.host}:{rs.port} → "
+            f"pdctl router: {r.mode} mode on {scheme}://{host}:{rs.port} → "
             f"{len(r.prefills)} prefill, {len(r.decodes)} decode instance(s)"
             + (f", {n} workers" if n > 1 else ""),
             flush=True,
@@ -306,18 +304,46 @@ def main(argv: list[str] | None = None) -> int:
         from pdctl.sdk.router.workers import run_workers
 
         a = rs.audit
-        audit = AuditLog(
-            a.path or default_audit_path(spec_file), max_bytes=a.max_bytes, backups=a.backups
-        )
-        del app, r  # the parent serves nothing: it only started to check the spec
-        me = [sys.executable, "-m", "pdctl.sdk.router.server", *(argv or sys.argv[1:])]
-        return run_workers(me, n, audit)
+        audit = AuditLog(a.path or audit_path, max_bytes=a.max_bytes, backups=a.backups)
+        del app  # the parent serves nothing: it built one only to check the spec
+        return run_workers([sys.executable, "-m", module, *argv], n, audit)
     try:
-        serve(app, rs.host, rs.port, worker)
+        serve(app, host, rs.port, worker)
     except RouterStartError as e:
         print(f"pdctl router: {e}", file=sys.stderr)
         return 2
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m pdctl.sdk.router.server --spec-json FILE``: how the launcher runs it."""
+    import argparse
+
+    ap = argparse.ArgumentParser(prog="python -m pdctl.sdk.router.server")
+    ap.add_argument("--spec-json", required=True)
+    ap.add_argument("--mode", default=None)
+    ap.add_argument("--ignore-lint", action="append", default=[], metavar="CODE")
+    ap.add_argument("--supervisor-socket", default=None, metavar="PATH")
+    add_worker_args(ap)
+    given = list(argv if argv is not None else sys.argv[1:])
+    args = ap.parse_args(given)
+    spec_file = Path(args.spec_json)
+    spec = FleetSpec.model_validate_json(spec_file.read_text())
+    audit_path = default_audit_path(spec_file)
+
+    def build(n: int) -> RouterApp:
+        return build_app(
+            spec,
+            mode=args.mode,
+            audit_path=audit_path,
+            ignore_lint=args.ignore_lint,
+            supervisor_socket=args.supervisor_socket,
+            workers=n,
+        )
+
+    host = (spec.router or RouterSpec()).host
+    module = "pdctl.sdk.router.server"
+    return run(build, spec, host, module=module, argv=given, args=args, audit_path=audit_path)
 
 
 def default_audit_path(spec_file: object) -> str:
