@@ -1,7 +1,9 @@
 """The router's HTTP face: a bare ASGI app (no framework on the hot path).
 
 Endpoints: ``POST /v1/completions`` and ``/v1/chat/completions`` (JSON or SSE),
-``GET /v1/models``, ``/health``, ``/metrics`` and ``/v1/pdctl/requests``; operator
+``GET /v1/models``, ``/health``, ``/ready`` (200 once every role was found healthy after
+start, then for good: a Kubernetes readiness probe), ``/metrics`` and
+``/v1/pdctl/requests``; operator
 control: ``GET /v1/pdctl/state`` (mode, per-instance in-flight legs and drained flags),
 ``POST /v1/pdctl/drain`` ``{"instance": NAME, "drain": true|false}`` and
 ``POST /v1/pdctl/mode`` ``{"mode": MODE}``, ``POST /v1/pdctl/policy``
@@ -146,8 +148,9 @@ class RouterApp:
                 send, 405, f"{method} is not allowed on {path}", "invalid_request_error"
             )
             return
-        if path == "/health":
-            ok, why = self.router.instances.health()
+        if path in ("/health", "/ready"):
+            i = self.router.instances
+            ok, why = i.health() if path == "/health" else i.ready()
             await _send(send, 200 if ok else 503, json.dumps({"status": why}).encode())
         elif path == "/metrics":
             c = self.cluster

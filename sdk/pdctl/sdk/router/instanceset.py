@@ -69,6 +69,9 @@ class InstanceSet:
         self._changed = asyncio.Event()
         """Set (and replaced) whenever an instance's health changes."""
         self._checking: dict[str, asyncio.Task[None]] = {}
+        self.check_rounds = 0
+        """Health-check rounds over every instance finished since start."""
+        self._ready = False
 
     def _upstream(self, inst: InstancePlan) -> Upstream:
         ident = PrefillIdentity.from_plan(inst) if inst.role == "prefill" else None
@@ -93,6 +96,7 @@ class InstanceSet:
     async def _health_loop(self) -> None:
         while True:
             await asyncio.gather(*(self.check(u) for u in self.upstreams))
+            self.check_rounds += 1
             await asyncio.sleep(self.health_interval_s)
 
     async def check(self, u: Upstream) -> None:
@@ -139,6 +143,21 @@ class InstanceSet:
             if not any(u.eligible() for u in ups):
                 return False, f"no healthy {role} instance"
         return True, "ok"
+
+    def ready(self) -> tuple[bool, str]:
+        """``/ready``: whether the router has checked every instance and found each role it
+        needs healthy, once since it started; from then on it stays ready (an instance
+        restarting later is the fleet's state, which ``/health`` reports: taking every
+        router out of its Service then would only turn waits into refused connections)."""
+        if self._ready:
+            return True, "ok"
+        if self.check_rounds == 0:
+            return False, "waiting for the first health check of the instances"
+        ok, why = self.health()
+        if ok:
+            self._ready = True
+            return True, "ok"
+        return False, f"waiting for instances: {why}"
 
     # ------------------------------------------------------------------ selection
 

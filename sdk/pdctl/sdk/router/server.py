@@ -246,12 +246,18 @@ async def _watch_parent(parent_pid: int, server: Any) -> None:
     server.should_exit = True
 
 
+DEFAULT_MAX_WORKERS = 16
+"""The default ``router.workers`` is the usable CPUs, at most this many (a pod without a CPU
+limit sees every core of its node); set ``router.workers`` for more."""
+
+
 def workers_of(spec: FleetSpec) -> int:
-    """``router.workers``, or the CPUs the router may use when it is not set."""
+    """``router.workers``, or the CPUs the router may use (at most
+    :data:`DEFAULT_MAX_WORKERS`) when it is not set."""
     from pdctl.sdk.router.workers import usable_cpus
 
     rs = spec.router or RouterSpec()
-    return rs.workers if rs.workers is not None else usable_cpus()
+    return rs.workers if rs.workers is not None else min(usable_cpus(), DEFAULT_MAX_WORKERS)
 
 
 def add_worker_args(ap: Any) -> None:

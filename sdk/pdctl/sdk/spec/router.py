@@ -39,7 +39,7 @@ class RouterSpec(_Strict):
         description="Router processes sharing the port (SO_REUSEPORT), each a complete "
         "router; a parent process restarts one that dies and keeps control changes, /metrics "
         "and /v1/pdctl/requests one view across them. Default: the CPUs the router may use "
-        "(its CPU affinity, capped by a cgroup CPU quota); 1 is a single process.",
+        "(its CPU affinity, capped by a cgroup CPU quota), at most 16; 1 is a single process.",
     )
     policy: RouterPolicy = "round_robin"
     concurrent: bool = Field(
