@@ -242,3 +242,23 @@ def test_a_parent_killed_outright_leaves_no_worker(mocks: tuple[int, int], tmp_p
     r.proc.kill()
     r.proc.wait()
     wait_for(lambda: not any(alive(p) for p in pids), 10, "orphaned workers exit")
+
+
+def test_pdctl_router_runs_the_workers_on_the_port_it_is_given(
+    mocks: tuple[int, int], tmp_path: Path
+) -> None:
+    f = tmp_path / "spec.json"
+    f.write_text(spec_for(*mocks, free_port(), 2).model_dump_json())
+    port = free_port()
+    cli = [sys.executable, "-m", "pdctl.cli.main", "router", "--spec-json", str(f)]
+    proc = subprocess.Popen([*cli, "--port", str(port)])
+    r = Router(proc, f"http://127.0.0.1:{port}")
+    try:
+        wait_for(lambda: r.serving() or proc.poll() is not None, 30, "2 workers on --port")
+        assert proc.poll() is None
+        assert httpx.post(r.url + "/v1/completions", json=BODY, timeout=5).status_code == 200
+    finally:
+        pids = [pid for pid, _ in r.workers().values()]
+        stop(proc)
+    assert proc.returncode == 0
+    wait_for(lambda: not any(alive(p) for p in pids), 5, "the workers exit")

@@ -330,6 +330,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--mode", default=None)
     ap.add_argument("--ignore-lint", action="append", default=[], metavar="CODE")
     ap.add_argument("--supervisor-socket", default=None, metavar="PATH")
+    ap.add_argument("--max-body", type=int, default=DEFAULT_MAX_BODY, metavar="BYTES")
     add_worker_args(ap)
     given = list(argv if argv is not None else sys.argv[1:])
     args = ap.parse_args(given)
@@ -341,6 +342,7 @@ def main(argv: list[str] | None = None) -> int:
         return build_app(
             spec,
             mode=args.mode,
+            max_body=args.max_body,
             audit_path=audit_path,
             ignore_lint=args.ignore_lint,
             supervisor_socket=args.supervisor_socket,
