@@ -231,17 +231,21 @@ def test_sigterm_stops_every_worker(router: Router) -> None:
     pids = [pid for pid, _ in router.workers().values()]
     assert len(pids) == 2
     router.proc.send_signal(signal.SIGTERM)
+    folder = router.workers()[0][1].parent
     assert router.proc.wait(20) == 0
     wait_for(lambda: not any(alive(p) for p in pids), 5, "the workers exit with the parent")
+    assert not folder.exists()
 
 
 def test_a_parent_killed_outright_leaves_no_worker(mocks: tuple[int, int], tmp_path: Path) -> None:
     r = start_router(tmp_path, *mocks)
     pids = [pid for pid, _ in r.workers().values()]
     assert len(pids) == 2
+    folder = r.workers()[0][1].parent
     r.proc.kill()
     r.proc.wait()
     wait_for(lambda: not any(alive(p) for p in pids), 10, "orphaned workers exit")
+    wait_for(lambda: not folder.exists(), 5, "the orphans clear the channel's folder")
 
 
 def test_pdctl_router_runs_the_workers_on_the_port_it_is_given(

@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import gc
 import os
+import shutil
 import signal
 import socket
 import sys
@@ -179,6 +180,8 @@ def serve(app: RouterApp, host: str, port: int, worker: WorkerPlace | None = Non
         finally:
             watch.cancel()
             await link.stop()
+            if os.getppid() != worker.parent_pid:  # the parent died: nobody else clears it
+                shutil.rmtree(worker.folder, ignore_errors=True)
 
     try:
         import uvloop
@@ -239,11 +242,18 @@ def _die_with_parent() -> None:
         libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
 
 
+ORPHAN_GRACE_S = 10.0
+"""A worker whose parent died finishes its requests for at most this long, then exits."""
+
+
 async def _watch_parent(parent_pid: int, server: Any) -> None:
-    """Stop serving once the parent is gone (a worker is never left behind)."""
+    """Stop serving once the parent is gone (a worker is never left behind): at once for
+    new connections, after :data:`ORPHAN_GRACE_S` for the requests still running."""
     while os.getppid() == parent_pid:  # noqa: ASYNC110 (no event tells of a parent's death)
         await asyncio.sleep(1.0)
     server.should_exit = True
+    await asyncio.sleep(ORPHAN_GRACE_S)
+    server.force_exit = True
 
 
 DEFAULT_MAX_WORKERS = 16
