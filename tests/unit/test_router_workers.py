@@ -13,7 +13,6 @@ from typing import Any
 import pytest
 
 from pdctl.sdk.linesock import LineSockError, ask, serve
-from pdctl.sdk.router.app import apply_control
 from pdctl.sdk.router.limits import Limiter
 from pdctl.sdk.router.merge import merge_metrics, merge_requests, merge_state
 from pdctl.sdk.router.promreg import Registry, expose_snapshot
@@ -146,16 +145,16 @@ def instances() -> Any:
 def test_control_refusals_name_the_problem(
     instances: Any, setting: str, req: dict[str, Any], status: int, says: str
 ) -> None:
-    refused = apply_control(instances, setting, req)
+    refused = instances.apply(setting, req)
     assert refused is not None
     assert refused[0] == status
     assert says in refused[1]
 
 
 def test_control_changes_apply(instances: Any) -> None:
-    assert apply_control(instances, "mode", {"mode": "push-sequential"}) is None
-    assert apply_control(instances, "policy", {"policy": "least_loaded"}) is None
-    assert apply_control(instances, "drain", {"instance": "decode-0"}) is None
+    assert instances.apply("mode", {"mode": "push-sequential"}) is None
+    assert instances.apply("policy", {"policy": "least_loaded"}) is None
+    assert instances.apply("drain", {"instance": "decode-0"}) is None
     st = instances.control_state()
     assert (st["mode"], st["policy"]) == ("push-sequential", "least_loaded")
     assert [i["drained"] for i in st["instances"]] == [False, True]

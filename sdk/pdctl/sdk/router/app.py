@@ -37,7 +37,6 @@ from pdctl.sdk.router.core import Reply, Router, StreamReply, error_body
 from pdctl.sdk.router.flightrec import FlightRecorder
 from pdctl.sdk.router.guard import Guard
 from pdctl.sdk.router.hardening import json_too_deep
-from pdctl.sdk.router.instanceset import InstanceSet
 from pdctl.sdk.router.limits import Refusal
 from pdctl.sdk.router.timeline import Timeline
 
@@ -227,7 +226,7 @@ class RouterApp:
             await _send_error(send, 400, "send a JSON object", "invalid_request_error")
             return
         setting = path.rsplit("/", 1)[-1]
-        refused = apply_control(self.router.instances, setting, req)
+        refused = self.router.instances.apply(setting, req)
         if refused is not None:
             await _send_error(send, *refused)
             return
@@ -366,39 +365,6 @@ class RouterApp:
         if "kv_transfer_params" in body:
             return None, "'kv_transfer_params' is set by the router; remove it"
         return body, ""
-
-
-def apply_control(
-    instances: InstanceSet, setting: str, req: dict[str, Any]
-) -> tuple[int, str, str] | None:
-    """Apply one control request (``setting``: the endpoint's last part: mode, policy,
-    instance, drain) to ``instances``; None when done, else the refusal (status, message,
-    error type). Every worker of a router applies the same request through here."""
-    setter = {"policy": instances.set_policy, "mode": instances.set_mode}.get(setting)
-    if setter is not None:
-        try:
-            setter(str(req.get(setting)))
-        except ValueError as e:
-            return 400, str(e), "invalid_request_error"
-        return None
-    name = req.get("instance")
-    try:
-        if setting == "instance":
-            event = req.get("event")
-            if event not in ("up", "down"):
-                return 400, '\'event\' must be "up" or "down"', "invalid_request_error"
-            instances.set_health(str(name), event == "up")
-        elif setting == "drain":
-            drain = req.get("drain", True)
-            if not isinstance(drain, bool):
-                return 400, "'drain' must be true or false", "invalid_request_error"
-            instances.set_drained(str(name), drain)
-        else:
-            return 404, f"no control setting {setting!r}", "not_found_error"
-    except KeyError:
-        names = ", ".join(u.name for u in instances.upstreams)
-        return 404, f"no instance named {name!r} (have: {names})", "not_found_error"
-    return None
 
 
 _AUDITED_FIELDS = ("instance", "drain", "event", "mode", "policy")

@@ -313,6 +313,37 @@ class InstanceSet:
         self.mark(u, healthy)
         return u
 
+    def apply(self, setting: str, req: dict[str, Any]) -> tuple[int, str, str] | None:
+        """Apply one control request (``setting``: the endpoint's last part: mode, policy,
+        instance, drain; ``req``: its JSON body); None when done, else the refusal (HTTP
+        status, message, error type). Every worker of a router applies the same request
+        through here."""
+        setter = {"policy": self.set_policy, "mode": self.set_mode}.get(setting)
+        if setter is not None:
+            try:
+                setter(str(req.get(setting)))
+            except ValueError as e:
+                return 400, str(e), "invalid_request_error"
+            return None
+        name = req.get("instance")
+        try:
+            if setting == "instance":
+                event = req.get("event")
+                if event not in ("up", "down"):
+                    return 400, '\'event\' must be "up" or "down"', "invalid_request_error"
+                self.set_health(str(name), event == "up")
+            elif setting == "drain":
+                drain = req.get("drain", True)
+                if not isinstance(drain, bool):
+                    return 400, "'drain' must be true or false", "invalid_request_error"
+                self.set_drained(str(name), drain)
+            else:
+                return 404, f"no control setting {setting!r}", "not_found_error"
+        except KeyError:
+            names = ", ".join(u.name for u in self.upstreams)
+            return 404, f"no instance named {name!r} (have: {names})", "not_found_error"
+        return None
+
     def control_state(self) -> dict[str, Any]:
         extra = {"kv_index": self.cache.summary()} if self.cache is not None else {}
         return {

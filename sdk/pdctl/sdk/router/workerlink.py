@@ -1,7 +1,7 @@
 """A router worker's side of its channel to the parent (:mod:`pdctl.sdk.router.workers`).
 
 Each worker answers, on its own Unix socket, the parent's ``apply`` (a control change, the
-same code path as an HTTP control request: :func:`~pdctl.sdk.router.app.apply_control`)
+same code path as an HTTP control request: :meth:`~pdctl.sdk.router.instanceset.InstanceSet.apply`)
 and ``read`` (its metrics snapshot, recent requests or control state). It asks the parent
 for the merged views, for a control change to be carried to every worker, and hands it
 its audit entries (the parent is the audit file's one writer). It is the app's
@@ -23,7 +23,7 @@ from typing import Any
 
 from pdctl.sdk.errors import PdctlError
 from pdctl.sdk.linesock import LineSockError, ask, serve
-from pdctl.sdk.router.app import RouterApp, apply_control
+from pdctl.sdk.router.app import RouterApp
 from pdctl.sdk.router.audit import AuditLog
 
 log = logging.getLogger("pdctl.router")
@@ -61,7 +61,7 @@ class WorkerLink:
             self.parent, {"op": "hello", "index": self.index, "pid": os.getpid()}, ASK_S
         )
         for setting, req in hello.get("changes", []):
-            refused = apply_control(self.app.router.instances, setting, req)
+            refused = self.app.router.instances.apply(setting, req)
             if refused is not None:
                 log.warning(
                     "worker %d: cannot apply %s %s: %s", self.index, setting, req, refused[1]
@@ -82,7 +82,7 @@ class WorkerLink:
     async def _handle(self, req: dict[str, Any]) -> dict[str, Any]:
         op = req.get("op")
         if op == "apply":
-            refused = apply_control(self.app.router.instances, str(req["setting"]), req["req"])
+            refused = self.app.router.instances.apply(str(req["setting"]), req["req"])
             if refused is not None:
                 raise PdctlError(refused[1])
             return {"ok": True}
