@@ -227,6 +227,29 @@ def test_a_killed_worker_is_replaced_with_the_changes_so_far(router: Router) -> 
     assert httpx.post(router.url + "/v1/completions", json=BODY, timeout=5).status_code == 200
 
 
+def test_a_hung_worker_is_replaced_before_a_change_is_answered(router: Router) -> None:
+    pid, _ = router.workers()[0]
+    os.kill(pid, signal.SIGSTOP)  # alive, silent: it cannot apply the change
+    answer = None
+    try:
+        for _ in range(4):  # a connection the kernel gives the stopped worker gets no answer
+            with contextlib.suppress(httpx.TimeoutException):
+                answer = httpx.post(router.url + "/v1/pdctl/mode", json={"mode": "push"}, timeout=5)
+                break
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGCONT)
+    assert answer is not None, "no live worker answered"
+    assert answer.status_code == 200, answer.text
+    change = answer.json()["change"]
+    assert (change["applied"], change["restarted"]) == (1, [0])
+    wait_for(
+        lambda: router.workers().get(0, (pid,))[0] != pid and router.serving(),
+        30,
+        "the hung worker replaced",
+    )
+
+
 def test_sigterm_stops_every_worker(router: Router) -> None:
     pids = [pid for pid, _ in router.workers().values()]
     assert len(pids) == 2
