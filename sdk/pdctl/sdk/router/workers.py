@@ -240,14 +240,15 @@ class WorkerPool:
     async def metrics(self) -> Snapshot:
         """Every worker's metrics merged (a silent worker: its last known), the retired
         workers' counts, and the parent's own."""
-        live = [w for w in self.workers if w.registered]
+        live = [(w, w.proc) for w in self.workers if w.registered]
         msg = {"op": "read", "what": "metrics"}
         results = await asyncio.gather(
-            *(ask(worker_socket(self.folder, w.index), msg, APPLY_S) for w in live),
+            *(ask(worker_socket(self.folder, w.index), msg, APPLY_S) for w, _ in live),
             return_exceptions=True,
         )
-        for w, r in zip(live, results, strict=True):
-            if not isinstance(r, BaseException):
+        for (w, proc), r in zip(live, results, strict=True):
+            # not from a process that died meanwhile (its counts are already retired)
+            if not isinstance(r, BaseException) and w.registered and w.proc is proc:
                 w.last = r["snapshot"]
         merged = merge_metrics([*(w.last for w in self.workers if w.last), self.retired])
         return [*merged, *self._own()]
