@@ -25,6 +25,9 @@ GPU = EXAMPLES / "gpu-8x-4p1d.toml"
 MULTI = EXAMPLES / "k8s-multinode.toml"
 SELECTOR = "app.kubernetes.io/managed-by=pdctl,pdctl.io/fleet=node8"
 
+BASE = "deployments.apps,services,configmaps,networkpolicies.networking.k8s.io"
+BASE += ",poddisruptionbudgets.policy"
+
 
 class FakeKubectl:
     def __init__(self, state: Path) -> None:
@@ -85,7 +88,7 @@ async def test_up_applies_the_rendered_manifests_and_prunes_stale_objects(kubect
         ["apply", "-n"],
         [
             "get",
-            f"deployments.apps,services,configmaps,networkpolicies.networking.k8s.io,{LWS_RESOURCE}",
+            f"{BASE},{LWS_RESOURCE}",
         ],
         ["delete", "deployment/node8-prefill-9"],
     ]
@@ -160,7 +163,7 @@ async def test_down_deletes_everything_labelled_with_the_fleet(kubectl):
     (delete,) = [c for c in kubectl.calls() if c["argv"][0] == "delete"]
     assert delete["argv"] == [
         "delete",
-        f"deployments.apps,services,configmaps,networkpolicies.networking.k8s.io,{LWS_RESOURCE}",
+        f"{BASE},{LWS_RESOURCE}",
         "-n",
         "default",
         "-l",
@@ -177,10 +180,7 @@ async def test_down_leaves_out_leaderworkerset_when_the_cluster_has_none(kubectl
     kubectl.answer("delete.txt", "")
     assert "nothing of fleet 'node8'" in await backend().down()
     (delete,) = [c for c in kubectl.calls() if c["argv"][0] == "delete"]
-    assert (
-        delete["argv"][1]
-        == "deployments.apps,services,configmaps,networkpolicies.networking.k8s.io"
-    )
+    assert delete["argv"][1] == BASE
 
 
 async def test_named_context_goes_on_every_call(kubectl):

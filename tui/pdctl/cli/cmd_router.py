@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import Any
 
 from pdctl.cli.args import Grammar
 from pdctl.cli.common import load
@@ -33,13 +34,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from pdctl.sdk.router.server import build_app, serve
+    from pdctl.sdk.router.server import build_app, serve, workers_of
     from pdctl.sdk.spec import FleetSpec
 
     if args.spec_json:
         spec = FleetSpec.model_validate_json(Path(args.spec_json).read_text())
     else:
         spec = load(args).spec
+    if workers_of(spec) > 1:
+        return _run_workers(spec, args)
     host = args.host or (spec.router.host if spec.router else "127.0.0.1")
     app = build_app(spec, mode=args.mode, max_body=args.max_body, host=host)
     r = app.router
@@ -53,3 +56,21 @@ def run(args: argparse.Namespace) -> int:
     )
     serve(app, host, port)
     return 0
+
+
+def _run_workers(spec: Any, args: argparse.Namespace) -> int:
+    """``router.workers`` above 1: the router server's parent, with ``--host``/``--port``
+    written into the spec its workers read (a private folder, removed at exit)."""
+    import tempfile
+
+    from pdctl.sdk.router import server
+    from pdctl.sdk.spec import RouterSpec
+
+    rs = spec.router or RouterSpec()
+    given = {"host": args.host, "port": args.port}
+    rs = rs.model_copy(update={k: v for k, v in given.items() if v is not None})
+    with tempfile.TemporaryDirectory(prefix="pdctl-router-spec-") as folder:
+        f = Path(folder) / "spec.json"
+        f.write_text(spec.model_copy(update={"router": rs}).model_dump_json())
+        argv = ["--spec-json", str(f), "--max-body", str(args.max_body)]
+        return server.main([*argv, *(["--mode", args.mode] if args.mode else [])])

@@ -13,19 +13,16 @@ The socket is created mode 0600 (only the fleet's owner may connect); a client g
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
-import os
 import socket
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+from pdctl.sdk import linesock
 from pdctl.sdk.errors import PdctlError
+from pdctl.sdk.linesock import MAX_LINE, READ_TIMEOUT_S, Handler
 
-Handler = Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]
-READ_TIMEOUT_S = 10.0
-MAX_LINE = 64 * 1024
+__all__ = ["MAX_LINE", "READ_TIMEOUT_S", "ControlError", "Handler", "request", "serve"]
 
 
 class ControlError(PdctlError):
@@ -33,47 +30,7 @@ class ControlError(PdctlError):
 
 
 async def serve(path: Path, handler: Handler) -> asyncio.AbstractServer:
-    _remove(path)
-
-    async def on_client(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            try:
-                line = await asyncio.wait_for(reader.readline(), READ_TIMEOUT_S)
-            except (TimeoutError, ValueError):  # silent too long, or a line over MAX_LINE
-                return
-            try:
-                req = json.loads(line)
-                if not isinstance(req, dict):
-                    raise ValueError("not an object")
-            except ValueError:
-                reply: dict[str, Any] = {"ok": False, "error": "malformed request"}
-            else:
-                try:
-                    reply = await handler(req)
-                except PdctlError as e:
-                    reply = {"ok": False, "error": str(e)}
-            writer.write(json.dumps(reply).encode() + b"\n")
-            await writer.drain()
-        except (ConnectionError, asyncio.IncompleteReadError):
-            pass
-        finally:
-            writer.close()
-
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    old = os.umask(0o177)  # bound 0600 from the start: no window where others may connect
-    try:
-        sock.bind(str(path))
-    except OSError:
-        sock.close()
-        raise
-    finally:
-        os.umask(old)
-    return await asyncio.start_unix_server(on_client, sock=sock, limit=MAX_LINE)
-
-
-def _remove(path: Path) -> None:
-    with contextlib.suppress(FileNotFoundError):
-        path.unlink()
+    return await linesock.serve(path, handler, MAX_LINE)
 
 
 def request(path: str | Path, req: dict[str, Any], timeout: float) -> dict[str, Any]:

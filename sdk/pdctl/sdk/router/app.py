@@ -1,7 +1,9 @@
 """The router's HTTP face: a bare ASGI app (no framework on the hot path).
 
 Endpoints: ``POST /v1/completions`` and ``/v1/chat/completions`` (JSON or SSE),
-``GET /v1/models``, ``/health``, ``/metrics`` and ``/v1/pdctl/requests``; operator
+``GET /v1/models``, ``/health``, ``/ready`` (200 once every role was found healthy after
+start, then for good: a Kubernetes readiness probe), ``/metrics`` and
+``/v1/pdctl/requests``; operator
 control: ``GET /v1/pdctl/state`` (mode, per-instance in-flight legs and drained flags),
 ``POST /v1/pdctl/drain`` ``{"instance": NAME, "drain": true|false}`` and
 ``POST /v1/pdctl/mode`` ``{"mode": MODE}``, ``POST /v1/pdctl/policy``
@@ -26,7 +28,7 @@ import contextlib
 import json
 import time
 from collections.abc import Awaitable, Callable, MutableMapping
-from typing import Any
+from typing import Any, Protocol
 from urllib.parse import parse_qs
 
 from pdctl.sdk.apikey import read_api_key
@@ -51,6 +53,24 @@ _CONTROL_ENDPOINTS = ("/v1/pdctl/drain", "/v1/pdctl/mode", "/v1/pdctl/instance",
 def load_api_key(router: Router) -> bytes | None:
     """The key clients must present, from the spec's env var or file (never the spec)."""
     return read_api_key(router.settings.api_key)
+
+
+class Cluster(Protocol):
+    """The router's other workers, when it is one of several processes sharing the port
+    (:mod:`pdctl.sdk.router.workers`): the merged views, and a control change carried to
+    every worker before it is answered."""
+
+    async def metrics(self) -> bytes: ...
+
+    async def requests(
+        self, limit: int, instance: str | None, outcome: str | None
+    ) -> list[dict[str, Any]]: ...
+
+    async def state(self) -> dict[str, Any]: ...
+
+    async def audit(self) -> list[dict[str, Any]]: ...
+
+    async def changed(self, setting: str, req: dict[str, Any]) -> dict[str, Any]: ...
 
 
 class _BodyTooLarge(Exception):
@@ -81,6 +101,8 @@ class RouterApp:
             ring = KeyRing.single(api_key) if api_key is not None else KeyRing()
             guard = Guard(ring, router.registry)
         self.guard = guard
+        self.cluster: Cluster | None = None
+        """The other workers (None: this process is the whole router)."""
         self._models = json.dumps(
             {
                 "object": "list",
@@ -125,25 +147,24 @@ class RouterApp:
                 send, 405, f"{method} is not allowed on {path}", "invalid_request_error"
             )
             return
-        if path == "/health":
-            ok, why = self.router.instances.health()
+        if path in ("/health", "/ready"):
+            i = self.router.instances
+            ok, why = i.health() if path == "/health" else i.ready()
             await _send(send, 200 if ok else 503, json.dumps({"status": why}).encode())
         elif path == "/metrics":
-            await _send(
-                send,
-                200,
-                self.router.registry.expose(),
-                [(b"content-type", b"text/plain; version=0.0.4")],
-            )
+            c = self.cluster
+            text = self.router.registry.expose() if c is None else await c.metrics()
+            await _send(send, 200, text, [(b"content-type", b"text/plain; version=0.0.4")])
         elif path == "/v1/models":
             await _send(send, 200, self._models)
         elif path == "/v1/pdctl/audit":
-            entries = list(self.guard.audit.recent)[::-1]
+            c = self.cluster
+            entries = list(self.guard.audit.recent)[::-1] if c is None else await c.audit()
             await _send(send, 200, json.dumps({"entries": entries}).encode())
         elif path == "/v1/pdctl/requests":
             await self._requests(scope, send)
         elif path == "/v1/pdctl/state":
-            await _send(send, 200, json.dumps(self.router.instances.control_state()).encode())
+            await _send(send, 200, json.dumps(await self.state()).encode())
         else:
             await _send_error(send, 404, f"no route {path}", "not_found_error")
 
@@ -169,23 +190,32 @@ class RouterApp:
             return
         inst = q.get("instance", [None])[0]
         outcome = q.get("outcome", [None])[0]
+        c = self.cluster
+        if c is None:
+            found = await self.recent(limit, inst, outcome)
+        else:
+            found = await c.requests(limit, inst, outcome)
+        await _send(send, 200, json.dumps({"mode": self.router.mode, "requests": found}).encode())
+
+    async def recent(
+        self, limit: int, instance: str | None = None, outcome: str | None = None
+    ) -> list[dict[str, Any]]:
+        """This process's ``limit`` most recent requests (on ``instance``, ending in
+        ``outcome`` when given), newest first, their TTFT splits joined."""
 
         def match(t: Any) -> bool:
-            return (inst is None or inst in (t.prefill, t.decode)) and (
+            return (instance is None or instance in (t.prefill, t.decode)) and (
                 outcome is None or t.outcome == outcome
             )
 
         await self.flights.fill(list(self.router.history), time.perf_counter())
-        await _send(
-            send,
-            200,
-            json.dumps(
-                {
-                    "mode": self.router.mode,
-                    "requests": self.router.recent(limit, match),
-                }
-            ).encode(),
-        )
+        return self.router.recent(limit, match)
+
+    async def state(self) -> dict[str, Any]:
+        """``/v1/pdctl/state``: this process's, or every worker's merged."""
+        if self.cluster is None:
+            return self.router.instances.control_state()
+        return await self.cluster.state()
 
     async def _control(self, receive: Receive, send: Send, path: str) -> None:
         try:
@@ -195,46 +225,18 @@ class RouterApp:
         if not isinstance(req, dict):
             await _send_error(send, 400, "send a JSON object", "invalid_request_error")
             return
-        router = self.router.instances
         setting = path.rsplit("/", 1)[-1]
-        setter = {"policy": router.set_policy, "mode": router.set_mode}.get(setting)
-        if setter is not None:
-            try:
-                setter(str(req.get(setting)))
-            except ValueError as e:
-                await _send_error(send, 400, str(e), "invalid_request_error")
-                return
-        elif path.endswith("/instance"):
-            name, event = req.get("instance"), req.get("event")
-            if event not in ("up", "down"):
-                await _send_error(
-                    send, 400, '\'event\' must be "up" or "down"', "invalid_request_error"
-                )
-                return
-            try:
-                router.set_health(str(name), event == "up")
-            except KeyError:
-                await self._no_such_instance(send, name)
-                return
-        else:
-            name, drain = req.get("instance"), req.get("drain", True)
-            if not isinstance(drain, bool):
-                await _send_error(
-                    send, 400, "'drain' must be true or false", "invalid_request_error"
-                )
-                return
-            try:
-                router.set_drained(str(name), drain)
-            except KeyError:
-                await self._no_such_instance(send, name)
-                return
-        await _send(send, 200, json.dumps(router.control_state()).encode())
-
-    async def _no_such_instance(self, send: Send, name: object) -> None:
-        names = ", ".join(u.name for u in self.router.upstreams)
-        await _send_error(
-            send, 404, f"no instance named {name!r} (have: {names})", "not_found_error"
-        )
+        refused = self.router.instances.apply(setting, req)
+        if refused is not None:
+            await _send_error(send, *refused)
+            return
+        if self.cluster is None:
+            await _send(send, 200, json.dumps(self.router.instances.control_state()).encode())
+            return
+        # every worker has it before the answer (the parent's word on how many did)
+        change = await self.cluster.changed(setting, req)
+        answer = {**await self.cluster.state(), "change": change}
+        await _send(send, 200, json.dumps(answer).encode())
 
     async def _completion(
         self, scope: Scope, receive: Receive, send: Send, path: str, who: Principal | None

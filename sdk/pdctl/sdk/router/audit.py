@@ -13,6 +13,7 @@ import sys
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -24,7 +25,17 @@ class AuditLog:
     them to standard error. A write that fails is counted, never raised: the audit log
     must not take the router down (the entry stays in memory)."""
 
-    def __init__(self, path: str | Path | None, *, max_bytes: int = 10 << 20, backups: int = 5):
+    def __init__(
+        self,
+        path: str | Path | None,
+        *,
+        max_bytes: int = 10 << 20,
+        backups: int = 5,
+        forward: Callable[[dict[str, Any]], None] | None = None,
+    ):
+        """``forward``: hand each entry there instead of writing it (a router worker's
+        entries go to its parent, the one writer of the file: :meth:`append`)."""
+        self.forward = forward
         self.path = None if path is None or path == "-" else Path(path)
         self._stderr = path == "-"
         self.max_bytes, self.backups = max_bytes, backups
@@ -53,6 +64,13 @@ class AuditLog:
         }
         if detail:
             entry["detail"] = detail
+        if self.forward is not None:
+            self.forward(entry)
+            return entry
+        return self.append(entry)
+
+    def append(self, entry: dict[str, Any]) -> dict[str, Any]:
+        """Keep and write an entry made elsewhere (by :meth:`record`, here or in a worker)."""
         self.recent.append(entry)
         line = json.dumps(entry, sort_keys=True) + "\n"
         if self._stderr:

@@ -26,7 +26,7 @@ from pdctl.sdk.spec.security import RateLimitSpec
 Access = Literal["public", "inference", "admin"]
 
 _INFERENCE = frozenset({"/v1/completions", "/v1/chat/completions", "/v1/models"})
-_PUBLIC = frozenset({"/health", "/metrics"})
+_PUBLIC = frozenset({"/health", "/ready", "/metrics"})
 
 
 def access_for(path: str) -> Access:

@@ -29,16 +29,18 @@ class Guard:
         audit: AuditLog | None = None,
         clock: Clock | None = None,
         control_needs_client_cert: bool = False,
+        share: float = 1.0,
     ) -> None:
         """``control_needs_client_cert``: mTLS on the admin endpoints (the TLS layer
-        verified the certificate; see :mod:`.hardening`)."""
+        verified the certificate; see :mod:`.hardening`). ``share``: the part of every
+        rate limit this process enforces (:class:`~.limits.Limiter`)."""
         self.keys = keys
         self.control_needs_client_cert = control_needs_client_cert
         self.audit = audit if audit is not None else AuditLog(None)
         # an unguarded router admits every request as the anonymous tenant
         known = {p.tenant for p in keys.principals} or {ANONYMOUS.tenant}
         kw = {"clock": clock} if clock is not None else {}
-        self.limits = Limiter(registry, tenants or {}, keys.key_limits(), known, **kw)
+        self.limits = Limiter(registry, tenants or {}, keys.key_limits(), known, share=share, **kw)
         self.auth_failures = registry.counter(
             "pdctl_router_auth_failures_total",
             "Requests refused for a missing or wrong key (401) or a key's role (403).",
@@ -54,13 +56,21 @@ class Guard:
         *,
         environ: Mapping[str, str] | None = None,
         audit_path: str | None = None,
+        share: float = 1.0,
     ) -> Guard:
         """Read every key (:class:`~pdctl.sdk.keys.KeySourceError` names a bad one)."""
         keys = KeyRing.from_sources(key_sources(rs), environ)
         path = rs.audit.path or audit_path
         audit = AuditLog(path, max_bytes=rs.audit.max_bytes, backups=rs.audit.backups)
         mtls = rs.tls is not None and bool(rs.tls.client_ca_file)
-        return cls(keys, registry, tenants=rs.tenants, audit=audit, control_needs_client_cert=mtls)
+        return cls(
+            keys,
+            registry,
+            tenants=rs.tenants,
+            audit=audit,
+            control_needs_client_cert=mtls,
+            share=share,
+        )
 
     def check(self, scope: Scope) -> Verdict:
         """Authenticate one HTTP request; refusals are counted and audited."""

@@ -69,6 +69,9 @@ class InstanceSet:
         self._changed = asyncio.Event()
         """Set (and replaced) whenever an instance's health changes."""
         self._checking: dict[str, asyncio.Task[None]] = {}
+        self.check_rounds = 0
+        """Health-check rounds over every instance finished since start."""
+        self._ready = False
 
     def _upstream(self, inst: InstancePlan) -> Upstream:
         ident = PrefillIdentity.from_plan(inst) if inst.role == "prefill" else None
@@ -93,6 +96,7 @@ class InstanceSet:
     async def _health_loop(self) -> None:
         while True:
             await asyncio.gather(*(self.check(u) for u in self.upstreams))
+            self.check_rounds += 1
             await asyncio.sleep(self.health_interval_s)
 
     async def check(self, u: Upstream) -> None:
@@ -139,6 +143,21 @@ class InstanceSet:
             if not any(u.eligible() for u in ups):
                 return False, f"no healthy {role} instance"
         return True, "ok"
+
+    def ready(self) -> tuple[bool, str]:
+        """``/ready``: whether the router has checked every instance and found each role it
+        needs healthy, once since it started; from then on it stays ready (an instance
+        restarting later is the fleet's state, which ``/health`` reports: taking every
+        router out of its Service then would only turn waits into refused connections)."""
+        if self._ready:
+            return True, "ok"
+        if self.check_rounds == 0:
+            return False, "waiting for the first health check of the instances"
+        ok, why = self.health()
+        if ok:
+            self._ready = True
+            return True, "ok"
+        return False, f"waiting for instances: {why}"
 
     # ------------------------------------------------------------------ selection
 
@@ -293,6 +312,37 @@ class InstanceSet:
         u.trusted_until = time.monotonic() + UP_GRACE_S if healthy else 0.0
         self.mark(u, healthy)
         return u
+
+    def apply(self, setting: str, req: dict[str, Any]) -> tuple[int, str, str] | None:
+        """Apply one control request (``setting``: the endpoint's last part: mode, policy,
+        instance, drain; ``req``: its JSON body); None when done, else the refusal (HTTP
+        status, message, error type). Every worker of a router applies the same request
+        through here."""
+        setter = {"policy": self.set_policy, "mode": self.set_mode}.get(setting)
+        if setter is not None:
+            try:
+                setter(str(req.get(setting)))
+            except ValueError as e:
+                return 400, str(e), "invalid_request_error"
+            return None
+        name = req.get("instance")
+        try:
+            if setting == "instance":
+                event = req.get("event")
+                if event not in ("up", "down"):
+                    return 400, '\'event\' must be "up" or "down"', "invalid_request_error"
+                self.set_health(str(name), event == "up")
+            elif setting == "drain":
+                drain = req.get("drain", True)
+                if not isinstance(drain, bool):
+                    return 400, "'drain' must be true or false", "invalid_request_error"
+                self.set_drained(str(name), drain)
+            else:
+                return 404, f"no control setting {setting!r}", "not_found_error"
+        except KeyError:
+            names = ", ".join(u.name for u in self.upstreams)
+            return 404, f"no instance named {name!r} (have: {names})", "not_found_error"
+        return None
 
     def control_state(self) -> dict[str, Any]:
         extra = {"kv_index": self.cache.summary()} if self.cache is not None else {}

@@ -128,12 +128,16 @@ class Limiter:
         keys: Mapping[str, RateLimitSpec],
         known_tenants: Iterable[str] = (),
         clock: Clock = time.monotonic,
+        share: float = 1.0,
     ) -> None:
+        """``share``: the part of each limit this process enforces (1/N in each of a
+        router's N workers: each holds buckets of rate/N, so together they admit about
+        the limit; approximate when the kernel spreads one tenant's connections unevenly)."""
         self.clock = clock
         now = clock()
         self.meter = Meter(registry, sorted({*tenants, *known_tenants}))
-        self._tenant = {t: _buckets(s, now) for t, s in tenants.items() if s.limited}
-        self._key = {k: _buckets(s, now) for k, s in keys.items() if s.limited}
+        self._tenant = {t: _buckets(s, now, share) for t, s in tenants.items() if s.limited}
+        self._key = {k: _buckets(s, now, share) for k, s in keys.items() if s.limited}
 
     def admit(self, who: Principal | None, body: Mapping[str, Any]) -> Reservation | Refusal:
         """Admit one completion request (``who`` None: the anonymous tenant) at its
@@ -182,8 +186,9 @@ class _Buckets:
         return out
 
 
-def _buckets(s: RateLimitSpec, now: float) -> _Buckets:
+def _buckets(s: RateLimitSpec, now: float, share: float = 1.0) -> _Buckets:
     def one(rate: float) -> TokenBucket | None:
+        rate *= share
         # a bucket always holds at least one unit, or a burst under 1 would refuse all
         return TokenBucket(rate, max(1.0, rate * s.burst_s), now) if rate > 0 else None
 

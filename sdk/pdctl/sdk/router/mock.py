@@ -409,8 +409,10 @@ def main(argv: list[str] | None = None) -> int:
         "--chunk-delay-s", type=float, default=0.0, help="seconds between streamed events"
     )
     ap.add_argument("--no-record", action="store_true", help="keep no list of requests (load runs)")
+    ap.add_argument("--delay", type=float, default=0.0, help="seconds before answering")
     args = ap.parse_args(argv)
     cfg = MockConfig(
+        delay_s=args.delay,
         role=args.role,
         engine_id=args.engine_id,
         side_channel_port=args.side_channel_port,

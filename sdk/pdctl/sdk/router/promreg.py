@@ -1,7 +1,9 @@
 """A minimal Prometheus registry for the router: counters, gauges, histograms, text output.
 
 Observing is a dict lookup and a few additions (no locks: the router is single-threaded
-asyncio), cheap enough for the per-request path.
+asyncio), cheap enough for the per-request path. :meth:`Registry.snapshot` gives the
+values as plain data (what a router worker sends its parent, :mod:`.merge` adds up) and
+:func:`expose_snapshot` writes such data as Prometheus text: one writer for both.
 """
 
 from __future__ import annotations
@@ -9,8 +11,13 @@ from __future__ import annotations
 import bisect
 import itertools
 from collections.abc import Callable, Iterable, Sequence
+from typing import Any, Literal
 
 LabelValues = tuple[str, ...]
+GaugeMerge = Literal["sum", "max", "min"]
+"""How a gauge of several router workers becomes one: ``sum`` (requests in flight), ``max``
+(1 while any worker sees it: a breaker open), ``min`` (1 while every worker sees it: up)."""
+Snapshot = list[dict[str, Any]]
 
 DEFAULT_BUCKETS = (
     0.0005,
@@ -63,10 +70,10 @@ class Counter:
             self.values.setdefault(combo, 0.0)
 
     def expose(self) -> list[str]:
-        out = [f"# HELP {self.name} {self.help}", f"# TYPE {self.name} counter"]
-        for lv, v in sorted(self.values.items()):
-            out.append(f"{self.name}{_labels(self.labelnames, lv)} {_fmt(v)}")
-        return out
+        return expose_family(self.snapshot())
+
+    def snapshot(self) -> dict[str, Any]:
+        return _family(self, "counter", [[list(lv), v] for lv, v in self.values.items()])
 
 
 class Gauge:
@@ -78,14 +85,18 @@ class Gauge:
         help_: str,
         labels: Sequence[str],
         collect: Callable[[], dict[LabelValues, float]],
+        merge: GaugeMerge = "sum",
     ) -> None:
         self.name, self.help, self.labelnames, self.collect = name, help_, tuple(labels), collect
+        self.merge: GaugeMerge = merge
 
     def expose(self) -> list[str]:
-        out = [f"# HELP {self.name} {self.help}", f"# TYPE {self.name} gauge"]
-        for lv, v in sorted(self.collect().items()):
-            out.append(f"{self.name}{_labels(self.labelnames, lv)} {_fmt(v)}")
-        return out
+        return expose_family(self.snapshot())
+
+    def snapshot(self) -> dict[str, Any]:
+        fam = _family(self, "gauge", [[list(lv), v] for lv, v in self.collect().items()])
+        fam["merge"] = self.merge
+        return fam
 
 
 class Histogram:
@@ -103,28 +114,60 @@ class Histogram:
     def observe(self, value: float, *labels: str) -> None:
         s = self.series.get(labels)
         if s is None:
-            s = self.series[labels] = [0.0] * (len(self.bounds) + 2)
+            s = self.series[labels] = [0.0] * (len(self.bounds) + 3)  # buckets, +Inf, sum, count
         s[bisect.bisect_left(self.bounds, value)] += 1  # last slot before sum is +Inf
         s[-2] += value
         s[-1] += 1
 
     def expose(self) -> list[str]:
-        out = [f"# HELP {self.name} {self.help}", f"# TYPE {self.name} histogram"]
-        for lv, s in sorted(self.series.items()):
-            acc = 0.0
-            for i, b in enumerate((*self.bounds, float("inf"))):
-                acc += s[i]
-                out.append(
-                    f"{self.name}_bucket{_labels(self.labelnames, lv, f'le={_q(_fmt(b))}')} "
-                    f"{_fmt(acc)}"
-                )
-            out.append(f"{self.name}_sum{_labels(self.labelnames, lv)} {_fmt(s[-2])}")
-            out.append(f"{self.name}_count{_labels(self.labelnames, lv)} {_fmt(s[-1])}")
-        return out
+        return expose_family(self.snapshot())
+
+    def snapshot(self) -> dict[str, Any]:
+        fam = _family(self, "histogram", [[list(lv), list(s)] for lv, s in self.series.items()])
+        fam["bounds"] = list(self.bounds)
+        return fam
+
+
+def _family(m: Counter | Gauge | Histogram, kind: str, samples: list[Any]) -> dict[str, Any]:
+    return {
+        "name": m.name,
+        "help": m.help,
+        "type": kind,
+        "labels": list(m.labelnames),
+        "samples": samples,
+    }
 
 
 def _q(v: str) -> str:
     return f'"{v}"'
+
+
+def expose_family(fam: dict[str, Any]) -> list[str]:
+    """One metric family of a snapshot as Prometheus text lines (samples sorted by label
+    values). A histogram sample is its bucket counts (not cumulative), sum, count."""
+    name, names = fam["name"], tuple(fam["labels"])
+    out = [f"# HELP {name} {fam['help']}", f"# TYPE {name} {fam['type']}"]
+    samples = sorted((tuple(lv), v) for lv, v in fam["samples"])
+    if fam["type"] != "histogram":
+        out.extend(f"{name}{_labels(names, lv)} {_fmt(v)}" for lv, v in samples)
+        return out
+    bounds = (*fam["bounds"], float("inf"))
+    for lv, s in samples:
+        acc = 0.0
+        for i, b in enumerate(bounds):
+            acc += s[i]
+            out.append(f"{name}_bucket{_labels(names, lv, f'le={_q(_fmt(b))}')} {_fmt(acc)}")
+        out.append(f"{name}_sum{_labels(names, lv)} {_fmt(s[-2])}")
+        out.append(f"{name}_count{_labels(names, lv)} {_fmt(s[-1])}")
+    return out
+
+
+def expose_snapshot(snapshot: Snapshot) -> bytes:
+    """A snapshot (:meth:`Registry.snapshot`, or several merged) as Prometheus text."""
+    lines: list[str] = []
+    for fam in snapshot:
+        lines.extend(expose_family(fam))
+    return ("\n".join(lines) + "\n").encode()
 
 
 class Registry:
@@ -142,8 +185,10 @@ class Registry:
         help_: str,
         labels: Sequence[str],
         collect: Callable[[], dict[LabelValues, float]],
+        merge: GaugeMerge = "sum",
     ) -> Gauge:
-        g = Gauge(name, help_, labels, collect)
+        """``merge``: how several router workers' values become one (:data:`GaugeMerge`)."""
+        g = Gauge(name, help_, labels, collect, merge)
         self.metrics.append(g)
         return g
 
@@ -158,8 +203,9 @@ class Registry:
         self.metrics.append(h)
         return h
 
+    def snapshot(self) -> Snapshot:
+        """Every metric's current values as plain (JSON-able) data."""
+        return [m.snapshot() for m in self.metrics]
+
     def expose(self) -> bytes:
-        lines: list[str] = []
-        for m in self.metrics:
-            lines.extend(m.expose())
-        return ("\n".join(lines) + "\n").encode()
+        return expose_snapshot(self.snapshot())

@@ -211,12 +211,14 @@ class RouterMetrics:
             "1 when the instance passes health checks.",
             ("instance", "role"),
             lambda: {(u.name, u.role): float(u.healthy) for u in upstreams},
+            merge="min",  # with several workers: up while every worker sees it up
         )
         r.gauge(
             "pdctl_router_breaker_open",
             "1 while the instance's circuit breaker is open.",
             ("instance",),
             lambda: {(u.name,): float(u.breaker.state == "open") for u in upstreams},
+            merge="max",  # with several workers: 1 while any worker's breaker is open
         )
 
     def prime(

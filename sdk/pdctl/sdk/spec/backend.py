@@ -123,6 +123,19 @@ class K8sSpec(_Strict):
         default=None, description="Namespace of those Prometheus pods; default: the fleet's."
     )
     router_service_type: Literal["ClusterIP", "NodePort", "LoadBalancer"] = "ClusterIP"
+    router_replicas: int = Field(
+        default=1,
+        ge=1,
+        le=64,
+        description="Router pods behind the router Service. Each is a whole router with its "
+        "own view (docs/kubernetes.md, 'Router replicas'); above 1 they get a "
+        "PodDisruptionBudget (at most one down at a time) and roll one at a time.",
+    )
+    router_cpu: str | None = Field(
+        default=None,
+        description="CPU request and limit of each router pod, e.g. '4': the default "
+        "router.workers follows the limit (one worker per CPU).",
+    )
     cluster_domain: str = "cluster.local"
     labels: dict[str, str] = Field(default_factory=dict, description="Added to every object.")
     annotations: dict[str, str] = Field(default_factory=dict, description="Added to every pod.")
@@ -134,7 +147,7 @@ class K8sSpec(_Strict):
             raise ValueError("use lowercase letters, digits and '-' (at most 63), e.g. 'llm'")
         return v
 
-    @field_validator("cpu", "memory", "shm_size")
+    @field_validator("cpu", "memory", "shm_size", "router_cpu")
     @classmethod
     def _quantity(cls, v: str | None) -> str | None:
         if v is not None and not _QUANTITY_RE.match(v):

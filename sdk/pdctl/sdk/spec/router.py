@@ -32,6 +32,15 @@ class ApiKeySpec(_Strict):
 class RouterSpec(_Strict):
     host: str = "127.0.0.1"
     port: Port = 8000
+    workers: int | None = Field(
+        default=None,
+        ge=1,
+        le=256,
+        description="Router processes sharing the port (SO_REUSEPORT), each a complete "
+        "router; a parent process restarts one that dies and keeps control changes, /metrics "
+        "and /v1/pdctl/requests one view across them. Default: the CPUs the router may use "
+        "(its CPU affinity, capped by a cgroup CPU quota), at most 16; 1 is a single process.",
+    )
     policy: RouterPolicy = "round_robin"
     concurrent: bool = Field(
         default=True, description="Dispatch both legs at once in push mode (the point of push)."

@@ -20,7 +20,13 @@ from pdctl.sdk.spec import FleetSpec
 from pdctl.sdk.urls import http_url
 
 LWS_RELEASES = "https://github.com/kubernetes-sigs/lws/releases"
-BASE_KINDS = ("deployments.apps", "services", "configmaps", "networkpolicies.networking.k8s.io")
+BASE_KINDS = (
+    "deployments.apps",
+    "services",
+    "configmaps",
+    "networkpolicies.networking.k8s.io",
+    "poddisruptionbudgets.policy",
+)
 POLL_S = 5.0
 
 

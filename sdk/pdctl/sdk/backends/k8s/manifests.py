@@ -28,7 +28,7 @@ from pdctl.sdk.backends.k8s.pods import (
 from pdctl.sdk.errors import SpecError, SpecProblem
 from pdctl.sdk.fleetplan import FleetPlan, InstancePlan, RouterPlan, build_plan
 from pdctl.sdk.jsonpatch import JsonPatchError, apply_patch
-from pdctl.sdk.spec import FleetSpec
+from pdctl.sdk.spec import FleetSpec, RouterSpec
 
 Obj = dict[str, Any]
 ROUTER_MODULE = "pdctl.sdk.backends.k8s.router"
@@ -138,8 +138,10 @@ def instance_service(spec: FleetSpec, inst: InstancePlan) -> Obj:
 
 
 def router_objects(spec: FleetSpec, rp: RouterPlan) -> list[Obj]:
-    """ConfigMap with the spec, the router Deployment and its Service."""
+    """ConfigMap with the spec, the router Deployment and its Service (and, with more than
+    one replica, its PodDisruptionBudget)."""
     k8s = k8slabels.k8s_settings(spec)
+    rs = spec.router or RouterSpec()
     text = spec_json(spec)
     labels = names.instance_labels(spec, names.ROUTER, names.ROUTER, names.ROUTER)
     config = names.spec_config_name(spec)
@@ -150,8 +152,11 @@ def router_objects(spec: FleetSpec, rp: RouterPlan) -> list[Obj]:
         "command": ["python3", "-m", ROUTER_MODULE, "--spec-json", f"{SPEC_MOUNT}/{SPEC_FILE}"],
         "ports": [{"name": "http", "containerPort": rp.port}],
         "volumeMounts": [{"name": "spec", "mountPath": SPEC_MOUNT, "readOnly": True}],
-        **router_health_checks("http"),
+        **router_health_checks("http", "HTTPS" if rs.tls is not None else "HTTP"),
     }
+    if k8s.router_cpu:
+        cpu = {"cpu": k8s.router_cpu}
+        container["resources"] = {"requests": dict(cpu), "limits": dict(cpu)}
     if secrets := env_from(spec, router=True):
         container["envFrom"] = secrets
     pod = pod_spec(spec, [container], shm=False)
@@ -181,14 +186,37 @@ def router_objects(spec: FleetSpec, rp: RouterPlan) -> list[Obj]:
             "kind": "Deployment",
             "metadata": _meta(spec, name, labels),
             "spec": {
-                "replicas": 1,
+                "replicas": k8s.router_replicas,
                 "selector": {"matchLabels": selector},
+                **(_ONE_AT_A_TIME if k8s.router_replicas > 1 else {}),
                 "template": {
                     "metadata": {"labels": labels, "annotations": annotations},
                     "spec": pod,
                 },
             },
         },
+        *_router_budget(spec, name, labels, selector),
+    ]
+
+
+_ONE_AT_A_TIME: Obj = {
+    # a new router pod is ready before an old one goes: the Service never has fewer
+    "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 0, "maxSurge": 1}}
+}
+
+
+def _router_budget(spec: FleetSpec, name: str, labels: Obj, selector: Obj) -> list[Obj]:
+    """At most one router replica evicted at a time (node drains, upgrades); none for a
+    single replica, whose budget could only block a drain for ever."""
+    if k8slabels.k8s_settings(spec).router_replicas < 2:
+        return []
+    return [
+        {
+            "apiVersion": "policy/v1",
+            "kind": "PodDisruptionBudget",
+            "metadata": _meta(spec, name, labels),
+            "spec": {"maxUnavailable": 1, "selector": {"matchLabels": selector}},
+        }
     ]
 
 

@@ -117,14 +117,17 @@ def health_checks(spec: FleetSpec, port: str | int) -> Obj:
     }
 
 
-def router_health_checks(port: str | int) -> Obj:
-    """The router's Kubernetes probes check only that it listens: its /health answers 503 while no
-    prefill or decode is healthy, which is the fleet's state, not the router's, and would
-    otherwise pull it out of its Service (or restart it) just while an instance restarts."""
+def router_health_checks(port: str | int, scheme: str = "HTTP") -> Obj:
+    """The router's Kubernetes probes. Started and alive: it listens. Ready: ``/ready``,
+    200 once the router has found every role it needs healthy after it started, and from
+    then on (its ``/health`` answers 503 while no prefill or decode is healthy, which is the
+    fleet's state, not the router's: probing that would pull every replica out of the
+    Service, or restart it, just while an instance restarts)."""
     tcp = {"tcpSocket": {"port": port}}
+    ready = {"httpGet": {"path": "/ready", "port": port, "scheme": scheme}}
     return {
         "startupProbe": {**tcp, "periodSeconds": 2, "failureThreshold": 60},
-        "readinessProbe": {**tcp, "periodSeconds": 5, "failureThreshold": 3},
+        "readinessProbe": {**ready, "periodSeconds": 2, "timeoutSeconds": 2, "failureThreshold": 3},
         "livenessProbe": {**tcp, "periodSeconds": 10, "timeoutSeconds": 5, "failureThreshold": 6},
     }
 

@@ -21,42 +21,43 @@ from pdctl.sdk.backends.k8s.manifests import cluster_plan
 from pdctl.sdk.errors import PdctlError
 from pdctl.sdk.router.app import RouterApp
 from pdctl.sdk.router.core import ROUTER_MODES, Router
-from pdctl.sdk.router.server import build_guard, default_audit_path, serve
-from pdctl.sdk.spec import FleetSpec, RouterSpec
+from pdctl.sdk.router.server import add_worker_args, build_guard, default_audit_path, run
+from pdctl.sdk.spec import FleetSpec
 
 BIND = "0.0.0.0"
 
 
-def build(spec: FleetSpec, mode: str | None = None, audit_path: str | None = None) -> RouterApp:
-    """The router app over the cluster plan; ValueError/PdctlError when it cannot run
-    (no admin key on its wildcard bind without ``router.insecure_control``, say)."""
+def build(
+    spec: FleetSpec, mode: str | None = None, audit_path: str | None = None, workers: int = 1
+) -> RouterApp:
+    """The router app over the cluster plan (one of ``workers`` processes); ValueError /
+    PdctlError when it cannot run (no admin key on its wildcard bind without
+    ``router.insecure_control``, say)."""
     chosen = next((m for m in ROUTER_MODES if m == mode), None)
     if mode is not None and chosen is None:
         raise ValueError(f"unknown mode {mode!r}; use one of {', '.join(ROUTER_MODES)}")
     router = Router(spec, cluster_plan(spec), mode=chosen)
-    return RouterApp(router, guard=build_guard(spec, router, audit_path))
+    return RouterApp(router, guard=build_guard(spec, router, audit_path, share=1.0 / workers))
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m pdctl.sdk.backends.k8s.router")
     ap.add_argument("--spec-json", required=True)
     ap.add_argument("--mode", default=None)
-    args = ap.parse_args(argv)
+    add_worker_args(ap)
+    given = list(argv if argv is not None else sys.argv[1:])
+    args = ap.parse_args(given)
     spec = FleetSpec.model_validate_json(Path(args.spec_json).read_text())
-    try:
-        app = build(spec, args.mode, default_audit_path(args.spec_json))
-    except (ValueError, PdctlError) as e:
-        print(f"pdctl router: {e}", file=sys.stderr)
-        return 2
-    port = (spec.router or RouterSpec()).port
-    r = app.router
-    print(
-        f"pdctl router: {r.mode} mode on http://{BIND}:{port} → "
-        f"{len(r.prefills)} prefill, {len(r.decodes)} decode instance(s)",
-        flush=True,
-    )
-    serve(app, BIND, port)
-    return 0
+    audit_path = default_audit_path(args.spec_json)
+
+    def make(n: int) -> RouterApp:
+        try:
+            return build(spec, args.mode, audit_path, workers=n)
+        except ValueError as e:
+            raise PdctlError(str(e)) from None
+
+    module = "pdctl.sdk.backends.k8s.router"
+    return run(make, spec, BIND, module=module, argv=given, args=args, audit_path=audit_path)
 
 
 if __name__ == "__main__":

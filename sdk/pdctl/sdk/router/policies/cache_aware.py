@@ -122,6 +122,7 @@ class CacheAware:
             lambda: {
                 (n, s): float(i.state == s) for n, i in self.index.instances.items() for s in STATES
             },
+            merge="max",  # with several workers (each its own index): 1 if any is in it
         )
         reg.gauge(
             "pdctl_router_prefix_blocks_routed",
