@@ -33,6 +33,7 @@ import contextlib
 import json
 import os
 import resource
+import signal
 import statistics
 import subprocess
 import sys
@@ -246,6 +247,8 @@ def main() -> int:
     ap.add_argument("--nofile", type=int, default=65536)
     ap.add_argument("--out", default="router_streams.json")
     args = ap.parse_args()
+    # a SIGTERM (a timeout, an impatient operator) still stops the mocks and the router
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     raise_nofile(args.nofile)
     soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
     if soft < args.streams + 256:
