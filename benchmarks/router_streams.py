@@ -9,7 +9,8 @@ its stream to the end and checking it ended with ``[DONE]``.
 * ``--streams N`` (default 10,000): N clients connect over ``--ramp`` seconds and each
   holds one stream; reported: errors by kind, the router's open files and memory (RSS of
   its process tree) idle, at the plateau and after, memory per 1,000 streams, time to
-  first byte p50/p99 and stream duration;
+  first byte p50/p99, stream duration, and how long the router takes to exit on SIGTERM
+  afterwards;
 * ``--soak S`` seconds at ``--rate R`` new streams per second (open loop; default 70% of
   the capacity measured first with ``--capacity-s`` seconds of 64 clients streaming back
   to back — the capacity of the whole setup, load generator included, which on a small
@@ -32,6 +33,7 @@ import contextlib
 import json
 import os
 import resource
+import signal
 import statistics
 import subprocess
 import sys
@@ -245,6 +247,8 @@ def main() -> int:
     ap.add_argument("--nofile", type=int, default=65536)
     ap.add_argument("--out", default="router_streams.json")
     args = ap.parse_args()
+    # a SIGTERM (a timeout, an impatient operator) still stops the mocks and the router
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     raise_nofile(args.nofile)
     soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
     if soft < args.streams + 256:
@@ -288,9 +292,15 @@ def main() -> int:
                     print(f"capacity {cap:.1f} streams/s; soak at 70%: {rate:.1f}/s")
                 rec["soak"] = asyncio.run(soak(rport, args.soak, rate, router.pid))
                 print(json.dumps({k: v for k, v in rec["soak"].items() if k != "rss_mb_samples"}))
-            for p in (router, decode):
-                p.terminate()
-                p.wait(10)
+            t = time.perf_counter()
+            router.terminate()
+            try:
+                router.wait(60)
+                rec[f"{label}_router_exit_s"] = round(time.perf_counter() - t, 2)
+            except subprocess.TimeoutExpired:
+                rec[f"{label}_router_exit_s"] = None  # not out within 60 s of SIGTERM
+            decode.terminate()
+            decode.wait(10)
             procs = procs[:1]
     finally:
         for p in procs:
