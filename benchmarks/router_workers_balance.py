@@ -183,7 +183,7 @@ def main() -> int:
     for case, slow in (("even", 1.0), ("uneven", args.slow)):
         for workers in (1, 2):
             runs = [one_run(args, h2, workers, slow) for _ in range(args.rounds)]
-            row = {"case": case, "workers": workers}
+            row: dict[str, Any] = {"case": case, "workers": workers}
             for k in ("fast_share", "imbalance", "mean_in_flight", "requests"):
                 vals = [r[k] for r in runs if r[k] is not None]
                 row[k] = round(statistics.median(vals), 3) if vals else None
@@ -203,7 +203,7 @@ def main() -> int:
             cell("uneven", 2, "fast_share") / max(cell("uneven", 1, "fast_share"), 1e-9), 3
         ),
     }
-    rec = {
+    rec: dict[str, Any] = {
         "results": rows,
         "ratios": ratios,
         "setup": {
