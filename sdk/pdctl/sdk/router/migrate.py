@@ -2,14 +2,20 @@
 
 The router asks vLLM for the token ids of every streamed event (``return_token_ids``;
 removed again before the client sees the event unless the client asked for them) and
-relays the stream one whole SSE event at a time (:mod:`pdctl.sdk.sse`; comments and
-events without data are not relayed), so at any moment it knows exactly which
-tokens the client has received. When the decode fails mid-stream, the request continues
-on another decode as a plain completion whose prompt is the original prompt's token ids
-plus the tokens already sent, with ``max_tokens`` reduced by as many; the new decode
-computes that prefix itself (decode-only: no prefill, no KV transfer). Its events are
-rewritten into the original stream's shape (id, object, chat deltas), so the client sees
-one uninterrupted stream with no token lost or repeated.
+relays the stream one whole SSE event at a time (:class:`pdctl.sdk.sse.EventFramer`;
+comments and events without data are not relayed), so at any moment it knows exactly
+which tokens the client has received. On the happy path the events go through as decode
+sent them: a block of whole events in vLLM's framing is forwarded as raw bytes, its
+token ids cut out of it by a byte pattern and kept unparsed until a failure needs them;
+only the events that carry what a continuation needs (the prompt's ids, a finish
+reason, an error, ``[DONE]``) and whatever is framed otherwise are decoded.
+
+When the decode fails mid-stream, the request continues on another decode as a plain
+completion whose prompt is the original prompt's token ids plus the tokens already
+sent, with ``max_tokens`` reduced by as many; the new decode computes that prefix
+itself (decode-only: no prefill, no KV transfer). Its events are rewritten into the
+original stream's shape (id, object, chat deltas), so the client sees one
+uninterrupted stream with no token lost or repeated.
 
 Limits: one choice (``n == 1``) and no ``echo``. A stop string vLLM held back when the
 decode died may be found again (the held-back text is recomputed). Recomputing the KV of
@@ -20,10 +26,11 @@ decode would have produced.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from pdctl.sdk.sse import DONE, Event, EventParser, encode_event
+from pdctl.sdk.sse import DONE, Event, EventFramer, encode_event
 
 CONTINUE_ENDPOINT = "/v1/completions"
 """Continuations are token-id completions, whatever the original endpoint."""
@@ -46,6 +53,18 @@ _CARRIED = (
     "include_stop_str_in_output",
     "min_tokens",
 )
+
+
+_TOKEN_IDS = re.compile(rb',\s*"token_ids"\s*:\s*(?:\[([0-9,\s]*)\]|null)')
+"""A choice's ``token_ids`` in an event's raw JSON. In valid JSON a comma before a quote
+is never inside a string (a string's own quotes are escaped), so this only ever matches
+the key; a block where the key is found anywhere else is decoded instead."""
+_TOKEN_EVENT = b'data: {"id"'
+"""How a token event of vLLM's starts (its models' first field is the id); the stream's
+error event (``{"error": ...}``) and ``[DONE]`` do not, and are decoded."""
+_FINISH = b'"finish_reason"'
+_NO_FINISH = b'"finish_reason":null'
+_NO_FINISH_SPACED = b'"finish_reason": null'
 
 
 def migratable(body: dict[str, Any]) -> bool:
@@ -82,7 +101,7 @@ class StreamTracker:
     include_usage: bool = False
     stream_id: str | None = None
     prompt_ids: list[int] | None = None
-    sent_ids: list[int] = field(default_factory=list)
+    _sent: list[int] = field(default_factory=list, repr=False)
     finished: bool = False
     """A finish_reason was sent: nothing is left to continue."""
     done: bool = False
@@ -94,11 +113,55 @@ class StreamTracker:
     """The events now come from a continuation (a token-id completion)."""
     _sent_before: int = 0
     """Tokens sent before the current continuation started (for usage)."""
-    _parser: EventParser = field(default_factory=EventParser, repr=False)
+    _framer: EventFramer = field(default_factory=lambda: EventFramer(_TOKEN_EVENT), repr=False)
+    _plain_ok: bool = field(default=False, repr=False)
+    """Plain token events may go through as they came: the first event (the prompt's
+    ids, vLLM's only event that has them) was decoded, and no continuation is under
+    way (its events are rewritten into the original's shape)."""
+    _ids: list[bytes] = field(default_factory=list, repr=False)
+    """Token ids of plain blocks, as the bytes between their brackets: parsed only when
+    :attr:`sent_ids` is read."""
+
+    @property
+    def sent_ids(self) -> list[int]:
+        """The token ids the client has, in order."""
+        if self._ids:
+            ids = b",".join(self._ids).split(b",")
+            self._sent.extend(int(i) for i in ids if i.strip())
+            self._ids.clear()
+        return self._sent
 
     def feed(self, chunk: bytes) -> bytes:
-        out = (self._event(event) for event in self._parser.feed(chunk))
-        return b"".join(e for e in out if e is not None)
+        raw, n = self._framer.feed(chunk)
+        if not raw:
+            return b""
+        if n > 0 and self._plain_ok:
+            out = self._plain(raw, n)
+            if out is not None:
+                return out
+        events = (self._event(event) for event in self._framer.events(raw))
+        out = b"".join(e for e in events if e is not None)
+        self._plain_ok = not self.continuing
+        return out
+
+    def _plain(self, block: bytes, n: int) -> bytes | None:
+        """``n`` plain token events as they go to the client: forwarded as they came,
+        their token ids kept (raw) and cut out unless the client asked for them. None:
+        the block must be decoded (a finish reason in it, or ids where the pattern does
+        not find them)."""
+        finish = block.count(_FINISH)
+        if finish and finish != block.count(_NO_FINISH) + block.count(_NO_FINISH_SPACED):
+            return None
+        out = block
+        if b'"token_ids"' in block:
+            parts = _TOKEN_IDS.split(block)
+            if not self.client_wants_ids:
+                out = b"".join(parts[::2])
+                if b'"token_ids"' in out:
+                    return None
+            self._ids.extend(p for p in parts[1::2] if p)
+        self.events += n
+        return out
 
     def _event(self, event: Event) -> bytes | None:
         if event.data == DONE:
@@ -171,8 +234,10 @@ class StreamTracker:
         """The request that continues this stream on another decode: ``(path, body)``
         (``path`` None: the original endpoint), or None when nothing is left to generate.
         Resets the tracker for the continuation's events."""
-        self._buf = b""
+        self._framer = EventFramer(_TOKEN_EVENT)  # the continuation's own stream
+        self._plain_ok = False
         self.failure = None
+
         if self.prompt_ids is None:  # nothing reached the client: start over elsewhere
             return None, with_token_ids(body)
         limit = _max_tokens(body)

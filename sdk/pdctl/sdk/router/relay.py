@@ -19,6 +19,7 @@ from pdctl.sdk.router.recovery import passthrough, server_failed
 from pdctl.sdk.router.replies import Reply, RouteError, StreamReply, error_body
 from pdctl.sdk.router.timeline import Timeline
 from pdctl.sdk.router.upstream import UpstreamError
+from pdctl.sdk.sse import EventFramer
 
 USAGE_RE = re.compile(rb'"completion_tokens"\s*:\s*(\d+)')
 """An answer's completion length (its usage block), without parsing the whole answer."""
@@ -145,15 +146,16 @@ class Relay:
         return error_body(leg.status, f"{e}; {note}", "upstream_error")
 
     async def _relay(self, leg: Lease, tl: Timeline) -> AsyncGenerator[bytes, None]:
-        """Stream the decode answer through, counting events; settles the timeline. A
+        """Stream the decode answer through as it comes, counting its events (where they
+        end, not what they say: :class:`~pdctl.sdk.sse.EventFramer`); settles the timeline. A
         decode failure mid-stream ends the stream with an OpenAI-style error event."""
         assert leg.response is not None
-        events = 0
+        events, first, framer = 0, True, EventFramer()
         try:
             async for chunk in leg.response.iter_chunks():
-                if not events:  # a stream's first token, not its response head
-                    tl.decode_first_byte = tl.mark()
-                events += chunk.count(b"data: ") - chunk.count(b"data: [DONE]")
+                if first:  # a stream's first token, not its response head
+                    tl.decode_first_byte, first = tl.mark(), False
+                events += framer.count(chunk)
                 yield chunk
             tl.completion_tokens = events
             self.ledger.finish(tl, "ok", 200)
