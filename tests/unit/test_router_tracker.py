@@ -12,7 +12,7 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pdctl.sdk.router.migrate import StreamTracker
+from pdctl.sdk.router.migrate import StreamTracker, tracker_for
 from pdctl.sdk.sse import DONE, EventParser
 
 
@@ -130,3 +130,133 @@ def test_a_stream_without_ids_goes_through_as_it_came():
     assert tr.events == 2
     assert not tr.can_continue()
     assert tr.sent_ids == []
+
+
+# ------------------------------------------------- what a continuation recomputes
+
+
+def vllm_stream(
+    tokens: list[tuple[int, str]], stop: list[str], *, prompt: list[int] | None, chat: bool = False
+) -> list[bytes]:
+    """Events as vLLM's detokenizer sends them (``vllm/v1/engine/detokenizer.py``): the
+    last ``max(len(stop)) - 1`` characters held back until the answer finishes, a stop
+    string found in the text cut off with everything after it (finish_reason stop)."""
+    hold = max(map(len, stop)) - 1 if stop else 0
+    out, text, sent = [], "", 0
+    for k, (tok, piece) in enumerate(tokens):
+        text += piece
+        found = [text.find(s) for s in stop if s in text]
+        finish = None
+        if found:
+            text, finish = text[: min(found)], "stop"
+        elif k == len(tokens) - 1:
+            finish = "length"
+        end = len(text) if finish else max(sent, len(text) - hold)
+        piece_out, sent = text[sent:end], end
+        ch: dict[str, Any] = {"index": 0, "finish_reason": finish, "token_ids": [tok]}
+        if chat:
+            ch["delta"] = {"content": piece_out}
+        else:
+            ch["text"] = piece_out
+        if prompt is not None and k == 0 and not chat:
+            ch["prompt_token_ids"] = prompt
+        obj: dict[str, Any] = {"id": "cmpl-2", "choices": [ch]}
+        if prompt is not None and k == 0 and chat:
+            obj["prompt_token_ids"] = prompt
+        out.append(vllm_event(obj))
+        if finish:
+            break
+    return out
+
+
+def texts_of(out: bytes) -> tuple[str, list[int], list[str | None]]:
+    text, ids, finishes = "", list[int](), list[str | None]()
+    for e in EventParser().feed(out):
+        if e.data == DONE:
+            continue
+        for ch in json.loads(e.data)["choices"]:
+            text += ch.get("text") or (ch.get("delta") or {}).get("content") or ""
+            ids += ch.get("token_ids") or []
+            finishes.append(ch.get("finish_reason"))
+    return text, ids, finishes
+
+
+ANSWER = [(1, " a"), (2, " b"), (3, " E"), (4, "N"), (5, "D"), (6, " c"), (7, " d")]
+
+
+def test_a_stop_string_spanning_the_migration_point_is_found_once():
+    """Decode dies with " E" and "N" sent as tokens but held back as text; the
+    continuation computes them again (its prompt stops where the client's text is
+    whole), skips what the client has, and finds "END" itself: the client's answer is
+    one instance's, text and tokens."""
+    body = {"model": "m", "prompt": "p", "max_tokens": 7, "stop": ["END"], "stream": True}
+    alone = b"".join(vllm_stream(ANSWER, ["END"], prompt=[9]))
+    tr = tracker_for("/v1/completions", {**body, "return_token_ids": True})
+    got = b"".join(tr.feed(e) for e in vllm_stream(ANSWER, ["END"], prompt=[9])[:4])
+    assert texts_of(got)[0] == " a b "  # "EN" held back
+    cont = tr.continuation(body)
+    assert cont is not None
+    new = cont[1]
+    assert new["prompt"] == [9, 1, 2]  # " E" and "N" computed again
+    assert (new["max_tokens"], new["stop"]) == (5, ["END"])
+    rest = vllm_stream(ANSWER[2:], ["END"], prompt=None)
+    got += b"".join(tr.feed(e) for e in rest) + tr.feed(b"data: [DONE]\n\n")
+    assert texts_of(got)[:2] == texts_of(alone)[:2] == (" a b ", [1, 2, 3, 4, 5])
+    assert texts_of(got)[2][-1] == "stop"
+    assert tr.finished
+    assert tr.sent_ids == [1, 2, 3, 4, 5]
+
+
+def test_text_held_back_at_the_death_is_neither_lost_nor_sent_twice():
+    body = {"model": "m", "prompt": "p", "max_tokens": 7, "stop": ["zzzz"], "stream": True}
+    events = vllm_stream(ANSWER, ["zzzz"], prompt=[9])
+    alone = texts_of(b"".join(events))
+    tr = tracker_for("/v1/completions", {**body, "return_token_ids": True})
+    got = b"".join(tr.feed(e) for e in events[:5])
+    cont = tr.continuation(body)
+    assert cont is not None
+    recomputed = vllm_stream(ANSWER[len(cont[1]["prompt"]) - 1 :], ["zzzz"], prompt=None)
+    got += b"".join(tr.feed(e) for e in recomputed)
+    assert texts_of(got)[:2] == alone[:2] == (" a b END c d", [1, 2, 3, 4, 5, 6, 7])
+
+
+def test_chat_logprobs_keep_chats_shape_after_a_migration():
+    body = {"model": "m", "messages": [], "stream": True, "logprobs": True, "top_logprobs": 1}
+    tr = tracker_for("/v1/chat/completions", {**body, "return_token_ids": True})
+    tr.feed(b"".join(vllm_stream(ANSWER[:2], [], prompt=[9], chat=True)[:2]))
+    cont = tr.continuation(body)
+    assert cont is not None
+    assert cont[1]["logprobs"] == 1  # completions' logprobs=k lists k+1 alternatives
+    lp = {"tokens": [" E"], "token_logprobs": [-0.5], "top_logprobs": [{" E": -0.5, " F": -2.0}],
+          "text_offset": [0]}  # fmt: skip
+    ev = {"id": "cmpl-x", "object": "text_completion",
+          "choices": [{"index": 0, "text": " E", "logprobs": lp, "token_ids": [3]}]}  # fmt: skip
+    out = json.loads(tr.feed(vllm_event(ev)).removeprefix(b"data: "))
+    assert out["object"] == "chat.completion.chunk"
+    assert out["id"] == "cmpl-2"
+    ch = out["choices"][0]
+    assert ch["delta"] == {"content": " E"}
+    assert ch["logprobs"] == {
+        "content": [
+            {"token": " E", "logprob": -0.5, "bytes": [32, 69],
+             "top_logprobs": [{"token": " E", "logprob": -0.5, "bytes": [32, 69]}]}
+        ]
+    }  # fmt: skip
+    plain = tracker_for("/v1/chat/completions", {**body, "top_logprobs": None})
+    plain.prompt_ids = [9]
+    assert plain.continuation({**body, "top_logprobs": None}) is not None
+    assert plain.top_logprobs == 0
+
+
+def test_usage_of_a_migrated_stream_counts_the_whole_answer():
+    body = {"model": "m", "prompt": "p", "max_tokens": 7, "stream": True,
+            "stream_options": {"include_usage": True}}  # fmt: skip
+    tr = tracker_for("/v1/completions", {**body, "return_token_ids": True})
+    tr.feed(b"".join(vllm_stream(ANSWER, [], prompt=[9, 8])[:3]))
+    cont = tr.continuation(body)
+    assert cont is not None
+    assert cont[1]["stream_options"] == {"include_usage": True}
+    usage = {"prompt_tokens": 5, "completion_tokens": 4, "total_tokens": 9}
+    out = tr.feed(vllm_event({"id": "c", "choices": [], "usage": usage}))
+    assert json.loads(out.removeprefix(b"data: "))["usage"] == {
+        "prompt_tokens": 2, "completion_tokens": 7, "total_tokens": 9}  # fmt: skip

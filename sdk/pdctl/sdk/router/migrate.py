@@ -113,6 +113,24 @@ class StreamTracker:
     """The events now come from a continuation (a token-id completion)."""
     _sent_before: int = 0
     """Tokens sent before the current continuation started (for usage)."""
+    held_back: int = 0
+    """How many characters of its text vLLM may hold back behind the tokens it sent: a
+    stop string's length less one (its detokenizer's ``stop_buffer_length``), 0 when
+    the stop strings are sent too (``include_stop_str_in_output``) or there are none."""
+    track_text: bool = False
+    """Count the text sent, event by event (stop strings; completions' logprobs, whose
+    text offsets a continuation shifts): such a stream is decoded event by event."""
+    top_logprobs: int = 0
+    """Chat: how many alternatives each token's logprobs list."""
+    chars: int = 0
+    """Characters of text sent (when :attr:`track_text`)."""
+    _marks: list[tuple[int, int]] = field(default_factory=list, repr=False)
+    """(tokens sent, characters sent) after each event (when :attr:`track_text`)."""
+    _skip_ids: int = 0
+    _skip_chars: int = 0
+    """What the continuation under way recomputes that the client has already."""
+    _offset: int = 0
+    """Where the continuation's text starts in the answer's (its text offsets shift)."""
     _framer: EventFramer = field(default_factory=lambda: EventFramer(_TOKEN_EVENT), repr=False)
     _plain_ok: bool = field(default=False, repr=False)
     """Plain token events may go through as they came: the first event (the prompt's
@@ -141,7 +159,7 @@ class StreamTracker:
                 return out
         events = (self._event(event) for event in self._framer.events(raw))
         out = b"".join(e for e in events if e is not None)
-        self._plain_ok = not self.continuing
+        self._plain_ok = not self.continuing and not self.track_text
         return out
 
     def _plain(self, block: bytes, n: int) -> bytes | None:
@@ -182,43 +200,89 @@ class StreamTracker:
             return encode_event(event)
         return self._tokens_event(obj)
 
-    def _tokens_event(self, obj: dict[str, Any]) -> bytes:
+    def _tokens_event(self, obj: dict[str, Any]) -> bytes | None:
         if self.stream_id is None:
             self.stream_id = obj.get("id")
         ptoks = obj.pop("prompt_token_ids", None)  # chat: top level, first event
-        for ch in obj.get("choices") or []:
-            if not isinstance(ch, dict):
-                continue
+        choices = [ch for ch in obj.get("choices") or [] if isinstance(ch, dict)]
+        for ch in choices:
             ptoks = ch.pop("prompt_token_ids", None) or ptoks  # completions: in the choice
-            ids = ch.get("token_ids")
-            if isinstance(ids, list):
-                self.sent_ids.extend(i for i in ids if isinstance(i, int))
-            if not self.client_wants_ids:
-                ch.pop("token_ids", None)
-            if ch.get("finish_reason") is not None:
-                self.finished = True
-            if self.continuing and self.chat:
-                text = ch.pop("text", "")
-                ch["delta"] = {"content": text} if text else {}
-                ch.pop("prompt_logprobs", None)
+            self._choice(ch)
         if isinstance(ptoks, list) and self.prompt_ids is None and not self.continuing:
             self.prompt_ids = [i for i in ptoks if isinstance(i, int)]
             if self.client_wants_ids:
                 obj["prompt_token_ids"] = self.prompt_ids
         obj.pop("prompt_text", None)
         if self.continuing:
-            if self.stream_id is not None:
-                obj["id"] = self.stream_id
-            if self.chat:
-                obj["object"] = "chat.completion.chunk"
-            usage = obj.get("usage")
-            if isinstance(usage, dict) and self.prompt_ids is not None:
-                done = int(usage.get("completion_tokens") or 0) + self._sent_before
-                usage["prompt_tokens"] = len(self.prompt_ids)
-                usage["completion_tokens"] = done
-                usage["total_tokens"] = len(self.prompt_ids) + done
+            kept = [ch for ch in choices if ch]
+            if choices and not kept and not obj.get("usage"):
+                return None  # every token of it was one the client had: nothing to send
+            obj["choices"] = kept
+            self._as_original(obj)
         self.events += 1
         return b"data: " + json.dumps(obj, separators=(",", ":")).encode() + b"\n\n"
+
+    def _choice(self, ch: dict[str, Any]) -> None:
+        """Note what a choice sends the client (its token ids, its finish, its text's
+        length) and shape it for the client (a continuation's in the original's)."""
+        if self.continuing:
+            self._recomputed(ch)
+            if not ch:
+                return
+        ids = ch.get("token_ids")
+        if isinstance(ids, list):
+            self.sent_ids.extend(i for i in ids if isinstance(i, int))
+        if not self.client_wants_ids:
+            ch.pop("token_ids", None)
+        if ch.get("finish_reason") is not None:
+            self.finished = True
+        if self.continuing and self.chat:
+            _chat_shaped(ch, self.top_logprobs)
+        if self.track_text:
+            delta = ch.get("delta")
+            text = delta.get("content") if isinstance(delta, dict) else ch.get("text")
+            self.chars += len(text) if isinstance(text, str) else 0
+            self._marks.append((len(self.sent_ids), self.chars))
+
+    def _as_original(self, obj: dict[str, Any]) -> None:
+        """A continuation's event as one of the original stream: its id, its object,
+        its usage counting the whole answer (the prompt the client sent, every token)."""
+        if self.stream_id is not None:
+            obj["id"] = self.stream_id
+        if self.chat:
+            obj["object"] = "chat.completion.chunk"
+        usage = obj.get("usage")
+        if isinstance(usage, dict) and self.prompt_ids is not None:
+            done = int(usage.get("completion_tokens") or 0) + self._sent_before
+            usage["prompt_tokens"] = len(self.prompt_ids)
+            usage["completion_tokens"] = done
+            usage["total_tokens"] = len(self.prompt_ids) + done
+
+    def _recomputed(self, ch: dict[str, Any]) -> None:
+        """A continuation's choice without what the client already has: the first
+        :attr:`_skip_ids` tokens (and their logprobs) and :attr:`_skip_chars` characters
+        it recomputed (:meth:`continuation`); its text offsets made the original's."""
+        ids = ch.get("token_ids")
+        k = min(self._skip_ids, len(ids)) if isinstance(ids, list) else 0
+        lp = ch.get("logprobs")
+        if k and isinstance(ids, list):
+            self._skip_ids -= k
+            ch["token_ids"] = ids[k:]
+            if isinstance(lp, dict):
+                for key in ("tokens", "token_logprobs", "top_logprobs", "text_offset"):
+                    if isinstance(lp.get(key), list):
+                        lp[key] = lp[key][k:]
+        if isinstance(lp, dict) and isinstance(lp.get("text_offset"), list):
+            lp["text_offset"] = [
+                o + self._offset if isinstance(o, int) else o for o in lp["text_offset"]
+            ]
+        text = ch.get("text")
+        if self._skip_chars and isinstance(text, str):
+            cut = min(self._skip_chars, len(text))
+            self._skip_chars -= cut
+            ch["text"] = text[cut:]
+        if k and not ch.get("token_ids") and not ch.get("text") and not ch.get("finish_reason"):
+            ch.clear()  # dropped by the caller
 
     def can_continue(self) -> bool:
         """Whether the stream can go on elsewhere: the prompt's ids are known (or nothing
@@ -240,35 +304,118 @@ class StreamTracker:
 
         if self.prompt_ids is None:  # nothing reached the client: start over elsewhere
             return None, with_token_ids(body)
+        keep = self._kept()
         limit = _max_tokens(body)
-        left = None if limit is None else limit - len(self.sent_ids)
-        if left is not None and left <= 0:
+        left = None if limit is None else limit - keep
+        if limit is not None and len(self.sent_ids) >= limit:
             return None
         new: dict[str, Any] = {k: body[k] for k in _CARRIED if k in body}
         new.update(
             model=body.get("model"),
-            prompt=self.prompt_ids + self.sent_ids,
+            prompt=self.prompt_ids + self.sent_ids[:keep],
             stream=True,
             return_token_ids=True,
         )
         if left is not None:
             new["max_tokens"] = left
+        if isinstance(new.get("min_tokens"), int):
+            new["min_tokens"] = max(0, new["min_tokens"] - keep)
         if self.include_usage:
             new["stream_options"] = {"include_usage": True}
         lp = body.get("logprobs")
-        if self.chat and body.get("top_logprobs") and lp:
-            new["logprobs"] = int(body["top_logprobs"])
+        if self.chat and lp:
+            new["logprobs"] = self.top_logprobs
         elif not self.chat and isinstance(lp, int) and not isinstance(lp, bool):
             new["logprobs"] = lp
         self.continuing = True
-        self._sent_before = len(self.sent_ids)
+        self._sent_before = keep
+        self._skip_ids = len(self.sent_ids) - keep
+        self._offset = self._text_at(keep)
+        self._skip_chars = self.chars - self._offset
         return CONTINUE_ENDPOINT, new
+
+    def _kept(self) -> int:
+        """How many of the tokens sent a continuation's prompt takes: all of them,
+        unless vLLM may have held back text of the last ones (:attr:`held_back`); then
+        only those whose text the client surely has. The rest are computed again, so
+        that a stop string that began in the held-back text is found, once, by the
+        decode that continues (vLLM never sends any part of a stop string: every
+        character before it was sent, every one from its start on was held back).
+
+        After an event, vLLM has sent all of its text but the last ``held_back``
+        characters: an event after which ``c > 0`` characters were sent had produced
+        ``c + held_back`` characters, so its tokens' text is all sent when that is no
+        more than what the client has now."""
+        if not self.held_back:
+            return len(self.sent_ids)
+        keep = 0
+        for tokens, chars in self._marks:
+            if chars and chars + self.held_back <= self.chars:
+                keep = tokens
+        return keep
+
+    def _text_at(self, keep: int) -> int:
+        """How long the answer's text was once its first ``keep`` tokens were made."""
+        if keep == len(self.sent_ids) or not self.held_back:
+            return self.chars
+        for tokens, chars in self._marks:
+            if tokens == keep and chars:
+                return chars + self.held_back
+        return 0
+
+
+def _chat_shaped(ch: dict[str, Any], top: int) -> None:
+    """A completions choice of a continuation as a chat chunk's choice: its text a
+    delta, its logprobs chat's (``content`` entries with ``bytes`` and a
+    ``top_logprobs`` list of the first ``top`` alternatives, as vLLM's chat server
+    takes them from the same logprobs; ``vllm/entrypoints/openai/chat_completion/
+    serving.py``, ``_create_chat_logprobs``)."""
+    text = ch.pop("text", "")
+    ch["delta"] = {"content": text} if text else {}
+    ch.pop("prompt_logprobs", None)
+    lp = ch.get("logprobs")
+    if not isinstance(lp, dict):
+        return
+    tokens, lps, tops = (
+        lp.get("tokens") or [],
+        lp.get("token_logprobs") or [],
+        lp.get("top_logprobs") or [],
+    )
+    content = []
+    for i, tok in enumerate(tokens):
+        alts = tops[i] if i < len(tops) and isinstance(tops[i], dict) else {}
+        content.append(
+            {
+                "token": tok,
+                "logprob": lps[i] if i < len(lps) else None,
+                "bytes": list(str(tok).encode("utf-8", errors="replace")),
+                "top_logprobs": [
+                    {"token": t, "logprob": v, "bytes": list(t.encode("utf-8", errors="replace"))}
+                    for t, v in list(alts.items())[:top]
+                ],
+            }
+        )
+    ch["logprobs"] = {"content": content}
+
+
+def _stop_strings(body: dict[str, Any]) -> list[str]:
+    stop = body.get("stop")
+    if isinstance(stop, str):
+        return [stop] if stop else []
+    return [s for s in stop or [] if isinstance(s, str) and s] if isinstance(stop, list) else []
 
 
 def tracker_for(path: str, body: dict[str, Any]) -> StreamTracker:
     opts = body.get("stream_options")
+    chat = path.endswith("/chat/completions")
+    stops = _stop_strings(body)
+    held = 0 if body.get("include_stop_str_in_output") or not stops else max(map(len, stops)) - 1
+    top = body.get("top_logprobs")
     return StreamTracker(
-        chat=path.endswith("/chat/completions"),
+        chat=chat,
         client_wants_ids=bool(body.get("return_token_ids")),
         include_usage=isinstance(opts, dict) and bool(opts.get("include_usage")),
+        held_back=held,
+        track_text=bool(stops) or (not chat and body.get("logprobs") is not None),
+        top_logprobs=top if isinstance(top, int) and not isinstance(top, bool) else 0,
     )
