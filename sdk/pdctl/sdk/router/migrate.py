@@ -168,7 +168,8 @@ class StreamTracker:
         the block must be decoded (a finish reason in it, or ids where the pattern does
         not find them)."""
         finish = block.count(_FINISH)
-        if finish and finish != block.count(_NO_FINISH) + block.count(_NO_FINISH_SPACED):
+        nulls = block.count(_NO_FINISH) if finish else 0  # vLLM's compact JSON, else spaced
+        if finish != nulls and finish != nulls + block.count(_NO_FINISH_SPACED):
             return None
         out = block
         if b'"token_ids"' in block:
