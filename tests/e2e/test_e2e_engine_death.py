@@ -62,7 +62,8 @@ def test_decode_engine_core_killed_under_mixed_load(fleet: Fleet):
     router = fleet.fleet.router_url
     urls = {s.name: s.url for s in fleet.status()}
     before = fleet.fleet._instances["decode-0"].record.restarts
-    reqs = [*mixed.mixed_requests(N - len(CHAT_LOGPROBS)), *CHAT_LOGPROBS]
+    reqs = [*mixed.mixed_requests(N), *CHAT_LOGPROBS]
+    n = len(reqs)
     core = engine_core_pids(fleet, "decode-0")
     assert len(core) == 1, core
 
@@ -83,8 +84,8 @@ def test_decode_engine_core_killed_under_mixed_load(fleet: Fleet):
     moved = [t for t in timelines if t.get("migrations")]
     print(
         f"\nkilled decode-0's EngineCore {got.killed_at_s:.2f} s in with "
-        f"{got.streams_mid_answer} streams mid-answer: {complete}/{N} complete, "
-        f"{identical}/{N} identical; {len(moved)} migrated; KV back {back}"
+        f"{got.streams_mid_answer} streams mid-answer: {complete}/{n} complete, "
+        f"{identical}/{n} identical; {len(moved)} migrated; KV back {back}"
     )
     for t in moved:
         print(
@@ -93,10 +94,10 @@ def test_decode_engine_core_killed_under_mixed_load(fleet: Fleet):
             [(m["from"], m["tokens_sent"], m["why"][:90]) for m in t["migrations"]],
         )
     assert got.killed_at_s is not None
-    assert complete == N, got.failures(want)
+    assert complete == n, got.failures(want)
     assert [a.misshapen for a in got.answers if a.misshapen] == []
     assert any(t["stream"] and "chat" in t["path"] for t in moved), "no chat stream moved"
-    assert identical >= N - 1, [(i, a.ids[:8]) for i, a in enumerate(got.answers)]
+    assert identical >= n - 1, [(i, a.ids[:8]) for i, a in enumerate(got.answers)]
     assert any(m["from"] == "decode-0" for t in moved for m in t["migrations"]), timelines
     assert any(not t["stream"] for t in moved), "no non-streamed request moved"
     # the supervisor restarts decode-0 by policy (a fresh engine id) and it serves again
