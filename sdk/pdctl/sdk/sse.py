@@ -163,6 +163,12 @@ class EventFramer:
         """``(raw, n)``: the bytes of the events ``chunk`` completes (empty: none yet),
         and how many events they are when plain; ``n < 0``: they are not, and must be
         given to :meth:`events` before the next :meth:`feed`."""
+        if not self._tail and not self._cr and chunk.endswith(b"\n\n"):
+            # the common case, one whole event (vLLM writes each in one piece)
+            one = chunk.find(b"\n") == len(chunk) - 2 and b"\r" not in chunk
+            if one and chunk.startswith(self.lead):
+                self._started = True
+                return chunk, 1
         buf = self._tail + chunk if self._tail else chunk
         if self._cr or b"\r" in buf:
             self._cr, self._tail = True, b""

@@ -167,10 +167,11 @@ class StreamTracker:
         their token ids kept (raw) and cut out unless the client asked for them. None:
         the block must be decoded (a finish reason in it, or ids where the pattern does
         not find them)."""
-        finish = block.count(_FINISH)
-        nulls = block.count(_NO_FINISH) if finish else 0  # vLLM's compact JSON, else spaced
-        if finish != nulls and finish != nulls + block.count(_NO_FINISH_SPACED):
-            return None
+        if n != 1 or _NO_FINISH not in block:  # one event of one choice: null, not finished
+            finish = block.count(_FINISH)
+            nulls = block.count(_NO_FINISH) if finish else 0  # vLLM's compact JSON, else spaced
+            if finish != nulls and finish != nulls + block.count(_NO_FINISH_SPACED):
+                return None
         out = block
         if b'"token_ids"' in block:
             parts = _TOKEN_IDS.split(block)
