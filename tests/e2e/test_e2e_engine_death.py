@@ -62,7 +62,11 @@ def test_decode_engine_core_killed_under_mixed_load(fleet: Fleet):
     router = fleet.fleet.router_url
     urls = {s.name: s.url for s in fleet.status()}
     before = fleet.fleet._instances["decode-0"].record.restarts
-    reqs = [*mixed.mixed_requests(N), *CHAT_LOGPROBS]
+    mix = mixed.mixed_requests(N)  # streamed and not, alternating
+    # sent two streamed, two not, ...: a placement that alternates between the two
+    # decodes (round robin) gives each decode both kinds, so both are on the killed one
+    reqs = [mix[i] for i in sorted(range(N), key=lambda i: (i // 4, (0, 2, 1, 3)[i % 4]))]
+    reqs += CHAT_LOGPROBS
     n = len(reqs)
     core = engine_core_pids(fleet, "decode-0")
     assert len(core) == 1, core
