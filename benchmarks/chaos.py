@@ -50,6 +50,10 @@ the same run (its completions and its p50, against which each kill's p50 is a ra
 
     python benchmarks/chaos.py --engine-kills decode,prefill --kill-runs 10 --mix 48
 
+``--path tokens`` runs the same kills with a render server in front and the router on
+its tokens path (render, token ids to the engines' ``/inference/v1/generate``,
+derender).
+
 A killed instance is restarted by the fleet's supervisor (not by the benchmark); the
 report's ``service_back_s`` is the time from the kill until the router served again.
 Loopback only; bounded by ``--rounds`` and the per-request timeouts.
@@ -82,6 +86,7 @@ from pdctl.sdk.metrics import parse, total
 from pdctl.sdk.metrics import rendezvous as rv
 from pdctl.sdk.paths import tiny_model_dir
 from pdctl.sdk.pd import PrefillIdentity
+from pdctl.sdk.spec import FleetSpec
 from pdctl.sdk.urls import router_url
 
 ARMS: dict[str, list[str]] = {
@@ -378,8 +383,15 @@ async def engine_kills(kind: str, args: argparse.Namespace) -> dict[str, Any]:
     group = "decode" if kind == "decode" else "prefill"
     name = f"{group}-0"
     topo = [f"{group}.0.count=2", f"{group}.0.restart_backoff_s=0.5"]
-    overrides = ["fleet.cpu_tuning=true", f"fleet.name=chaos-core-{kind}", *RESTARTS]
+    tokens = args.path == "tokens"
+    fleet_name = f"chaos-core-{kind}{'-tokens' if tokens else ''}"
+    overrides = ["fleet.cpu_tuning=true", f"fleet.name={fleet_name}", *RESTARTS]
     spec = load_demo_spec(tiny_model_dir(), [*overrides, *topo, *port_overrides()]).spec
+    if tokens:  # a render server in front, the router on the tokens path
+        d = spec.model_dump()
+        d["render"] = [{"host": "127.0.0.1", "http_port": free_ports(1)[0]}]
+        d["router"]["path"] = "tokens"
+        spec = FleetSpec(**d)
     router = router_url(spec)
     fleet = AsyncFleet(spec, ready_timeout=400, grace=5)
     await fleet.up()
@@ -444,6 +456,7 @@ async def engine_kills(kind: str, args: argparse.Namespace) -> dict[str, Any]:
     base_p50 = runs[0]["p50_s"]
     return {
         "engine_kill": kind,
+        "path": args.path,
         "topology": "1P2D" if kind == "decode" else "2P1D",
         "mix": len(reqs),
         "runs": len(killed),
@@ -480,6 +493,12 @@ def main() -> int:
     )
     ap.add_argument("--kill-runs", type=int, default=10, help="engine-core kills per kind")
     ap.add_argument("--mix", type=int, default=48, help="concurrent requests at each kill")
+    ap.add_argument(
+        "--path",
+        choices=("text", "tokens"),
+        default="text",
+        help="the router's path for the engine kills (tokens: a render server in front)",
+    )
     ap.add_argument("--out", default="chaos.json")
     args = ap.parse_args()
     os.environ.setdefault("PDCTL_STATE_DIR", tempfile.mkdtemp(prefix="pdctl-chaos-"))

@@ -3,7 +3,8 @@
 under a mixed concurrent load (streamed and not, completions and chat), its API server
 left up answering vLLM's engine-dead 500. Every request completes, token-identical to
 one instance alone (greedy), both sides' KV comes back to idle, and the supervisor
-restarts the instance by policy. One fleet for the module, one kill."""
+restarts the instance by policy; chat streams asking for logprobs keep chat's logprobs
+shape across the migration. One fleet for the module, one kill."""
 
 from __future__ import annotations
 
@@ -29,6 +30,16 @@ NAME = "e2e-engine-death"
 N = 24
 """Requests in the mix (the benchmark runs the issue's 48: benchmarks/chaos.py)."""
 IDLE_BACK_S = 5.0
+CHAT_LOGPROBS = [
+    mixed.MixedRequest(
+        "/v1/chat/completions",
+        True,
+        {**r.body, "stream": True, "logprobs": True, "top_logprobs": 2},
+    )
+    for r in mixed.mixed_requests(32)
+    if r.path == "/v1/chat/completions"
+]
+"""Chat streams asking for logprobs: a migrated one keeps chat's logprobs shape."""
 
 
 @pytest.fixture(scope="module")
@@ -51,7 +62,12 @@ def test_decode_engine_core_killed_under_mixed_load(fleet: Fleet):
     router = fleet.fleet.router_url
     urls = {s.name: s.url for s in fleet.status()}
     before = fleet.fleet._instances["decode-0"].record.restarts
-    reqs = mixed.mixed_requests(N)
+    mix = mixed.mixed_requests(N)  # streamed and not, alternating
+    # sent two streamed, two not, ...: a placement that alternates between the two
+    # decodes (round robin) gives each decode both kinds, so both are on the killed one
+    reqs = [mix[i] for i in sorted(range(N), key=lambda i: (i // 4, (0, 2, 1, 3)[i % 4]))]
+    reqs += CHAT_LOGPROBS
+    n = len(reqs)
     core = engine_core_pids(fleet, "decode-0")
     assert len(core) == 1, core
 
@@ -72,8 +88,8 @@ def test_decode_engine_core_killed_under_mixed_load(fleet: Fleet):
     moved = [t for t in timelines if t.get("migrations")]
     print(
         f"\nkilled decode-0's EngineCore {got.killed_at_s:.2f} s in with "
-        f"{got.streams_mid_answer} streams mid-answer: {complete}/{N} complete, "
-        f"{identical}/{N} identical; {len(moved)} migrated; KV back {back}"
+        f"{got.streams_mid_answer} streams mid-answer: {complete}/{n} complete, "
+        f"{identical}/{n} identical; {len(moved)} migrated; KV back {back}"
     )
     for t in moved:
         print(
@@ -82,8 +98,10 @@ def test_decode_engine_core_killed_under_mixed_load(fleet: Fleet):
             [(m["from"], m["tokens_sent"], m["why"][:90]) for m in t["migrations"]],
         )
     assert got.killed_at_s is not None
-    assert complete == N, got.failures(want)
-    assert identical >= N - 1, [(i, a.ids[:8]) for i, a in enumerate(got.answers)]
+    assert complete == n, got.failures(want)
+    assert [a.misshapen for a in got.answers if a.misshapen] == []
+    assert any(t["stream"] and "chat" in t["path"] for t in moved), "no chat stream moved"
+    assert identical >= n - 1, [(i, a.ids[:8]) for i, a in enumerate(got.answers)]
     assert any(m["from"] == "decode-0" for t in moved for m in t["migrations"]), timelines
     assert any(not t["stream"] for t in moved), "no non-streamed request moved"
     # the supervisor restarts decode-0 by policy (a fresh engine id) and it serves again

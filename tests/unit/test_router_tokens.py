@@ -4,6 +4,7 @@ streamed), and what happens without a render server. (tests/e2e proves it on vLL
 
 from __future__ import annotations
 
+import itertools
 import json
 from typing import Any
 
@@ -11,8 +12,10 @@ import httpx
 import pytest
 
 from pdctl.sdk.pd import prefill_generate_body
+from pdctl.sdk.router.mock import MockConfig
 from pdctl.sdk.spec import FleetSpec
-from tests.unit.test_router import event_loop_policy, rig
+from tests.unit.test_router import Rig, event_loop_policy, rig
+from tests.unit.test_router_engine_death import linked
 
 __all__ = ["event_loop_policy"]  # the uvloop policy fixture, shared
 
@@ -72,14 +75,13 @@ async def test_streamed_answer_is_derendered_chunk_by_chunk():
         events = [ln[6:] for ln in r.text.split("\n") if ln.startswith("data: ")]
         assert events[-1] == "[DONE]"
         texts = [json.loads(e)["choices"][0]["text"] for e in events[:-1]]
-        assert texts == [" <[0]>", " <[1]>", " <[2]>", " <[3]>"]
+        assert texts == [" <[6]>", " <[7]>", " <[8]>"]  # the mock's token k is k
         calls = [q["body"] for q in t.mocks["render-0"].state.requests[1:]]
         # the detokenizer state comes back with every call and is sent with the next
         assert [c.get("stream_state") for c in calls] == [
             None,
             {"prefix_offset": 1},
             {"prefix_offset": 2},
-            {"prefix_offset": 3},
         ]
         assert all(c["prompt_token_ids"] == list(range(10, 16)) for c in calls)
 
@@ -152,3 +154,87 @@ def test_tokens_path_needs_a_render_server():
             decode=[{"devices": [1]}],
             router={"path": "tokens"},
         )
+
+
+# ---------------------------------------------------------------------- migration
+
+
+def first_dies(**how: Any) -> list[MockConfig]:
+    return [MockConfig(role="decode", chunk_delay_s=0.01, **how), MockConfig(role="decode")]
+
+
+def start_on_decode_0(t: Rig) -> None:
+    t.router.instances.set_policy("round_robin")
+    t.router.instances.policy.turns = itertools.count(0, 2)
+
+
+def streamed_texts(r: httpx.Response) -> list[str]:
+    events = [ln[6:] for ln in r.text.split("\n") if ln.startswith("data: ")]
+    assert events[-1] == "[DONE]"
+    return [json.loads(e)["choices"][0].get("text", "") for e in events[:-1]]
+
+
+@pytest.mark.parametrize("how", [{"die_after_chunks": 2}, {"error_after_chunks": 2}])
+async def test_a_stream_whose_decode_dies_continues_on_another(how: dict[str, int]):
+    """The connection lost, or vLLM's engine-dead error event: the stream goes on from the
+    tokens the client has, decode-only, and the derender state carries on."""
+    async with rig("push", router=TOKENS, render=True, decodes=first_dies(**how)) as t:
+        start_on_decode_0(t)
+        async with httpx.AsyncClient() as c:
+            r = await c.post(t.url + "/v1/completions", json=body(LONG, stream=True, max_tokens=5))
+        assert streamed_texts(r) == [f" <[{k}]>" for k in range(6, 11)]
+        cont = t.mocks["decode1-0"].state.requests[-1]["body"]
+        assert cont["token_ids"] == [*range(10, 16), 6, 7]
+        assert cont["sampling_params"]["max_tokens"] == 3
+        assert "kv_transfer_params" not in cont
+        (tl,) = t.router.recent()
+        assert tl["outcome"] == "ok"
+        assert tl["completion_tokens"] == 5
+        assert [(m["from"], m["to"], m["tokens_sent"]) for m in tl["migrations"]] == [
+            ("decode-0", "decode1-0", 2)
+        ]
+        states = [q["body"].get("stream_state") for q in t.mocks["render-0"].state.requests[1:]]
+        assert states == [None] + [{"prefix_offset": k} for k in range(1, 5)]
+        assert all(u.outstanding == 0 for u in t.router.upstreams)
+
+
+async def test_a_whole_answer_of_a_dead_engine_is_answered_by_another_decode():
+    async with rig("push", router=TOKENS, render=True, decodes=first_dies()) as t:
+        await linked(t, None, "decode-0")
+        async with httpx.AsyncClient() as c:
+            r = await c.post(t.url + "/v1/completions", json=body(LONG))
+        assert r.status_code == 200, r.text
+        assert r.json()["choices"][0]["text"] == "derendered:[0, 1, 2]"
+        (tl,) = t.router.recent()
+        assert [m["from"] for m in tl["migrations"]] == ["decode-0"]
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_tokens_path_honours_the_migration_limit(stream: bool):
+    three = [MockConfig(role="decode") for _ in range(3)]
+    limit = {**TOKENS, "migration_limit": 1}
+    async with rig("push", router=limit, render=True, decodes=three) as t:
+        await linked(t, None, "decode-0", "decode1-0", "decode2-0")
+        async with httpx.AsyncClient() as c:
+            r = await c.post(t.url + "/v1/completions", json=body(LONG, stream=stream))
+        assert r.status_code == 500  # the last decode's own answer
+        assert "EngineCore" in r.text
+        (tl,) = t.router.recent()
+        assert len(tl["migrations"]) == 1
+        received = [t.mocks[n].state.received for n in ("decode-0", "decode1-0", "decode2-0")]
+        assert received == [1, 1, 0]
+
+
+async def test_a_stream_cut_mid_answer_with_migration_off_ends_in_an_error_event():
+    async with rig(
+        "push",
+        router={**TOKENS, "migration_limit": 0},
+        render=True,
+        decodes=first_dies(die_after_chunks=2),
+    ) as t:
+        start_on_decode_0(t)
+        async with httpx.AsyncClient() as c:
+            r = await c.post(t.url + "/v1/completions", json=body(LONG, stream=True, max_tokens=5))
+        events = [ln[6:] for ln in r.text.split("\n") if ln.startswith("data: ")]
+        assert json.loads(events[-2])["error"]["code"] == 502
+        assert t.router.recent()[0]["migrations"] == []

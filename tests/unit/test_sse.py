@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pdctl.sdk.sse import DONE, Event, EventParser, LineDecoder, encode_event
+from pdctl.sdk.sse import DONE, Event, EventFramer, EventParser, LineDecoder, encode_event
 
 SPLITTERS = "\u2028\u2029\u0085"
 """Where ``str.splitlines()`` (and httpx's line iterators) end a line and SSE does not."""
@@ -44,6 +44,19 @@ def join_lines(lines: list[str], eols: list[str]) -> str:
     return out
 
 
+def event_lines(events: list[tuple[list[str], str | None]], comments: bool) -> list[str]:
+    """The lines that send ``events`` (each a comment first, with ``comments``)."""
+    out: list[str] = []
+    for lines, kind in events:
+        if comments:
+            out.append(": keep-alive")
+        if kind is not None:
+            out.append(f"event: {kind}")
+        out += [f"data: {line}" for line in lines]
+        out.append("")
+    return out
+
+
 def feed_in_pieces(parser: EventParser, wire: bytes, cuts: list[int]) -> list[Event]:
     out: list[Event] = []
     points = sorted({c % (len(wire) + 1) for c in cuts})
@@ -61,17 +74,8 @@ def feed_in_pieces(parser: EventParser, wire: bytes, cuts: list[int]) -> list[Ev
 def test_any_chunking_and_line_endings_give_the_events_sent(
     events: list[tuple[list[str], str | None]], eols: list[str], cuts: list[int], comments: bool
 ):
-    lines_sent: list[str] = []
-    expected = []
-    for lines, kind in events:
-        if comments:
-            lines_sent.append(": keep-alive")
-        if kind is not None:
-            lines_sent.append(f"event: {kind}")
-        lines_sent += [f"data: {line}" for line in lines]
-        lines_sent.append("")
-        expected.append(Event("\n".join(lines), kind or "message"))
-    wire = join_lines(lines_sent, eols)
+    expected = [Event("\n".join(lines), kind or "message") for lines, kind in events]
+    wire = join_lines(event_lines(events, comments), eols)
     got = feed_in_pieces(EventParser(), wire.encode(), cuts)
     assert got == expected
 
@@ -104,13 +108,18 @@ def test_encoded_events_read_back_equal(event: Event):
     assert EventParser().feed(encode_event(event)) == [event]
 
 
-def test_vllm_shaped_events_keep_the_characters_splitlines_cuts_at():
-    texts = ["a\u2028b", "c\u2029d", "e\u0085f", "plain"]
+def text_stream(texts: list[str]) -> bytes:
+    """A vLLM-shaped stream of ``texts`` (non-ASCII left unescaped, as vLLM does)."""
     wire = b"".join(
         b"data: " + json.dumps({"choices": [{"text": t}]}, ensure_ascii=False).encode() + b"\n\n"
         for t in texts
     )
-    wire += b"data: [DONE]\n\n"
+    return wire + b"data: [DONE]\n\n"
+
+
+def test_vllm_shaped_events_keep_the_characters_splitlines_cuts_at():
+    texts = ["a\u2028b", "c\u2029d", "e\u0085f", "plain"]
+    wire = text_stream(texts)
     # the hazard is real: str.splitlines() cuts these events apart
     assert len(wire.decode().splitlines()) > 2 * len(texts) + 2
     events = EventParser().feed(wire)
@@ -171,3 +180,86 @@ def test_nothing_reads_a_stream_with_httpx_line_iterators():
             if n:
                 found[str(path.relative_to(REPO))] = n
     assert {k: v for k, v in found.items() if allowed.get(k) != v} == {}
+
+
+# ---------------------------------------------------------------------- the framer
+
+
+def framed(wire: bytes, cuts: list[int]) -> tuple[list[Event], int, bytes]:
+    """What a relay gets from :class:`EventFramer` over ``wire`` cut at ``cuts``: the
+    events (plain blocks read back by a parser of their own), the count, and the plain
+    blocks' bytes."""
+    framer, counter = EventFramer(), EventFramer()
+    events: list[Event] = []
+    plain_bytes, n = b"", 0
+    points = sorted({c % (len(wire) + 1) for c in cuts})
+    for a, b in zip([0, *points], [*points, len(wire)], strict=True):
+        n += counter.count(wire[a:b])
+        raw, k = framer.feed(wire[a:b])
+        if k >= 0:
+            plain_bytes += raw
+            events += EventParser().feed(raw)
+        elif raw:
+            events += framer.events(raw)
+    return events, n, plain_bytes
+
+
+@given(
+    events=st.lists(event_strategy, max_size=6),
+    eols=st.lists(st.sampled_from(["\n"] * 4 + list(EOLS)), min_size=1, max_size=7),
+    cuts=st.lists(st.integers(min_value=0, max_value=10_000), max_size=20),
+    comments=st.booleans(),
+    done=st.booleans(),
+    bom=st.booleans(),
+)
+def test_framer_gives_the_parsers_events_however_framed_and_cut(
+    events: list[tuple[list[str], str | None]],
+    eols: list[str],
+    cuts: list[int],
+    comments: bool,
+    done: bool,
+    bom: bool,
+):
+    lines_sent = event_lines(events, comments)
+    if done:
+        lines_sent += ["data: [DONE]", ""]
+    wire = ("\ufeff" if bom else "") + join_lines(lines_sent, eols)
+    expected = EventParser().feed(wire.encode())
+    got, n, _ = framed(wire.encode(), cuts)
+    assert got == expected
+    assert n == sum(e.data != DONE for e in expected)
+
+
+def test_vllm_framing_is_plain_and_forwarded_as_it_came():
+    texts = ["data: [DONE]", "a\u2028b", "x\\n\\ndata: y", '"}\n\n']
+    wire = text_stream(texts)
+    got, n, plain = framed(wire, [7, 30, 31, 95])
+    assert plain == wire  # every byte forwarded untouched
+    assert n == len(texts)  # text that looks like framing is not counted
+    assert [json.loads(e.data)["choices"][0]["text"] for e in got[:-1]] == texts
+
+
+@pytest.mark.parametrize(
+    "wire",
+    [
+        b"data: a\r\n\r\ndata: b\r\n\r\n",
+        b": ping\n\ndata: a\n\n",
+        b"data: a\ndata: b\n\n",
+        b"data: a\n\n\n\ndata: b\n\n",
+        b"event: e\ndata: a\n\n",
+        b"\xef\xbb\xbfdata: a\n\n",
+    ],
+)
+def test_framer_hands_whatever_else_to_the_parser(wire: bytes):
+    framer = EventFramer()
+    raw, n = framer.feed(wire)
+    assert n < 0
+    assert framer.events(raw) == EventParser().feed(wire)
+
+
+def test_a_lead_keeps_other_events_for_the_parser():
+    framer = EventFramer(b'data: {"id"')
+    assert framer.feed(b'data: {"id": 1}\n\ndata: {"id": 2}\n\n')[1] == 2
+    raw, n = framer.feed(b'data: {"id": 3}\n\ndata: {"error": {}}\n\n')
+    assert n < 0
+    assert [e.data for e in framer.events(raw)] == ['{"id": 3}', '{"error": {}}']

@@ -29,7 +29,7 @@ from __future__ import annotations
 import re
 from typing import NamedTuple
 
-__all__ = ["DONE", "Event", "EventParser", "LineDecoder", "encode_event"]
+__all__ = ["DONE", "Event", "EventFramer", "EventParser", "LineDecoder", "encode_event"]
 
 DONE = "[DONE]"
 """The data of the OpenAI-style stream's last event."""
@@ -42,11 +42,12 @@ _BOM = "\ufeff"
 class LineDecoder:
     """Bytes in, complete lines out (without their CR, LF or CRLF)."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, at_start: bool = True) -> None:
         self._tail = b""
         self._after_cr = False
         """The last chunk ended with a CR: an LF starting the next one belongs to it."""
-        self._first = True
+        self._first = at_start
+        """No line was read yet: a byte order mark before the first is skipped."""
 
     def feed(self, data: bytes) -> list[str]:
         if not data:
@@ -88,8 +89,8 @@ class Event(NamedTuple):
 class EventParser:
     """Bytes in, complete events out; chunked however the network likes."""
 
-    def __init__(self) -> None:
-        self._lines = LineDecoder()
+    def __init__(self, *, at_start: bool = True) -> None:
+        self._lines = LineDecoder(at_start=at_start)
         self._data: list[str] = []
         self._type = ""
         self._last_id = ""
@@ -128,6 +129,81 @@ class EventParser:
                 self._last_id = value
         elif name == "retry" and value.isascii() and value.isdigit():
             self.retry_ms = int(value)
+
+
+_PLAIN_DONE = b"data: [DONE]\n"
+
+
+class EventFramer:
+    """Cuts a raw event stream at its events' ends, for a relay that forwards events as
+    they came without decoding each one (sans-IO, bytes in, bytes out).
+
+    :meth:`feed` returns the whole events a chunk completes, as raw bytes, and how many
+    there are when they are *plain*: framed as vLLM frames its streams (LF line ends,
+    each event one data line starting with ``lead``, then a blank line), which a few
+    byte scans tell. A relay can forward plain events as they are. What is not plain
+    (CR or CRLF line ends, comments, other fields, several data lines, extra blank
+    lines, a byte order mark, a data line not starting with ``lead``) goes to the
+    standard's parser (:meth:`events`), which sees every byte that is not in a plain
+    block, in order, so that the events it gives are exactly :class:`EventParser`'s for
+    the whole stream. Bytes after the last event's end wait for the next chunk; a stream
+    with a CR in it goes to the parser as it comes from then on (a CR may end a line
+    anywhere)."""
+
+    def __init__(self, lead: bytes = b"data:") -> None:
+        self.lead = lead
+        self._next = b"\n\n" + lead
+        self._tail = b""
+        self._parser: EventParser | None = None
+        self._started = False
+        """A plain block went by: the parser starts mid-stream (no byte order mark)."""
+        self._cr = False
+
+    def feed(self, chunk: bytes) -> tuple[bytes, int]:
+        """``(raw, n)``: the bytes of the events ``chunk`` completes (empty: none yet),
+        and how many events they are when plain; ``n < 0``: they are not, and must be
+        given to :meth:`events` before the next :meth:`feed`."""
+        if not self._tail and not self._cr and chunk.endswith(b"\n\n"):
+            # the common case, one whole event (vLLM writes each in one piece)
+            one = chunk.find(b"\n") == len(chunk) - 2 and b"\r" not in chunk
+            if one and chunk.startswith(self.lead):
+                self._started = True
+                return chunk, 1
+        buf = self._tail + chunk if self._tail else chunk
+        if self._cr or b"\r" in buf:
+            self._cr, self._tail = True, b""
+            return buf, -1
+        cut = buf.rfind(b"\n\n") + 2
+        if cut < 2:
+            self._tail = buf
+            return b"", 0
+        if cut == len(buf):
+            self._tail, block = b"", buf
+        else:
+            self._tail, block = buf[cut:], buf[:cut]
+        if not block.startswith(self.lead):
+            return block, -1
+        n = block.count(self._next) + 1
+        if block.count(b"\n") != 2 * n:
+            return block, -1
+        self._started = True
+        return block, n
+
+    def events(self, raw: bytes) -> list[Event]:
+        """The events of bytes :meth:`feed` said are not plain (or of a plain block the
+        caller wants decoded: that leaves the parser as it found it)."""
+        if self._parser is None:
+            self._parser = EventParser(at_start=not self._started)
+        return self._parser.feed(raw)
+
+    def count(self, chunk: bytes) -> int:
+        """How many events ``chunk`` completes, the closing ``[DONE]`` not counted."""
+        raw, n = self.feed(chunk)
+        if n > 0 and _PLAIN_DONE.startswith(self.lead):
+            return n - raw.startswith(_PLAIN_DONE) - raw.count(b"\n\n" + _PLAIN_DONE)
+        if n >= 0:
+            return n
+        return sum(e.data != DONE for e in self.events(raw))
 
 
 def encode_event(event: Event) -> bytes:

@@ -57,6 +57,27 @@ class MixedAnswer:
     ids: list[int] = field(default_factory=list)
     error: str = ""
     seconds: float = 0.0
+    misshapen: list[str] = field(default_factory=list)
+    """Chunks of a chat stream asking for logprobs whose logprobs are not chat's shape."""
+
+
+def chat_logprobs_problem(obj: dict[str, Any], top: int) -> str | None:
+    """What is wrong with a chat chunk's logprobs (None: chat's shape, ``top``
+    alternatives a token): ``{"content": [{"token", "logprob", "bytes",
+    "top_logprobs": [...]}]}``."""
+    for ch in obj.get("choices") or []:
+        if not (ch.get("delta") or {}).get("content"):
+            continue  # the role chunk, the finish
+        lp = ch.get("logprobs")
+        content = lp.get("content") if isinstance(lp, dict) else None
+        if not isinstance(content, list) or not content:
+            return f"logprobs {str(lp)[:120]}"
+        for entry in content:
+            if not {"token", "logprob", "bytes", "top_logprobs"} <= set(entry):
+                return f"entry {str(entry)[:120]}"
+            if len(entry["top_logprobs"]) != top:
+                return f"{len(entry['top_logprobs'])} alternatives, not {top}"
+    return None
 
 
 def mixed_requests(n: int, model: str = "tiny", *, chat_every: int = 4) -> list[MixedRequest]:
@@ -109,6 +130,8 @@ async def run_one(
             progress[i] = len(ids)
             return MixedAnswer(200, ids, seconds=time.perf_counter() - t0)
         ans = MixedAnswer(None)
+        chat_lp = req.path.endswith("/chat/completions") and req.body.get("logprobs")
+        lp_top = int(req.body.get("top_logprobs") or 0) if chat_lp else None
         async with c.stream("POST", url + req.path, json=req.body) as r:
             ans.status = r.status_code
             if r.status_code != 200:
@@ -125,6 +148,10 @@ async def run_one(
                         continue
                     ans.ids.extend(_choice_ids(obj))
                     progress[i] = len(ans.ids)
+                    if lp_top is not None:
+                        problem = chat_logprobs_problem(obj, lp_top)
+                        if problem is not None:
+                            ans.misshapen.append(problem)
         ans.seconds = time.perf_counter() - t0
         return ans
     except httpx.HTTPError as e:

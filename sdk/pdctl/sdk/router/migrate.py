@@ -2,14 +2,20 @@
 
 The router asks vLLM for the token ids of every streamed event (``return_token_ids``;
 removed again before the client sees the event unless the client asked for them) and
-relays the stream one whole SSE event at a time (:mod:`pdctl.sdk.sse`; comments and
-events without data are not relayed), so at any moment it knows exactly which
-tokens the client has received. When the decode fails mid-stream, the request continues
-on another decode as a plain completion whose prompt is the original prompt's token ids
-plus the tokens already sent, with ``max_tokens`` reduced by as many; the new decode
-computes that prefix itself (decode-only: no prefill, no KV transfer). Its events are
-rewritten into the original stream's shape (id, object, chat deltas), so the client sees
-one uninterrupted stream with no token lost or repeated.
+relays the stream one whole SSE event at a time (:class:`pdctl.sdk.sse.EventFramer`;
+comments and events without data are not relayed), so at any moment it knows exactly
+which tokens the client has received. On the happy path the events go through as decode
+sent them: a block of whole events in vLLM's framing is forwarded as raw bytes, its
+token ids cut out of it by a byte pattern and kept unparsed until a failure needs them;
+only the events that carry what a continuation needs (the prompt's ids, a finish
+reason, an error, ``[DONE]``) and whatever is framed otherwise are decoded.
+
+When the decode fails mid-stream, the request continues on another decode as a plain
+completion whose prompt is the original prompt's token ids plus the tokens already
+sent, with ``max_tokens`` reduced by as many; the new decode computes that prefix
+itself (decode-only: no prefill, no KV transfer). Its events are rewritten into the
+original stream's shape (id, object, chat deltas), so the client sees one
+uninterrupted stream with no token lost or repeated.
 
 Limits: one choice (``n == 1``) and no ``echo``. A stop string vLLM held back when the
 decode died may be found again (the held-back text is recomputed). Recomputing the KV of
@@ -20,10 +26,11 @@ decode would have produced.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from pdctl.sdk.sse import DONE, Event, EventParser, encode_event
+from pdctl.sdk.sse import DONE, Event, EventFramer, encode_event
 
 CONTINUE_ENDPOINT = "/v1/completions"
 """Continuations are token-id completions, whatever the original endpoint."""
@@ -46,6 +53,18 @@ _CARRIED = (
     "include_stop_str_in_output",
     "min_tokens",
 )
+
+
+_TOKEN_IDS = re.compile(rb',\s*"token_ids"\s*:\s*(?:\[([0-9,\s]*)\]|null)')
+"""A choice's ``token_ids`` in an event's raw JSON. In valid JSON a comma before a quote
+is never inside a string (a string's own quotes are escaped), so this only ever matches
+the key; a block where the key is found anywhere else is decoded instead."""
+_TOKEN_EVENT = b'data: {"id"'
+"""How a token event of vLLM's starts (its models' first field is the id); the stream's
+error event (``{"error": ...}``) and ``[DONE]`` do not, and are decoded."""
+_FINISH = b'"finish_reason"'
+_NO_FINISH = b'"finish_reason":null'
+_NO_FINISH_SPACED = b'"finish_reason": null'
 
 
 def migratable(body: dict[str, Any]) -> bool:
@@ -82,7 +101,7 @@ class StreamTracker:
     include_usage: bool = False
     stream_id: str | None = None
     prompt_ids: list[int] | None = None
-    sent_ids: list[int] = field(default_factory=list)
+    _sent: list[int] = field(default_factory=list, repr=False)
     finished: bool = False
     """A finish_reason was sent: nothing is left to continue."""
     done: bool = False
@@ -94,11 +113,75 @@ class StreamTracker:
     """The events now come from a continuation (a token-id completion)."""
     _sent_before: int = 0
     """Tokens sent before the current continuation started (for usage)."""
-    _parser: EventParser = field(default_factory=EventParser, repr=False)
+    held_back: int = 0
+    """How many characters of its text vLLM may hold back behind the tokens it sent: a
+    stop string's length less one (its detokenizer's ``stop_buffer_length``), 0 when
+    the stop strings are sent too (``include_stop_str_in_output``) or there are none."""
+    track_text: bool = False
+    """Count the text sent, event by event (stop strings; completions' logprobs, whose
+    text offsets a continuation shifts): such a stream is decoded event by event."""
+    top_logprobs: int = 0
+    """Chat: how many alternatives each token's logprobs list."""
+    chars: int = 0
+    """Characters of text sent (when :attr:`track_text`)."""
+    _marks: list[tuple[int, int]] = field(default_factory=list, repr=False)
+    """(tokens sent, characters sent) after each event (when :attr:`track_text`)."""
+    _skip_ids: int = 0
+    _skip_chars: int = 0
+    """What the continuation under way recomputes that the client has already."""
+    _offset: int = 0
+    """Where the continuation's text starts in the answer's (its text offsets shift)."""
+    _framer: EventFramer = field(default_factory=lambda: EventFramer(_TOKEN_EVENT), repr=False)
+    _plain_ok: bool = field(default=False, repr=False)
+    """Plain token events may go through as they came: the first event (the prompt's
+    ids, vLLM's only event that has them) was decoded, and no continuation is under
+    way (its events are rewritten into the original's shape)."""
+    _ids: list[bytes] = field(default_factory=list, repr=False)
+    """Token ids of plain blocks, as the bytes between their brackets: parsed only when
+    :attr:`sent_ids` is read."""
+
+    @property
+    def sent_ids(self) -> list[int]:
+        """The token ids the client has, in order."""
+        if self._ids:
+            ids = b",".join(self._ids).split(b",")
+            self._sent.extend(int(i) for i in ids if i.strip())
+            self._ids.clear()
+        return self._sent
 
     def feed(self, chunk: bytes) -> bytes:
-        out = (self._event(event) for event in self._parser.feed(chunk))
-        return b"".join(e for e in out if e is not None)
+        raw, n = self._framer.feed(chunk)
+        if not raw:
+            return b""
+        if n > 0 and self._plain_ok:
+            out = self._plain(raw, n)
+            if out is not None:
+                return out
+        events = (self._event(event) for event in self._framer.events(raw))
+        out = b"".join(e for e in events if e is not None)
+        self._plain_ok = not self.continuing and not self.track_text
+        return out
+
+    def _plain(self, block: bytes, n: int) -> bytes | None:
+        """``n`` plain token events as they go to the client: forwarded as they came,
+        their token ids kept (raw) and cut out unless the client asked for them. None:
+        the block must be decoded (a finish reason in it, or ids where the pattern does
+        not find them)."""
+        if n != 1 or _NO_FINISH not in block:  # one event of one choice: null, not finished
+            finish = block.count(_FINISH)
+            nulls = block.count(_NO_FINISH) if finish else 0  # vLLM's compact JSON, else spaced
+            if finish != nulls and finish != nulls + block.count(_NO_FINISH_SPACED):
+                return None
+        out = block
+        if b'"token_ids"' in block:
+            parts = _TOKEN_IDS.split(block)
+            if not self.client_wants_ids:
+                out = b"".join(parts[::2])
+                if b'"token_ids"' in out:
+                    return None
+            self._ids.extend(p for p in parts[1::2] if p)
+        self.events += n
+        return out
 
     def _event(self, event: Event) -> bytes | None:
         if event.data == DONE:
@@ -119,43 +202,89 @@ class StreamTracker:
             return encode_event(event)
         return self._tokens_event(obj)
 
-    def _tokens_event(self, obj: dict[str, Any]) -> bytes:
+    def _tokens_event(self, obj: dict[str, Any]) -> bytes | None:
         if self.stream_id is None:
             self.stream_id = obj.get("id")
         ptoks = obj.pop("prompt_token_ids", None)  # chat: top level, first event
-        for ch in obj.get("choices") or []:
-            if not isinstance(ch, dict):
-                continue
+        choices = [ch for ch in obj.get("choices") or [] if isinstance(ch, dict)]
+        for ch in choices:
             ptoks = ch.pop("prompt_token_ids", None) or ptoks  # completions: in the choice
-            ids = ch.get("token_ids")
-            if isinstance(ids, list):
-                self.sent_ids.extend(i for i in ids if isinstance(i, int))
-            if not self.client_wants_ids:
-                ch.pop("token_ids", None)
-            if ch.get("finish_reason") is not None:
-                self.finished = True
-            if self.continuing and self.chat:
-                text = ch.pop("text", "")
-                ch["delta"] = {"content": text} if text else {}
-                ch.pop("prompt_logprobs", None)
+            self._choice(ch)
         if isinstance(ptoks, list) and self.prompt_ids is None and not self.continuing:
             self.prompt_ids = [i for i in ptoks if isinstance(i, int)]
             if self.client_wants_ids:
                 obj["prompt_token_ids"] = self.prompt_ids
         obj.pop("prompt_text", None)
         if self.continuing:
-            if self.stream_id is not None:
-                obj["id"] = self.stream_id
-            if self.chat:
-                obj["object"] = "chat.completion.chunk"
-            usage = obj.get("usage")
-            if isinstance(usage, dict) and self.prompt_ids is not None:
-                done = int(usage.get("completion_tokens") or 0) + self._sent_before
-                usage["prompt_tokens"] = len(self.prompt_ids)
-                usage["completion_tokens"] = done
-                usage["total_tokens"] = len(self.prompt_ids) + done
+            kept = [ch for ch in choices if ch]
+            if choices and not kept and not obj.get("usage"):
+                return None  # every token of it was one the client had: nothing to send
+            obj["choices"] = kept
+            self._as_original(obj)
         self.events += 1
         return b"data: " + json.dumps(obj, separators=(",", ":")).encode() + b"\n\n"
+
+    def _choice(self, ch: dict[str, Any]) -> None:
+        """Note what a choice sends the client (its token ids, its finish, its text's
+        length) and shape it for the client (a continuation's in the original's)."""
+        if self.continuing:
+            self._recomputed(ch)
+            if not ch:
+                return
+        ids = ch.get("token_ids")
+        if isinstance(ids, list):
+            self.sent_ids.extend(i for i in ids if isinstance(i, int))
+        if not self.client_wants_ids:
+            ch.pop("token_ids", None)
+        if ch.get("finish_reason") is not None:
+            self.finished = True
+        if self.continuing and self.chat:
+            _chat_shaped(ch, self.top_logprobs)
+        if self.track_text:
+            delta = ch.get("delta")
+            text = delta.get("content") if isinstance(delta, dict) else ch.get("text")
+            self.chars += len(text) if isinstance(text, str) else 0
+            self._marks.append((len(self.sent_ids), self.chars))
+
+    def _as_original(self, obj: dict[str, Any]) -> None:
+        """A continuation's event as one of the original stream: its id, its object,
+        its usage counting the whole answer (the prompt the client sent, every token)."""
+        if self.stream_id is not None:
+            obj["id"] = self.stream_id
+        if self.chat:
+            obj["object"] = "chat.completion.chunk"
+        usage = obj.get("usage")
+        if isinstance(usage, dict) and self.prompt_ids is not None:
+            done = int(usage.get("completion_tokens") or 0) + self._sent_before
+            usage["prompt_tokens"] = len(self.prompt_ids)
+            usage["completion_tokens"] = done
+            usage["total_tokens"] = len(self.prompt_ids) + done
+
+    def _recomputed(self, ch: dict[str, Any]) -> None:
+        """A continuation's choice without what the client already has: the first
+        :attr:`_skip_ids` tokens (and their logprobs) and :attr:`_skip_chars` characters
+        it recomputed (:meth:`continuation`); its text offsets made the original's."""
+        ids = ch.get("token_ids")
+        k = min(self._skip_ids, len(ids)) if isinstance(ids, list) else 0
+        lp = ch.get("logprobs")
+        if k and isinstance(ids, list):
+            self._skip_ids -= k
+            ch["token_ids"] = ids[k:]
+            if isinstance(lp, dict):
+                for key in ("tokens", "token_logprobs", "top_logprobs", "text_offset"):
+                    if isinstance(lp.get(key), list):
+                        lp[key] = lp[key][k:]
+        if isinstance(lp, dict) and isinstance(lp.get("text_offset"), list):
+            lp["text_offset"] = [
+                o + self._offset if isinstance(o, int) else o for o in lp["text_offset"]
+            ]
+        text = ch.get("text")
+        if self._skip_chars and isinstance(text, str):
+            cut = min(self._skip_chars, len(text))
+            self._skip_chars -= cut
+            ch["text"] = text[cut:]
+        if k and not ch.get("token_ids") and not ch.get("text") and not ch.get("finish_reason"):
+            ch.clear()  # dropped by the caller
 
     def can_continue(self) -> bool:
         """Whether the stream can go on elsewhere: the prompt's ids are known (or nothing
@@ -171,39 +300,124 @@ class StreamTracker:
         """The request that continues this stream on another decode: ``(path, body)``
         (``path`` None: the original endpoint), or None when nothing is left to generate.
         Resets the tracker for the continuation's events."""
-        self._buf = b""
+        self._framer = EventFramer(_TOKEN_EVENT)  # the continuation's own stream
+        self._plain_ok = False
         self.failure = None
+
         if self.prompt_ids is None:  # nothing reached the client: start over elsewhere
             return None, with_token_ids(body)
+        keep = self._kept()
         limit = _max_tokens(body)
-        left = None if limit is None else limit - len(self.sent_ids)
-        if left is not None and left <= 0:
+        left = None if limit is None else limit - keep
+        if limit is not None and len(self.sent_ids) >= limit:
             return None
         new: dict[str, Any] = {k: body[k] for k in _CARRIED if k in body}
         new.update(
             model=body.get("model"),
-            prompt=self.prompt_ids + self.sent_ids,
+            prompt=self.prompt_ids + self.sent_ids[:keep],
             stream=True,
             return_token_ids=True,
         )
         if left is not None:
             new["max_tokens"] = left
+        if isinstance(new.get("min_tokens"), int):
+            new["min_tokens"] = max(0, new["min_tokens"] - keep)
         if self.include_usage:
             new["stream_options"] = {"include_usage": True}
         lp = body.get("logprobs")
-        if self.chat and body.get("top_logprobs") and lp:
-            new["logprobs"] = int(body["top_logprobs"])
+        if self.chat and lp:
+            new["logprobs"] = self.top_logprobs
         elif not self.chat and isinstance(lp, int) and not isinstance(lp, bool):
             new["logprobs"] = lp
         self.continuing = True
-        self._sent_before = len(self.sent_ids)
+        self._sent_before = keep
+        self._skip_ids = len(self.sent_ids) - keep
+        self._offset = self._text_at(keep)
+        self._skip_chars = self.chars - self._offset
         return CONTINUE_ENDPOINT, new
+
+    def _kept(self) -> int:
+        """How many of the tokens sent a continuation's prompt takes: all of them,
+        unless vLLM may have held back text of the last ones (:attr:`held_back`); then
+        only those whose text the client surely has. The rest are computed again, so
+        that a stop string that began in the held-back text is found, once, by the
+        decode that continues (vLLM never sends any part of a stop string: every
+        character before it was sent, every one from its start on was held back).
+
+        After an event, vLLM has sent all of its text but the last ``held_back``
+        characters: an event after which ``c > 0`` characters were sent had produced
+        ``c + held_back`` characters, so its tokens' text is all sent when that is no
+        more than what the client has now."""
+        if not self.held_back:
+            return len(self.sent_ids)
+        keep = 0
+        for tokens, chars in self._marks:
+            if chars and chars + self.held_back <= self.chars:
+                keep = tokens
+        return keep
+
+    def _text_at(self, keep: int) -> int:
+        """How long the answer's text was once its first ``keep`` tokens were made."""
+        if keep == len(self.sent_ids) or not self.held_back:
+            return self.chars
+        for tokens, chars in self._marks:
+            if tokens == keep and chars:
+                return chars + self.held_back
+        return 0
+
+
+def _chat_shaped(ch: dict[str, Any], top: int) -> None:
+    """A completions choice of a continuation as a chat chunk's choice: its text a
+    delta, its logprobs chat's (``content`` entries with ``bytes`` and a
+    ``top_logprobs`` list of the first ``top`` alternatives, as vLLM's chat server
+    takes them from the same logprobs; ``vllm/entrypoints/openai/chat_completion/
+    serving.py``, ``_create_chat_logprobs``)."""
+    text = ch.pop("text", "")
+    ch["delta"] = {"content": text} if text else {}
+    ch.pop("prompt_logprobs", None)
+    lp = ch.get("logprobs")
+    if not isinstance(lp, dict):
+        return
+    tokens, lps, tops = (
+        lp.get("tokens") or [],
+        lp.get("token_logprobs") or [],
+        lp.get("top_logprobs") or [],
+    )
+    content = []
+    for i, tok in enumerate(tokens):
+        alts = tops[i] if i < len(tops) and isinstance(tops[i], dict) else {}
+        content.append(
+            {
+                "token": tok,
+                "logprob": lps[i] if i < len(lps) else None,
+                "bytes": list(str(tok).encode("utf-8", errors="replace")),
+                "top_logprobs": [
+                    {"token": t, "logprob": v, "bytes": list(t.encode("utf-8", errors="replace"))}
+                    for t, v in list(alts.items())[:top]
+                ],
+            }
+        )
+    ch["logprobs"] = {"content": content}
+
+
+def _stop_strings(body: dict[str, Any]) -> list[str]:
+    stop = body.get("stop")
+    if isinstance(stop, str):
+        return [stop] if stop else []
+    return [s for s in stop or [] if isinstance(s, str) and s] if isinstance(stop, list) else []
 
 
 def tracker_for(path: str, body: dict[str, Any]) -> StreamTracker:
     opts = body.get("stream_options")
+    chat = path.endswith("/chat/completions")
+    stops = _stop_strings(body)
+    held = 0 if body.get("include_stop_str_in_output") or not stops else max(map(len, stops)) - 1
+    top = body.get("top_logprobs")
     return StreamTracker(
-        chat=path.endswith("/chat/completions"),
+        chat=chat,
         client_wants_ids=bool(body.get("return_token_ids")),
         include_usage=isinstance(opts, dict) and bool(opts.get("include_usage")),
+        held_back=held,
+        track_text=bool(stops) or (not chat and body.get("logprobs") is not None),
+        top_logprobs=top if isinstance(top, int) and not isinstance(top, bool) else 0,
     )

@@ -358,8 +358,11 @@ class MockServer:
             b"transfer-encoding: chunked\r\n\r\n"
         )
         ids = req.get("return_token_ids")
-        context = _prompt_ids(req.get("prompt")) if ids else []
+        generate = "token_ids" in req  # /inference/v1/generate: token ids in, token ids out
+        context = _prompt_ids(req.get("prompt")) if ids else list(req.get("token_ids") or [])
         n = int(req.get("max_tokens") or self.config.chunks) if ids else self.config.chunks
+        if generate:
+            n = int((req.get("sampling_params") or {}).get("max_tokens") or self.config.chunks)
         for i in range(n):
             if i == self.config.die_after_chunks and conn.transport is not None:
                 conn.transport.abort()
@@ -372,16 +375,18 @@ class MockServer:
             if self.config.chunk_delay_s:
                 await asyncio.sleep(self.config.chunk_delay_s)
             choice: dict[str, Any]
-            if "token_ids" in req:
-                choice = {"index": 0, "token_ids": [i]}
-            elif ids:
+            if generate or ids:
                 # a deterministic "model": the token at position k of the sequence is k
                 tok = len(context)
+                context.append(tok)
+            if generate:
+                choice = {"index": 0, "token_ids": [tok]}
+                choice["finish_reason"] = "length" if i == n - 1 else None
+            elif ids:
                 choice = {"index": 0, "text": f" t{tok}", "token_ids": [tok]}
                 choice["finish_reason"] = "length" if i == n - 1 else None
                 if i == 0:
-                    choice["prompt_token_ids"] = list(context)
-                context.append(tok)
+                    choice["prompt_token_ids"] = context[:-1]
             else:
                 choice = {"index": 0, "text": f" t{i}"}
             ev = b"data: " + json.dumps({"id": "cmpl-mock", "choices": [choice]}).encode()

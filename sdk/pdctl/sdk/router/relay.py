@@ -19,6 +19,7 @@ from pdctl.sdk.router.recovery import passthrough, server_failed
 from pdctl.sdk.router.replies import Reply, RouteError, StreamReply, error_body
 from pdctl.sdk.router.timeline import Timeline
 from pdctl.sdk.router.upstream import UpstreamError
+from pdctl.sdk.sse import EventFramer
 
 USAGE_RE = re.compile(rb'"completion_tokens"\s*:\s*(\d+)')
 """An answer's completion length (its usage block), without parsing the whole answer."""
@@ -78,31 +79,16 @@ class Relay:
         answer — is left for another decode (decode-only), at most
         ``router.migration_limit`` times; a stream that fails later continues where it
         was (:meth:`_relay_migrating`). ``tried``: the decodes that failed it already."""
-        while True:
-            assert leg.response is not None
-            ctype = (leg.response.header(b"content-type") or b"application/json").decode()
-            if stream and leg.status == 200:
-                if migrate and body is not None:
-                    chunks = self._relay_migrating(leg, tl, path, body, tried)
-                    return self.stream(leg, chunks, ctype)
-                return self.stream(leg, self._relay(leg, tl), ctype)
-            try:
-                raw = await self.read(leg)
-            except RouteError as e:
-                if not migrate or body is None:
-                    raise
-                tried += (leg.upstream,)
-                leg = await self.restart(path, body, tl, tried, str(e))
-                continue
-            if not (migrate and body is not None and server_failed(leg.status)):
-                break
-            text = raw[:300].decode(errors="replace")
-            why = f"decode {leg.upstream.name} answered {leg.status}: {text}"
-            tried += (leg.upstream,)
-            try:
-                leg = await self.restart(path, body, tl, tried, why, answered=True)
-            except RouteError:
-                break  # nowhere left to go: the client gets decode's own answer
+        leg, raw, tried = await self.whole(
+            leg, tl, path, body if migrate else None, tried, stream=stream
+        )
+        assert leg.response is not None
+        ctype = (leg.response.header(b"content-type") or b"application/json").decode()
+        if raw is None:  # a stream, its head 200
+            if migrate and body is not None:
+                chunks = self._relay_migrating(leg, tl, path, body, tried)
+                return self.stream(leg, chunks, ctype)
+            return self.stream(leg, self._relay(leg, tl), ctype)
         m = USAGE_RE.search(raw)
         if m:
             tl.completion_tokens = int(m.group(1))
@@ -111,6 +97,48 @@ class Relay:
             ctype = "application/json"
         self.ledger.finish(tl, "ok" if leg.status == 200 else "error", leg.status)
         return Reply(leg.status, raw, [("Content-Type", ctype)])
+
+    async def whole(
+        self,
+        leg: Lease,
+        tl: Timeline,
+        path: str,
+        body: dict[str, Any] | None,
+        tried: tuple[Upstream, ...] = (),
+        *,
+        stream: bool = False,
+        sent: dict[str, Any] | None = None,
+    ) -> tuple[Lease, bytes | None, tuple[Upstream, ...]]:
+        """Decode's whole answer, the lease it came on and the decodes that failed it
+        (answer None: ``stream``, and its head is 200: the caller relays it). With
+        ``body`` (a migratable request) a decode that fails before the client has
+        anything — a 5xx answer or response head (vLLM's engine-dead error), or the
+        connection lost while reading a whole answer — is left for another decode
+        (decode-only), at most ``router.migration_limit`` times; once none is left the
+        client gets the last one's own answer. ``sent``: the body a decode gets, when
+        not what :meth:`Recovery.as_sent` makes of ``body`` (the tokens path's)."""
+        while True:
+            if stream and leg.status == 200:
+                return leg, None, tried
+            try:
+                raw = await self.read(leg)
+            except RouteError as e:
+                if body is None:
+                    raise
+                tried += (leg.upstream,)
+                leg = await self.restart(path, body, tl, tried, str(e), sent=sent)
+                continue
+            if body is None or not server_failed(leg.status):
+                return leg, raw, tried
+            text = raw[:300].decode(errors="replace")
+            why = f"decode {leg.upstream.name} answered {leg.status}: {text}"
+            try:
+                nxt = await self.restart(
+                    path, body, tl, (*tried, leg.upstream), why, answered=True, sent=sent
+                )
+            except RouteError:
+                return leg, raw, tried  # nowhere left to go: decode's own answer
+            leg, tried = nxt, (*tried, leg.upstream)
 
     async def restart(
         self,
@@ -121,6 +149,7 @@ class Relay:
         why: str,
         *,
         answered: bool = False,
+        sent: dict[str, Any] | None = None,
     ) -> Lease:
         """Start a request the client has nothing of yet over after ``tried[-1]``
         failed it (``answered``: with a 5xx answer; else its connection was lost):
@@ -135,8 +164,9 @@ class Relay:
         else:
             recovery.instance_lost(tried[-1], why)
         self.ledger.release_kv(tl)
-        sent = recovery.as_sent(body)
-        return await self.legs.migrate(path, sent, tl, tried, why, again=again)
+        return await self.legs.migrate(
+            path, sent or recovery.as_sent(body), tl, tried, why, again=again
+        )
 
     @staticmethod
     def _named(leg: Lease, raw: bytes, note: str) -> bytes:
@@ -145,15 +175,16 @@ class Relay:
         return error_body(leg.status, f"{e}; {note}", "upstream_error")
 
     async def _relay(self, leg: Lease, tl: Timeline) -> AsyncGenerator[bytes, None]:
-        """Stream the decode answer through, counting events; settles the timeline. A
+        """Stream the decode answer through as it comes, counting its events (where they
+        end, not what they say: :class:`~pdctl.sdk.sse.EventFramer`); settles the timeline. A
         decode failure mid-stream ends the stream with an OpenAI-style error event."""
         assert leg.response is not None
-        events = 0
+        events, first, framer = 0, True, EventFramer()
         try:
             async for chunk in leg.response.iter_chunks():
-                if not events:  # a stream's first token, not its response head
-                    tl.decode_first_byte = tl.mark()
-                events += chunk.count(b"data: ") - chunk.count(b"data: [DONE]")
+                if first:  # a stream's first token, not its response head
+                    tl.decode_first_byte, first = tl.mark(), False
+                events += framer.count(chunk)
                 yield chunk
             tl.completion_tokens = events
             self.ledger.finish(tl, "ok", 200)

@@ -29,6 +29,7 @@ from pdctl.sdk.router.instanceset import InstanceSet
 from pdctl.sdk.router.lease import Lease
 from pdctl.sdk.router.ledger import Ledger
 from pdctl.sdk.router.legs import LegSender
+from pdctl.sdk.router.recovery import LegFailed, Recovery, server_failed
 from pdctl.sdk.router.relay import Relay
 from pdctl.sdk.router.replies import Reply, RouteError, StreamReply
 from pdctl.sdk.router.timeline import RouterMetrics, Timeline
@@ -112,6 +113,7 @@ class TokensPath:
         self.instances, self.legs, self.relay = instances, legs, relay
         self.ledger, self.metrics, self.fallback = ledger, metrics, fallback
         self.settings = instances.settings
+        self.recovery: Recovery = legs.recovery
 
     async def _post_json(
         self, u: Upstream, path: str, payload: dict[str, Any], tl: Timeline
@@ -183,21 +185,34 @@ class TokensPath:
         if stream:
             gen["stream_options"] = {"include_usage": True}
         decode_only = len(ids) < self.settings.disaggregate_min_tokens
-        leg = await self.legs.run(
-            GENERATE_ENDPOINT,
-            gen,
-            tl,
-            prefill_generate_body,
-            decode_only=decode_only,
-            token_ids=ids,
+        migrates = self.recovery.migrates(body)
+        tried: tuple[Upstream, ...] = ()
+        try:
+            leg = await self.legs.run(
+                GENERATE_ENDPOINT,
+                gen,
+                tl,
+                prefill_generate_body,
+                decode_only=decode_only,
+                token_ids=ids,
+            )
+        except LegFailed as e:
+            if e.upstream.role != "decode" or not migrates:
+                raise
+            tried = (e.upstream,)  # nothing reached the client: start over elsewhere
+            leg = await self.relay.restart(GENERATE_ENDPOINT, gen, tl, tried, str(e), sent=gen)
+        context = {"prompt_token_ids": ids, "body": body, "path": path, "render": rs, "gen": gen}
+        leg, raw, tried = await self.relay.whole(
+            leg, tl, GENERATE_ENDPOINT, gen if migrates else None, tried, stream=stream, sent=gen
         )
-        context = {"prompt_token_ids": ids, "body": body, "path": path, "render": rs}
-        if stream and leg.status == 200:
-            return self.relay.stream(leg, self._derender_stream(leg, tl, context))
-        return await self._derender_whole(leg, tl, context)
+        if raw is None:
+            resume = _Resume(gen, tried) if migrates else None
+            return self.relay.stream(leg, self._derender_stream(leg, tl, context, resume))
+        return await self._derender_whole(leg, raw, tl, context)
 
-    async def _derender_whole(self, leg: Lease, tl: Timeline, ctx: dict[str, Any]) -> Reply:
-        raw = await self.relay.read(leg)
+    async def _derender_whole(
+        self, leg: Lease, raw: bytes, tl: Timeline, ctx: dict[str, Any]
+    ) -> Reply:
         d = leg.upstream
         if leg.status != 200:
             self.ledger.finish(tl, "error", leg.status)
@@ -222,45 +237,168 @@ class TokensPath:
         return Reply(200, json.dumps(out).encode())
 
     async def _derender_stream(
-        self, leg: Lease, tl: Timeline, ctx: dict[str, Any]
+        self, leg: Lease, tl: Timeline, ctx: dict[str, Any], resume: _Resume | None
     ) -> AsyncGenerator[bytes, None]:
         """Decode's token chunks in, derendered OpenAI chunks out (one derender call per
-        chunk, carrying vLLM's detokenizer state between them)."""
-        assert leg.response is not None
+        chunk, carrying vLLM's detokenizer state between them). A decode that fails
+        mid-stream (the connection lost, a 5xx error event) is continued on another
+        with ``resume`` (:class:`_Resume`): the derender state goes on as if nothing
+        happened, since it only ever sees token ids."""
         ids: list[int] = ctx["prompt_token_ids"]
         key = "completion_request" if ctx["path"] == "/v1/completions" else "chat_request"
         state: Any = None
         events = 0
+        current: Lease | None = leg
         try:
-            async for data in _sse_events(leg.response):
-                if data == DONE:
+            while current is not None:
+                assert current.response is not None
+                try:
+                    async for chunk in _generated(current.response, resume):
+                        if not events:
+                            tl.decode_first_byte = tl.mark()
+                        if chunk.get("choices"):
+                            events += 1
+                        payload = {
+                            "stream": True,
+                            "model": ctx["body"].get("model"),
+                            "generate_chunk": chunk,
+                            "stream_state": state,
+                            "prompt_tokens": len(ids),
+                            "prompt_token_ids": ids,
+                            key: ctx["body"],
+                        }
+                        try:
+                            status, out = await self._post_json(
+                                ctx["render"], ENDPOINTS[ctx["path"]][1], payload, tl
+                            )
+                        except UpstreamError as e:
+                            raise DerenderFailed(f"derender failed: {e}") from None
+                        if status != 200 or not isinstance(out, dict):
+                            raise DerenderFailed(f"derender answered {status}: {str(out)[:300]}")
+                        state = out.get("stream_state")
+                        yield b"data: " + json.dumps(out.get("chunk")).encode() + b"\n\n"
                     break
-                chunk = json.loads(data)
-                if not events:
-                    tl.decode_first_byte = tl.mark()
-                if chunk.get("choices"):
-                    events += 1
-                payload = {
-                    "stream": True,
-                    "model": ctx["body"].get("model"),
-                    "generate_chunk": chunk,
-                    "stream_state": state,
-                    "prompt_tokens": len(ids),
-                    "prompt_token_ids": ids,
-                    key: ctx["body"],
-                }
-                status, out = await self._post_json(
-                    ctx["render"], ENDPOINTS[ctx["path"]][1], payload, tl
-                )
-                if status != 200 or not isinstance(out, dict):
-                    raise UpstreamError(f"derender answered {status}: {str(out)[:300]}")
-                state = out.get("stream_state")
-                yield b"data: " + json.dumps(out.get("chunk")).encode() + b"\n\n"
+                except UpstreamError as e:
+                    if resume is None or resume.finished:
+                        raise
+                    current.release()
+                    d, current = current.upstream, None
+                    current = await self._continue(resume, d, e, tl)
             yield b"data: [DONE]\n\n"
-            tl.completion_tokens = events
+            tl.completion_tokens = len(resume.ids) if resume is not None else events
             self.ledger.finish(tl, "ok", 200)
-        except (UpstreamError, ValueError) as e:
+        except (UpstreamError, ValueError, DerenderFailed, RouteError) as e:
             for part in self.relay.stream_failed(tl, f"tokens stream failed mid-answer: {e}"):
                 yield part
         finally:
-            self.relay.closed(leg, tl, events)
+            if current is not None:
+                self.relay.closed(current, tl, events)
+
+    async def _continue(
+        self, resume: _Resume, d: Upstream, e: UpstreamError, tl: Timeline
+    ) -> Lease:
+        """The decode the stream goes on from, after ``d`` failed it with ``e``: one that
+        answers 5xx is passed over as failed; :class:`RouteError` once
+        ``router.migration_limit`` is reached or no decode is left."""
+        why = f"decode {d.name} failed mid-answer: {e}"
+        resume.tried += (d,)
+        recovery = self.recovery
+        while True:
+            again = False
+            if resume.error is not None:  # it answered: its /health says the rest
+                again = await recovery.instance_answered_error(d, why, tl)
+            else:
+                recovery.instance_lost(d, why)
+            self.ledger.release_kv(tl)
+            body = resume.continuation()
+            if body is None:
+                raise RouteError(502, f"{why}; nothing left to generate")
+            n = len(resume.ids)
+            nxt = await self.legs.migrate(GENERATE_ENDPOINT, body, tl, resume.tried, why, n,
+                                          again=again)  # fmt: skip
+            if nxt.status == 200:
+                return nxt
+            raw = await self.relay.read(nxt)
+            text = raw[:300].decode(errors="replace")
+            why = f"decode {nxt.upstream.name} answered {nxt.status}: {text}"
+            if not server_failed(nxt.status):
+                raise RouteError(502, why)
+            d = nxt.upstream
+            resume.tried += (d,)
+            resume.error = why
+
+
+class DerenderFailed(Exception):
+    """The render server failed to derender a chunk (not decode's failure)."""
+
+
+class _Resume:
+    """What the tokens path keeps of a stream to continue it on another decode: the
+    token ids the client has (every chunk carries its ids), whether it finished, the
+    decodes that failed it; :meth:`continuation` is the ``GenerateRequest`` that goes
+    on from there (the prompt's ids and the ids generated, ``max_tokens`` less as many;
+    decode-only)."""
+
+    def __init__(self, gen: dict[str, Any], tried: tuple[Upstream, ...]) -> None:
+        self.gen, self.tried = gen, tried
+        self.ids: list[int] = []
+        self.finished = False
+        self.error: str | None = None
+        """The 5xx error event decode sent (None: its connection was lost)."""
+        self.sent_before = 0
+        """Tokens generated before the continuation under way (for its usage)."""
+
+    def seen(self, chunk: dict[str, Any]) -> None:
+        for ch in chunk.get("choices") or []:
+            if not isinstance(ch, dict):
+                continue
+            got = ch.get("token_ids")
+            if isinstance(got, list):
+                self.ids.extend(t for t in got if isinstance(t, int))
+            if ch.get("finish_reason") is not None:
+                self.finished = True
+        usage = chunk.get("usage")
+        if isinstance(usage, dict) and self.sent_before:
+            done = int(usage.get("completion_tokens") or 0) + self.sent_before
+            prompt = len(self.gen.get("token_ids") or [])
+            chunk["usage"] = {**usage, "prompt_tokens": prompt, "completion_tokens": done,
+                              "total_tokens": prompt + done}  # fmt: skip
+
+    def continuation(self) -> dict[str, Any] | None:
+        sampling = dict(self.gen.get("sampling_params") or {})
+        limit = sampling.get("max_tokens")
+        if isinstance(limit, int):
+            if limit - len(self.ids) <= 0:
+                return None
+            sampling["max_tokens"] = limit - len(self.ids)
+        if isinstance(sampling.get("min_tokens"), int):
+            sampling["min_tokens"] = max(0, sampling["min_tokens"] - len(self.ids))
+        self.sent_before = len(self.ids)
+        self.error = None
+        prompt = list(self.gen.get("token_ids") or [])
+        body = {k: v for k, v in self.gen.items() if k != "kv_transfer_params"}
+        return {**body, "token_ids": prompt + self.ids, "sampling_params": sampling}
+
+
+async def _generated(r: Response, resume: _Resume | None) -> AsyncIterator[dict[str, Any]]:
+    """The chunks of a ``/inference/v1/generate`` stream, to its ``[DONE]``; a 5xx error
+    event (an engine that died under the stream) or a stream that ends before its last
+    chunk raises :class:`UpstreamError` (noted on ``resume``)."""
+    async for data in _sse_events(r):
+        if data == DONE:
+            return
+        chunk = json.loads(data)
+        if not isinstance(chunk, dict):
+            raise ValueError(f"decode sent a chunk that is not an object: {data[:100]}")
+        err = chunk.get("error")
+        if err is not None and "choices" not in chunk:
+            code = err.get("code") if isinstance(err, dict) else None
+            if not isinstance(code, int) or code >= 500:
+                if resume is not None:
+                    resume.error = json.dumps(err)[:300]
+                raise UpstreamError(f"decode sent an error event: {json.dumps(err)[:300]}")
+        if resume is not None:
+            resume.seen(chunk)
+        yield chunk
+    if resume is not None and not resume.finished:
+        raise UpstreamError("the stream ended before its last event")
