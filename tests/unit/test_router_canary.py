@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any
 
 import httpx
@@ -103,6 +103,8 @@ def test_answer_and_event_text_of_completions_and_chat():
     delta = {"choices": [{"index": 0, "delta": {"content": "c"}}]}
     assert event_text("/v1/chat/completions", delta) == "c"
     assert event_text("/v1/chat/completions", {"choices": [{"delta": {"role": "x"}}]}) == ""
+    calls = {"choices": [{"index": 0, "delta": {"tool_calls": [{"index": 0}]}}]}
+    assert event_text("/v1/chat/completions", calls) is None  # not comparable by text
     assert first_difference("abc", "abd") == 2
     assert first_difference("ab", "abc") == 2
 
@@ -341,4 +343,35 @@ async def test_a_replay_past_its_deadline_is_an_error():
         assert tl.canary["result"] == "error"
         assert "within 0.2 s" in tl.canary["detail"]
         assert d.outstanding == 0
+        await canary.close()
+
+
+async def test_a_chat_stream_that_calls_tools_is_not_compared():
+    async with silent_server() as (url, _):
+        d = Upstream("decode-0", "decode", url, Pool(url))
+        canary = Canary(CanarySpec(rate=1.0), Registry(), [d])
+        from pdctl.sdk.router.replies import StreamReply
+
+        def event(delta: dict[str, Any]) -> bytes:
+            return b"data: " + json.dumps({"choices": [{"index": 0, "delta": delta}]}).encode()
+
+        async def chunks(*deltas: dict[str, Any]) -> AsyncGenerator[bytes, None]:
+            for delta in deltas:
+                yield event(delta) + b"\n\n"
+            yield b"data: [DONE]\n\n"
+
+        chat = {"model": "tiny", "messages": [{"role": "user", "content": "x"}], "temperature": 0}
+        for deltas, replayed in (
+            (({"content": "a"}, {"tool_calls": [{"index": 0}]}), 0),
+            (({"content": "a"}, {"content": "b"}), 1),
+        ):
+            tl = timeline("prefill-0", "decode-0")
+            sample = canary.draw("/v1/chat/completions", chat, tl)
+            assert sample is not None
+            reply = sample.watch(StreamReply(200, chunks(*deltas), []))
+            assert isinstance(reply, StreamReply)
+            got = [c async for c in reply.chunks]
+            assert len(got) == len(deltas) + 1  # the client's stream is untouched
+            await asyncio.sleep(0.05)
+            assert canary.in_flight == replayed
         await canary.close()

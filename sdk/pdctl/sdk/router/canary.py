@@ -20,7 +20,8 @@ push_scheduler.py``, ``get_num_new_matched_tokens`` returns ``(0, False)`` and
 carries a fresh ``cache_salt`` (vLLM's per-request prefix-cache salt, in both releases'
 completion and chat protocols) so that it cannot reuse the blocks the push just wrote:
 otherwise a decode that cached corrupted KV would replay from it and agree with itself.
-A streamed answer is compared by its text, gathered from its events as they pass.
+A streamed answer is compared by its text, gathered from its events as they pass (a
+chat stream that calls tools is not compared: its calls come as deltas).
 
 Cost and isolation: the replay starts once the reply is handed to the server (the end
 of a stream), so the client's latency does not include it; at most
@@ -88,8 +89,9 @@ def answer_text(path: str, answer: dict[str, Any]) -> str | None:
     return text if isinstance(text, str) else None
 
 
-def event_text(path: str, event: dict[str, Any]) -> str:
-    """The text one streamed event adds to the first choice."""
+def event_text(path: str, event: dict[str, Any]) -> str | None:
+    """The text one streamed event adds to the first choice; None when the event makes
+    the stream not comparable by text (a chat stream's tool-call deltas)."""
     choices = event.get("choices")
     if not isinstance(choices, list):
         return ""
@@ -99,6 +101,8 @@ def event_text(path: str, event: dict[str, Any]) -> str:
             continue
         if path.endswith("/chat/completions"):
             delta = c.get("delta")
+            if isinstance(delta, dict) and delta.get("tool_calls"):
+                return None
             if isinstance(delta, dict) and isinstance(delta.get("content"), str):
                 out.append(delta["content"])
         elif isinstance(c.get("text"), str):
@@ -227,10 +231,12 @@ class Canary:
                             data = json.loads(ev.data)
                         except ValueError:
                             continue
-                        if isinstance(data, dict):
-                            part = event_text(sample.path, data)
-                            parts.append(part)
-                            size += len(part)
+                        part = event_text(sample.path, data) if isinstance(data, dict) else ""
+                        if part is None:  # not comparable by text: stop gathering
+                            size = MAX_CAPTURE + 1
+                            break
+                        parts.append(part)
+                        size += len(part)
                 yield chunk
         finally:
             await chunks.aclose()
