@@ -99,6 +99,7 @@ def test_rate_and_failpoint_values():
             parse_rate(bad)
     assert KvCorrupt.parse("swap") == KvCorrupt("swap")
     assert KvCorrupt.parse("flip:every:3") == KvCorrupt("flip", every=3)
+    assert KvCorrupt.parse("zero:every:2") == KvCorrupt("zero", every=2)
     for bad in ("shuffle", "swap:every:0", "swap:every:x", "flip:match:", "swap:nth:2"):
         with pytest.raises(ValueError, match="pdctl_failpoint_kv_corrupt"):
             KvCorrupt.parse(bad)
@@ -213,6 +214,34 @@ def test_a_flipped_byte_on_arrival_is_caught():
     notif, dst = prefill_write(p, True, dst=[4, 5], src=[1, 2])
     land(p.worker.device_kv_caches, d_kv, [1, 2], dst)
     assert decode_check(d, notif, [4, 5]) == ["cmpl-r1-0-bbbb"]
+    assert results == ["mismatch"]
+
+
+def test_the_zero_failpoint_spoils_unchecked_kv_once_per_request(caplog: pytest.LogCaptureFixture):
+    d_kv = caches(2)
+    d = KvVerifier(
+        worker(d_kv), Cfg(pdctl_kv_verify_rate=0, pdctl_failpoint_kv_corrupt="zero:every:2"), print
+    )
+    assert d.rate == 0  # the check is off: nothing asks for digests
+    before = {n: c.clone() for n, c in d_kv.items()}
+    metas = {r: SimpleNamespace(local_physical_block_ids=[[4 + k, 6]]) for k, r in enumerate("ab")}
+    d.spoil({"a": []}, metas)  # the 1st received request: not selected
+    d.spoil({"a": [], "b": []}, metas)  # "a" again is not counted again; "b" is the 2nd
+    d.spoil({"b": []}, metas)
+    for n, c in d_kv.items():
+        assert torch.equal(c[4], before[n][4])  # "a" kept its KV
+        assert not c[5].any()  # "b"'s first block zeroed, in every layer
+        assert torch.equal(c[6], before[n][6])  # its other blocks kept
+    assert caplog.text.count("zeroed block 5 of b") == 1
+
+
+def test_a_zeroed_block_on_a_checked_request_is_caught():
+    p, d, results, d_kv = pair(pdctl_failpoint_kv_corrupt="zero")
+    notif, dst = prefill_write(p, True, dst=[4, 5], src=[1, 2])
+    land(p.worker.device_kv_caches, d_kv, [1, 2], dst)
+    rid = "cmpl-r1-0-bbbb"
+    d.spoil({rid: []}, {rid: SimpleNamespace(local_physical_block_ids=[[4, 5]])})
+    assert decode_check(d, notif, [4, 5]) == [rid]
     assert results == ["mismatch"]
 
 

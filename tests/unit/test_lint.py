@@ -265,6 +265,10 @@ CASES: dict[str, tuple[Callable[[Any], dict[str, Any]], Callable[[Any], dict[str
         lambda md: _cpu(fleet={"connector_options": {"pdctl_kv_verify_rate": "often"}}),
         lambda md: _cpu(fleet={"connector_options": {"pdctl_kv_verify_rate": 0.5}}),
     ),
+    "PD049": (
+        lambda md: _cpu(router={"canary": {"rate": 0.1}}, fleet={"mode": "colocated"}),
+        lambda md: _cpu(router={"canary": {"rate": 0.1}}),
+    ),
     "PD045": (
         lambda md: _gpu(router={"host": "0.0.0.0"}),
         lambda md: _gpu(
@@ -484,6 +488,23 @@ def test_kv_event_ports_are_planned_and_checked():
     assert all(5558 not in i.kv_events_ports for i in plan.instances)
     # off by default without cache_aware
     assert all(i.kv_events_port is None for i in build_plan(FleetSpec(**_cpu())).instances)
+
+
+def pd049(d: dict[str, Any]) -> list[Any]:
+    found = lint(FleetSpec(**d), check_bound_ports=False, environ=ENV).findings
+    return [f for f in found if f.code == "PD049"]
+
+
+def test_canary_notes_its_cost_and_warns_of_prompts_sent_off_host():
+    high = pd049(_cpu(router={"canary": {"rate": 0.5}}))
+    assert [(f.severity, f.field) for f in high] == [("info", "router.canary.rate")]
+    assert "50% more greedy load" in high[0].cost
+    ref = {"rate": 0.05, "target": "reference", "reference_url": "http://10.0.0.9:8000"}
+    off_host = pd049(_cpu(router={"canary": ref}))
+    assert [(f.severity, f.field) for f in off_host] == [("warning", "router.canary.reference_url")]
+    local = {**ref, "reference_url": "http://127.0.0.1:9000"}
+    assert "PD049" not in codes(_cpu(router={"canary": local}))
+    assert "PD049" not in codes(_cpu())  # off by default
 
 
 def test_kv_verify_notes_the_layouts_it_does_not_cover():

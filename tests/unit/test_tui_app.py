@@ -371,3 +371,37 @@ async def test_latency_view_names_each_pairs_bottleneck_and_draws_the_matrix(clo
         assert "decode-1" in drawn
         assert "prefill-1" in drawn
         assert "· prefill" in drawn
+
+
+async def test_transfers_view_shows_each_pair_with_the_source_of_each_figure(clock):
+    app = PdctlApp(replay(clock, connector=True, prefills=2, decodes=2), rounds=ROUNDS)
+    async with app.run_test(size=(160, 40)) as pilot:
+        main = await settled(pilot, app)
+        await pilot.press("3")
+        await pilot.pause()
+        t = table(app, "#xfer-pairs")
+        snap = main.latest.snapshot if main.latest else None
+        assert snap is not None
+        assert t._order == [f"{p.prefill}>{p.decode}" for p in snap.pairs]
+        assert t._order == ["prefill-0>decode-0", "prefill-1>decode-1"]
+        for p in snap.pairs:
+            row = cells(t, f"{p.prefill}>{p.decode}")
+            assert row["pair"] == f"{p.prefill} → {p.decode}"
+            # the router's canary counter for this pair (the replay's synthetic results)
+            c = p.canary
+            assert c, "the replay's router counts canary results"
+            assert row["canary"] == f"{c['match']:.0f}/{c['diverged']:.0f}/{c['error']:.0f}"
+            # the decode's own digest-check counters (every pair into it)
+            rv = snap.instance(p.decode).rendezvous
+            assert rv is not None
+            assert rv.kv_verify is not None
+            kv = rv.kv_verify
+            assert row["dcheck"] == "/".join(
+                f"{kv[k]:.0f}" for k in ("ok", "mismatch", "missing", "unsupported")
+            )
+            assert kv["ok"] > 0
+            # no flight measured a push in the replay: unknown, not zero
+            assert row["pushed"] == row["verify"] == "-"
+        note = str(main.query_one("#xfer-pairs-note").render())
+        for source in ("flights", "pdctl:kv_verify_total", "pdctl_router_canary_total"):
+            assert source in note

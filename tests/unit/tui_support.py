@@ -91,6 +91,10 @@ def connector_lines(role: str, k: int, i: int) -> str:
             f"{R.REGISTRATIONS_SENT}_total {4 * k}",
             f"{R.AWAITING_NOTIFICATIONS} {k % 3}",
             f"{R.RECEIVE_FAILURES}_total 0",
+            *(
+                f'{R.KV_VERIFY}_total{{{R.RESULT_LABEL}="{r}"}} {2 * k if r == "ok" else 0}'
+                for r in R.KV_VERIFY_RESULTS
+            ),
             *_hist(R.REGISTRATION_TO_NOTIFIED, k, R.WAIT_BUCKETS, 0.03),
         ]
     return "\n".join(lines) + "\n"

@@ -28,7 +28,11 @@ refused by lint rule PD042 outside tests (``PDCTL_ALLOW_FAILPOINTS=1``).
   vLLM #48633 C3: right bytes, wrong blocks); ``flip`` (on a decode) flips one byte of
   one block the WRITE delivered, before the digest check. Both act only on requests the
   digest check samples (:mod:`pdctl.connector.kvverify`), so every corruption it makes
-  is one the check must catch.
+  is one the check must catch. ``zero`` (on a decode) zeroes the first block a WRITE
+  delivered, in every layer, on every request it selects whether or not the check
+  samples it: with the check off (``pdctl_kv_verify_rate = 0``) the decode generates
+  from that KV, which is what the router's output canary must see
+  (:mod:`pdctl.sdk.router.canary`).
 
 Pure Python (no vLLM, no NIXL).
 """
@@ -127,7 +131,7 @@ class SideChannelCut:
 class KvCorrupt:
     """``pdctl_failpoint_kv_corrupt``: which corruption, and of which WRITEs."""
 
-    mode: str  # swap | flip
+    mode: str  # swap | flip | zero
     every: int = 1
     match: str = ""
     seen: int = 0
@@ -137,14 +141,14 @@ class KvCorrupt:
         mode, _, sel = str(spec).strip().partition(":")
         kind, _, arg = sel.partition(":")
         every = 1
-        ok = mode in ("swap", "flip") and (not sel or (kind in ("every", "match") and arg))
+        ok = mode in ("swap", "flip", "zero") and (not sel or (kind in ("every", "match") and arg))
         if ok and kind == "every":
             every = int(arg) if arg.isdigit() else 0
             ok = every >= 1
         if not ok:
             raise ValueError(
                 f"kv_connector_extra_config.{FAILPOINT_KV_CORRUPT} = {spec!r}: use 'swap' "
-                "(prefill) or 'flip' (decode), optionally followed by ':every:<n>' "
+                "(prefill), 'flip' or 'zero' (decode), optionally followed by ':every:<n>' "
                 "(n >= 1) or ':match:<text>'"
             )
         return cls(mode, every, arg if kind == "match" else "")
@@ -162,6 +166,10 @@ class KvCorrupt:
     def flips(self, request_id: str) -> bool:
         """Decode: whether a byte of this request's KV is flipped (counts the request)."""
         return self.mode == "flip" and self._hit(request_id)
+
+    def zeroes(self, request_id: str) -> bool:
+        """Decode: whether a block of this request's KV is zeroed (counts the request)."""
+        return self.mode == "zero" and self._hit(request_id)
 
 
 def failing_transfer(

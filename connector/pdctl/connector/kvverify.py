@@ -95,6 +95,8 @@ class KvVerifier:
         """D: requests whose registration asked for digests (writer thread adds)."""
         self._lock = threading.Lock()
         self.detected = 0
+        self._spoiled: set[str] = set()
+        """D, engine thread: received requests the ``zero`` failpoint already judged."""
 
     # ------------------------------------------------------------------ layouts
 
@@ -234,6 +236,26 @@ class KvVerifier:
         for rid in [r for r in self.expected if r not in metadata]:
             del self.expected[rid]
         return failed
+
+    def spoil(self, recving: dict[str, Any], metadata: dict[str, Any]) -> None:
+        """D, engine thread, before :meth:`check`: the ``zero`` failpoint zeroes the first
+        block of each selected request whose receive is done, checked or not."""
+        if self.corrupt is None or self.corrupt.mode != "zero":
+            return
+        for rid in recving:
+            meta = metadata.get(rid)
+            if rid in self._spoiled or meta is None:
+                continue
+            self._spoiled.add(rid)
+            blocks = _single_group(getattr(meta, "local_physical_block_ids", None) or ())
+            if blocks and self.corrupt.zeroes(rid):
+                self._zero(blocks[0], rid)
+        self._spoiled &= set(recving) | set(metadata)
+
+    def _zero(self, block: int, rid: str) -> None:
+        for cache in self._caches().values():
+            cache[block].zero_()
+        _log.warning("pdctl: failpoint %s: zeroed block %d of %s", FAILPOINT_KV_CORRUPT, block, rid)
 
     def _compare(self, rid: str, meta: Any, expected: dict[int, int]) -> bool:
         awaited = _single_group(getattr(meta, "local_physical_block_ids", None) or ())

@@ -376,6 +376,8 @@ class PdctlPushWorker(FlightWorker, LifecycleWorker):
             for notif in self._pdctl_kv.strip(taken):
                 q.put(notif)
         done = super()._get_new_notifs()
+        if self._pdctl_kv.corrupt is not None:  # a test's failpoint (lint PD042)
+            self._pdctl_kv.spoil(self._recving_transfers, self._recving_metadata)
         if self._pdctl_kv.asked_ids:
             for rid in self._pdctl_kv.check(self._recving_transfers, self._recving_metadata):
                 self._recving_transfers.pop(rid, None)  # vLLM must not report it received

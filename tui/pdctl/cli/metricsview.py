@@ -140,6 +140,9 @@ def snapshot_view(snap: Snapshot) -> RenderableType:
             ("-" if i.prefix_hit_rate is None else f"{i.prefix_hit_rate:.0%}")
             + (f" {i.kv_index}" if i.kv_index else ""),
         )
+    parts: list[RenderableType] = [t]
+    if snap.pairs:
+        parts.append(_pair_table(snap))
     s = snap.summary
     lines = [
         Text.from_markup(
@@ -154,4 +157,37 @@ def snapshot_view(snap: Snapshot) -> RenderableType:
     gaps = coverage_of(snap)
     for figure in gaps.missing:  # what the stock connector cannot show, and the fix
         lines.append(Text(f"not shown: {gaps.note(figure)}", style="yellow"))
-    return Group(t, *lines)
+    return Group(*parts, *lines)
+
+
+def _pair_table(snap: Snapshot) -> RenderableType:
+    """Per P->D pair: its requests, the KV they pushed and what the digest check said
+    (their flights, over the window), the router's canary results (since it started)."""
+    from rich import box
+    from rich.table import Table
+
+    t = Table(box=box.SIMPLE_HEAD, pad_edge=False, title="P -> D pairs", title_justify="left")
+    for col in (
+        "pair",
+        "requests ok/err",
+        "TTFT p50 ms",
+        "pushed",
+        "verify ok/bad/skip (flights)",
+        "canary match/diff/err (router)",
+    ):
+        t.add_column(col, no_wrap=True)
+    for p in snap.pairs:
+        v, c = p.kv_verify, p.canary
+        verify = "/".join(str(v.get(k, 0)) for k in ("ok", "mismatch", "unsampled")) if v else "-"
+        canary = "/".join(f"{c.get(k, 0):.0f}" for k in ("match", "diverged", "error"))
+        bad = (v.get("mismatch", 0) if v else 0) or c.get("diverged", 0)
+        t.add_row(
+            f"{p.prefill} -> {p.decode}",
+            f"{p.ok}/{p.errors}",
+            _num(p.ttft_p50_ms, "{:.0f}"),
+            str(p.transfers) if v else "-",
+            verify,
+            canary if c else "off",
+            style="red" if bad else None,
+        )
+    return t

@@ -95,7 +95,7 @@ def replay_spec(prefills: int, decodes: int) -> tuple[FleetSpec, FleetPlan]:
         fleet={"name": "replay", "mode": "push", "platform": "gpu", "block_size": 128},
         prefill=groups("prefill", prefills, 0, 8100),
         decode=groups("decode", decodes, 1, 8200),
-        router={"host": "127.0.0.1", "port": 8000},
+        router={"host": "127.0.0.1", "port": 8000, "canary": {"rate": 0.25}},
     )
     plan = lint(spec, check_bound_ports=False).plan
     assert plan is not None, "the replay spec is valid by construction"
@@ -213,7 +213,16 @@ class ReplaySource(Source):
                 status=502 if failed else 200,
                 error=f"decode {d.name} failed mid-answer: connection reset" if failed else None,
             )
+            if not failed and n % 4 == 0:  # the output canary's share (router.canary)
+                self._canary(tl, "error" if (self.round + n) % 9 == 8 else "match")
             self.router_core.history.append(tl)
+
+    def _canary(self, tl: Timeline, result: str) -> None:
+        """What the router's canary would have counted for ``tl`` (its replay)."""
+        canary = self.router_core.dispatcher.canary
+        if canary is not None and tl.prefill and tl.decode:
+            canary.results.inc(tl.prefill, tl.decode, result)
+            tl.canary = {"result": result, "on": tl.decode}
 
     # ------------------------------------------------------------------ Source
 

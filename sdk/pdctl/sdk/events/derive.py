@@ -102,8 +102,9 @@ def _num(v: Any) -> float | None:
 
 
 def from_requests(requests: Iterable[Mapping[str, Any]]) -> list[Event]:
-    """Retries, migrations, KV releases and failures of finished requests, each stamped
-    when the router received the request plus where in it the event happened."""
+    """Retries, migrations, KV releases, canary divergences and failures of finished
+    requests, each stamped when the router received the request plus where in it the
+    event happened."""
     out: list[Event] = []
     for r in requests:
         rid = r.get("id")
@@ -131,6 +132,12 @@ def from_requests(requests: Iterable[Mapping[str, Any]]) -> list[Event]:
                     Event(K.KV_RELEASE, rid, f"{note.split(': ', 1)[-1]} ({reason})", at=done,
                           key=_key("release", rid), data={"reason": reason})
                 )  # fmt: skip
+        canary = r.get("canary")
+        if isinstance(canary, Mapping) and canary.get("result") == "diverged":
+            out.append(
+                Event(K.CANARY_DIVERGED, rid, f"{who}: {canary.get('detail') or 'diverged'}",
+                      at=done, key=_key("canary", rid), data={"on": canary.get("on")})
+            )  # fmt: skip
         if r.get("outcome") == "error":
             out.append(
                 Event(K.REQUEST_FAILED, rid, f"{who}: {r.get('error') or 'error'}", at=done,

@@ -69,6 +69,12 @@ RETRY = kind("retry", "router", "warning", "a request's leg was re-sent after a 
 MIGRATION = kind("migration", "router", "warning", "a request's decode moved to another instance")
 KV_RELEASE = kind("kv-release", "router", "notice", "prefill asked to free KV decode never read")
 REQUEST_FAILED = kind("request-failed", "router", "error", "a request ended in an error")
+CANARY_DIVERGED = kind(
+    "canary-diverged",
+    "router",
+    "error",
+    "a greedy request replayed on one instance alone answered differently (router.canary)",
+)
 # the router's audit log (router-audit.jsonl): what it did and whom it refused, by key name
 AUTH_FAILURE = kind(
     "auth-failure", "router", "warning", "the router refused a key (401) or a role (403)"

@@ -8,6 +8,7 @@ production and how to fix it. Rules are plain functions over a :class:`LintConte
 from __future__ import annotations
 
 from pdctl.sdk.lint import cache as _cache_rules
+from pdctl.sdk.lint import canary as _canary_rules
 from pdctl.sdk.lint import connector as _connector_rules
 from pdctl.sdk.lint import contract as _contract_rules
 from pdctl.sdk.lint import devices as _devices_rules
@@ -44,6 +45,7 @@ _REGISTERED = (
     _observability_rules,
     _connector_rules,
     _cache_rules,
+    _canary_rules,
     _security_rules,
 )  # importing them registers the rules
 

@@ -85,6 +85,8 @@ QUANTILES = (0.5, 0.9, 0.99)
 ROUTER_TTFT = "pdctl_router_ttft_seconds"
 """The router's time to the answer's first byte, every request (router/timeline.py)."""
 ROUTER_E2E = "pdctl_router_e2e_seconds"
+CANARY = "pdctl_router_canary_total"
+"""The router's output canary results, by prefill, decode and result (router/canary.py)."""
 
 
 class FleetMonitor:
@@ -429,6 +431,20 @@ class FleetMonitor:
             expired_window=dcount("nixl_num_kv_expired_reqs_total"),
         )
 
+    def _canary(self) -> dict[tuple[str, str], dict[str, float]]:
+        """The router's canary results per P->D pair since it started (its latest
+        scrape); pairs with none yet are left out."""
+        out: dict[tuple[str, str], dict[str, float]] = {}
+        for t in self.targets:
+            hist = self._history.get(t.name) if t.role == "router" else None
+            if not hist:
+                continue
+            for s in hist[-1].by_name.get(CANARY, ()):
+                p, d, res = s.label("prefill"), s.label("decode"), s.label("result")
+                if p and d and res:
+                    out.setdefault((p, d), {})[res] = s.value
+        return {k: v for k, v in out.items() if any(v.values())}
+
     def snapshot(self) -> Snapshot:
         now = time.monotonic()
         insts = tuple(self._instance(t, now) for t in self.targets)
@@ -479,7 +495,11 @@ class FleetMonitor:
             self.window_s,
             insts,
             roles,
-            pairs_of(self._recent, (self._window_end or time.time()) - self.window_s),
+            pairs_of(
+                self._recent,
+                (self._window_end or time.time()) - self.window_s,
+                self._canary(),
+            ),
             router,
             alerts,
             summary,

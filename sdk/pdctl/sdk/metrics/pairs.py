@@ -9,13 +9,22 @@ from pdctl.sdk.metrics.flight import segment_stats
 from pdctl.sdk.metrics.snapshot import PairMetrics
 
 
-def pairs_of(recent: Iterable[dict[str, Any]], cutoff: float) -> tuple[PairMetrics, ...]:
+def pairs_of(
+    recent: Iterable[dict[str, Any]],
+    cutoff: float,
+    canary: dict[tuple[str, str], dict[str, float]] | None = None,
+) -> tuple[PairMetrics, ...]:
     """Per (prefill, decode): the requests received since ``cutoff`` (Unix time; the
-    window the other figures come from: with Prometheus it ends when it was evaluated)."""
+    window the other figures come from: with Prometheus it ends when it was evaluated),
+    and ``canary``, the router's canary results per pair since it started (a pair with
+    some and no request in the window is listed too)."""
+    canary = canary or {}
     groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for r in recent:
         if r.get("prefill") and r.get("decode") and (r.get("received") or 0) >= cutoff:
             groups.setdefault((r["prefill"], r["decode"]), []).append(r)
+    for pair in canary:
+        groups.setdefault(pair, [])
     out = []
     for (p, d), rs in sorted(groups.items()):
         ttft = sorted(
@@ -38,6 +47,23 @@ def pairs_of(recent: Iterable[dict[str, Any]], cutoff: float) -> tuple[PairMetri
                 ttft[len(ttft) // 2] if ttft else None,
                 ovl[len(ovl) // 2] if ovl else None,
                 segment_stats(r for r in rs if r.get("outcome") == "ok"),
+                *_pushed(rs),
+                canary.get((p, d), {}),
             )
         )
     return tuple(out)
+
+
+def _pushed(rs: list[dict[str, Any]]) -> tuple[int, dict[str, int]]:
+    """How many of a pair's requests pushed KV, and the digest check's word on them
+    (their flights' ``push.bytes`` and ``push.verified``); ``{}`` when no flight
+    measured a push."""
+    told = [p for r in rs if isinstance(p := r.get("push"), dict) and p.get("bytes") is not None]
+    if not told:  # no flight measured a push (no flight series): unknown, not none
+        return 0, {}
+    pushes = [p for p in told if p["bytes"]]
+    verify = {"ok": 0, "mismatch": 0, "unsampled": 0}
+    for p in pushes:
+        v = p.get("verified")
+        verify["ok" if v is True else "mismatch" if v is False else "unsampled"] += 1
+    return len(pushes), verify

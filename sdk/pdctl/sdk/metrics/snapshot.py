@@ -90,6 +90,16 @@ class PairMetrics:
     segments: dict[str, dict[str, float]] = field(default_factory=dict)
     """The flight recorder's TTFT split: segment name → p50/p99 ms (see
     :func:`~pdctl.sdk.metrics.flight.segment_stats`)."""
+    transfers: int = 0
+    """Requests of the window whose flight shows KV pushed over this pair (bytes > 0)."""
+    kv_verify: dict[str, int] = field(default_factory=dict)
+    """The digest check's word on the window's requests, from their flights
+    (``push.verified``): ``ok``, ``mismatch`` and ``unsampled`` (pushed, not checked);
+    empty when no flight of the window measured a push (the instances export no flight
+    series)."""
+    canary: dict[str, float] = field(default_factory=dict)
+    """The router's output canary since it started (``pdctl_router_canary_total`` of
+    this pair): ``match``, ``diverged``, ``error``; empty when the canary is off."""
 
 
 @dataclass(frozen=True)

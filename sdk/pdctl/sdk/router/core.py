@@ -96,6 +96,8 @@ class Router:
         self.instances.start()
 
     async def stop(self) -> None:
+        if self.dispatcher.canary is not None:
+            await self.dispatcher.canary.close()  # replays in flight are cancelled
         await self.ledger.close()  # sends the releases still pending first
         await self.instances.stop()
         await self.dispatcher.recovery.link.close()

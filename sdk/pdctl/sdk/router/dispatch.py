@@ -24,6 +24,7 @@ import asyncio
 from typing import Any, Protocol
 
 from pdctl.sdk.router import tracing
+from pdctl.sdk.router.canary import Canary
 from pdctl.sdk.router.instanceset import InstanceSet
 from pdctl.sdk.router.ledger import Ledger
 from pdctl.sdk.router.legs import LegSender
@@ -61,6 +62,14 @@ class Dispatcher:
         self.tokens: Strategy | None = None
         if instances.settings.path == "tokens" and instances.renders:
             self.tokens = TokensPath(instances, self.legs, self.relay, ledger, metrics, self.text)
+        canary = instances.settings.canary
+        self.canary: Canary | None = None
+        """The live output canary (router.canary.rate > 0, a disaggregated fleet)."""
+        if canary.rate > 0 and instances.prefills:
+            timeout = instances.settings.connect_timeout_s
+            self.canary = Canary(
+                canary, metrics.registry, instances.upstreams, connect_timeout_s=timeout
+            )
 
     def strategy(self) -> Strategy:
         """The strategy for the router's path."""
@@ -82,8 +91,10 @@ class Dispatcher:
         if tl is None:
             stream = bool(body.get("stream"))
             tl = Timeline.begin(self.instances.mode, path, stream, self.tracer, traceparent)
+        sample = self.canary.draw(path, body, tl) if self.canary is not None else None
         try:
-            return await self.strategy().route(path, body, tl)
+            reply = await self.strategy().route(path, body, tl)
+            return reply if sample is None else sample.watch(reply)
         except RouteError as e:
             self.ledger.finish(tl, "error", e.status, str(e))
             return Reply(e.status, error_body(e.status, str(e), e.kind))

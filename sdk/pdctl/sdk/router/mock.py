@@ -52,6 +52,12 @@ class MockConfig:
     error_after_chunks: int | None = None
     """After this many streamed chunks, the engine dies under the stream: vLLM's error
     event (:data:`ENGINE_DEAD`), then ``[DONE]``; from then on, as ``engine_dead``."""
+    text: str | None = None
+    """The answer's text, whole or streamed in ``chunks`` pieces (else an echo of the
+    prompt, or `` t0 t1 ...`` streamed): a deterministic model for the canary."""
+    kv_text: str | None = None
+    """With ``text``: what requests carrying ``kv_transfer_params`` are answered instead
+    (a decode generating from KV that is not the prompt's)."""
     record: bool = True
     """Keep what each request was (:attr:`MockState.requests`); off for load runs, where
     the list would only grow."""
@@ -333,8 +339,15 @@ class MockServer:
             }
         ).encode()
 
+    def _text(self, req: dict[str, Any]) -> str | None:
+        c = self.config
+        if c.kv_text is not None and req.get("kv_transfer_params"):
+            return c.kv_text
+        return c.text
+
     def _decode(self, rid: str, req: dict[str, Any]) -> bytes:
         n = int(req.get("max_tokens") or 16)
+        text = self._text(req)
         return json.dumps(
             {
                 "id": f"cmpl-{rid}-0",
@@ -343,7 +356,7 @@ class MockServer:
                 "choices": [
                     {
                         "index": 0,
-                        "text": f"echo:{req.get('prompt', '')}"[:64],
+                        "text": f"echo:{req.get('prompt', '')}"[:64] if text is None else text,
                         "finish_reason": "length",
                     }
                 ],
@@ -387,6 +400,9 @@ class MockServer:
                 choice["finish_reason"] = "length" if i == n - 1 else None
                 if i == 0:
                     choice["prompt_token_ids"] = context[:-1]
+            elif (text := self._text(req)) is not None:
+                k = -(-len(text) // n)  # the text in n pieces
+                choice = {"index": 0, "text": text[i * k : (i + 1) * k]}
             else:
                 choice = {"index": 0, "text": f" t{i}"}
             ev = b"data: " + json.dumps({"id": "cmpl-mock", "choices": [choice]}).encode()

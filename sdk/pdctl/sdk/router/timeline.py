@@ -81,6 +81,9 @@ class Timeline:
     flight: Any = None
     """The TTFT split (:class:`~pdctl.sdk.router.flightrec.Flight`), joined on demand."""
     flight_final: bool = False
+    canary: dict[str, Any] | None = None
+    """The live output canary's word on this request (:mod:`pdctl.sdk.router.canary`):
+    result (match, diverged, error, dropped), the instance it was replayed on, detail."""
 
     def mark(self) -> float:
         return time.perf_counter() - self.t0
@@ -118,6 +121,7 @@ class Timeline:
             "render": self.render,
             "notes": list(self.notes),
             "migrations": list(self.migrations),
+            "canary": self.canary,
             **_flight_fields(self),
         }
 

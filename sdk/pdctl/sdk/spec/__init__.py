@@ -50,7 +50,7 @@ from pdctl.sdk.spec.groups import (
     render_group_name,
 )
 from pdctl.sdk.spec.observability import ObservabilitySpec
-from pdctl.sdk.spec.router import ApiKeySpec, RouterSpec
+from pdctl.sdk.spec.router import ApiKeySpec, CanarySpec, RouterSpec
 from pdctl.sdk.spec.security import (
     AuditSpec,
     HttpLimitsSpec,
@@ -70,6 +70,7 @@ __all__ = [
     "AuditSpec",
     "BackendKind",
     "BackendSpec",
+    "CanarySpec",
     "ConnectorChoice",
     "FailurePolicy",
     "FleetSettings",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
@@ -26,6 +27,63 @@ class ApiKeySpec(_Strict):
     def _one_source(self) -> ApiKeySpec:
         if self.env and self.file:
             raise ValueError("give either env or file, not both")
+        return self
+
+
+CanaryTarget = Literal["decode", "prefill", "reference"]
+
+
+class CanarySpec(_Strict):
+    """The live output canary (``[router.canary]``): a sampled share of greedy requests
+    replayed on one instance alone, their answers compared (docs/router.md)."""
+
+    rate: float = Field(
+        default=0.0,
+        ge=0.0,
+        le=1.0,
+        description="Share of greedy (temperature 0) disaggregated requests replayed after "
+        "their answer is sent and compared with it; 0 (the default) turns the canary off. "
+        "Each replay costs one more full request on the fleet.",
+    )
+    target: CanaryTarget = Field(
+        default="decode",
+        description="Where the replay runs, colocated-style (no KV transfer, prefix cache "
+        "bypassed): 'decode' (the pair's decode: a divergence then points at the KV that "
+        "arrived), 'prefill' (the pair's prefill) or 'reference' (reference_url).",
+    )
+    reference_url: str | None = Field(
+        default=None,
+        description="target = 'reference': an OpenAI-compatible server of the same model "
+        "(http://host:port) that the replays go to.",
+    )
+    concurrency: int = Field(
+        default=2, ge=1, le=64, description="Replays in flight at most; more are dropped."
+    )
+    busy_outstanding: int = Field(
+        default=4,
+        ge=1,
+        description="A replay is dropped when its instance already has this many legs in "
+        "flight (the fleet is busy: the canary never queues behind clients).",
+    )
+    timeout_s: float = Field(default=120.0, gt=0, description="A replay's deadline.")
+
+    @field_validator("reference_url")
+    @classmethod
+    def _http_url(cls, v: str | None) -> str | None:
+        if v is not None and not re.match(r"^http://[^/\s]+/?$", v):
+            raise ValueError(
+                f"{v!r} is not an http://host:port address; write the reference server's "
+                "base URL, e.g. 'http://127.0.0.1:9000'"
+            )
+        return v.rstrip("/") if v is not None else v
+
+    @model_validator(mode="after")
+    def _reference_given(self) -> CanarySpec:
+        if self.target == "reference" and self.reference_url is None:
+            raise ValueError(
+                "router.canary.target = 'reference' needs router.canary.reference_url "
+                "(the server to replay on); or choose target = 'decode'"
+            )
         return self
 
 
@@ -144,6 +202,12 @@ class RouterSpec(_Strict):
         description="A decode that fails mid-answer: continue the request on another "
         "decode from the prompt plus the tokens already sent, at most this many times per "
         "request (text path, one choice); 0 ends the stream with an error event.",
+    )
+    canary: CanarySpec = Field(
+        default_factory=CanarySpec,
+        description="The live output canary: a sampled share of greedy requests replayed "
+        "on one instance alone and compared, divergence counted per P->D pair (off: "
+        "rate = 0).",
     )
     release_kv_on_failure: bool = Field(
         default=True,

@@ -1,4 +1,6 @@
-"""KV transfers, from the WRITE initiators (prefill in push mode, decode in pull)."""
+"""KV transfers, from the WRITE initiators (prefill in push mode, decode in pull), and per
+P->D pair: the requests that pushed KV, the digest check's results and the router's
+output canary, each figure named with where it comes from."""
 
 from __future__ import annotations
 
@@ -8,6 +10,7 @@ from rich.text import Text
 from textual.app import ComposeResult
 from textual.widgets import Sparkline, Static
 
+from pdctl.sdk.metrics.monitor import PairMetrics, Snapshot
 from pdctl.tui import fmt
 from pdctl.tui.history import FLEET
 from pdctl.tui.views.base import Frame, View
@@ -27,6 +30,50 @@ COLUMNS = (
     Column("trend", "rate trend", 14, wide=2),
 )
 
+PAIR_COLUMNS = (
+    Column("pair", "P → D pair", 22),
+    Column("pushed", "pushed", 7),
+    Column("verify", "verify ok/bad/skip", 18),
+    Column("dcheck", "D check ok/bad/miss/unsup", 25, wide=2),
+    Column("canary", "canary match/diff/err", 21),
+)
+PAIR_SOURCES = (
+    "pushed, verify: the window's requests, from their flights (router); D check: the "
+    "decode's pdctl:kv_verify_total since start, every pair into it; canary: the router's "
+    "pdctl_router_canary_total since start"
+)
+CANARY_OFF = "off (router.canary.rate = 0)"
+
+
+def _counts(values: Sequence[float | int], bad: int) -> Text:
+    """``a/b/c`` with the ``bad``-th figure red when it is not 0."""
+    out = Text()
+    for k, v in enumerate(values):
+        if k:
+            out.append("/")
+        out.append(f"{v:.0f}", style="bold red" if k == bad and v else "")
+    return out
+
+
+def pair_row(p: PairMetrics, snap: Snapshot) -> tuple[Cell, ...]:
+    """One P->D pair's transfers, digest check and canary figures."""
+    v = p.kv_verify
+    pushed: Cell = str(p.transfers) if v else "-"
+    verify: Cell = _counts([v.get(k, 0) for k in ("ok", "mismatch", "unsampled")], 1) if v else "-"
+    dcheck: Cell = "-"
+    try:
+        rv = snap.instance(p.decode).rendezvous
+    except KeyError:
+        rv = None
+    if rv is not None and rv.kv_verify is not None:
+        kv = rv.kv_verify
+        dcheck = _counts([kv.get(k, 0.0) for k in ("ok", "mismatch", "missing", "unsupported")], 1)
+    c = p.canary
+    canary: Cell = _counts([c.get(k, 0.0) for k in ("match", "diverged", "error")], 1)
+    if not c:
+        canary = CANARY_OFF if snap.router is not None else "-"
+    return (f"{p.prefill} → {p.decode}", pushed, verify, dcheck, canary)
+
 
 class TransfersView(View):
     NAME = "transfers"
@@ -38,6 +85,8 @@ class TransfersView(View):
         yield Static(id="xfer-head", classes="note")
         yield Sparkline([], id="xfer-spark", summary_function=max)
         yield SyncTable(COLUMNS, id="xfer-table")
+        yield Static(PAIR_SOURCES, id="xfer-pairs-note", classes="note")
+        yield SyncTable(PAIR_COLUMNS, id="xfer-pairs")
 
     def show(self, frame: Frame) -> None:
         snap, h = frame.update.snapshot, frame.history
@@ -83,7 +132,13 @@ class TransfersView(View):
                     ),
                 )
             )
-        self.query_one(SyncTable).sync(rows)
+        self.query_one("#xfer-table", SyncTable).sync(rows)
+        pairs = [
+            (f"{p.prefill}>{p.decode}", pair_row(p, snap))
+            for p in snap.pairs
+            if frame.filter.matches({"instance": f"{p.prefill} {p.decode}"})
+        ]
+        self.query_one("#xfer-pairs", SyncTable).sync(pairs)
 
     def selected_instance(self) -> str | None:
-        return self.query_one(SyncTable).selected_key()
+        return self.query_one("#xfer-table", SyncTable).selected_key()
