@@ -15,7 +15,8 @@ import httpx
 import pytest
 
 from pdctl.sdk.errors import PdctlError
-from pdctl.sdk.metrics.monitor import WANTED, FleetMonitor
+from pdctl.sdk.metrics.derive import Digest, window_of
+from pdctl.sdk.metrics.monitor import HISTOGRAMS, LENGTHS, WANTED, FleetMonitor
 from pdctl.sdk.metrics.promsource import (
     PrometheusError,
     PromRound,
@@ -23,6 +24,7 @@ from pdctl.sdk.metrics.promsource import (
     round_of,
     scrapes,
     selector_of,
+    whole_query,
 )
 from pdctl.sdk.metrics.targets import base_url, targets_from_urls
 from pdctl.sdk.router.mock import MockConfig, MockServer
@@ -47,15 +49,47 @@ UP = vector(
 
 
 def test_queries_select_the_wanted_series_per_instance():
-    up, series = queries(WANTED, 'fleet="demo"')
+    up, series, quantiles, bounds = queries(
+        WANTED, 'fleet="demo"', window_s=30, histograms=HISTOGRAMS, lengths=LENGTHS
+    )
     assert up == 'up{fleet="demo"}'
     assert series.startswith("sum by (__name__, instance, le, source")
     assert "exported_instance" in series
-    assert '__name__!~".*_created"' in series
+    assert '__name__!~".*(_created|_bucket)"' in series  # no buckets: Prometheus reads them
     assert "vllm:time_to_first_token_seconds.*|" in series
-    assert series.endswith(', fleet="demo"})')
+    # the cumulative series a window ago, marked
+    assert '_count)", fleet="demo"} offset 30000ms), "pdctl_at", "old", "", "")' in series
+    for q in ("0.5", "0.9", "0.99"):
+        assert f"histogram_quantile({q}, " in quantiles
+    assert quantiles.count("histogram_quantile(0.95, ") == 1  # the token lengths only
+    assert quantiles.count(" offset 30000ms") == 4  # one difference per quantile
+    # the histograms by name (an index lookup), summed per instance, named apart
+    assert '{__name__=~"vllm:time_to_first_token_seconds_bucket|' in quantiles
+    assert 'sum by (__name__, instance, le) ({__name__=~"' in quantiles
+    assert '"pdctl_h", "$1", "__name__", "(.+)_bucket")' in quantiles
+    assert "vllm:nixl_bytes_transferred" not in quantiles  # its sum and count suffice
+    assert "increase(" not in quantiles  # no extrapolation: the plain difference
+    assert "rate(" not in quantiles
+    assert bounds.startswith("count by (__name__, le) (")
+    assert "vllm:request_prompt_tokens_bucket|vllm:request_generation_tokens_bucket" in bounds
     assert queries(WANTED, "", "pod")[0] == "up{}"
     assert "sum by (__name__, pod," in queries(WANTED, "", "pod")[1]
+    assert "sum by (__name__, pod, le)" in queries(WANTED, "", "pod", histograms=HISTOGRAMS)[2]
+
+
+def test_whole_histograms_are_asked_for_by_instance():
+    expr = whole_query(["d.1", "a"], 'fleet="f"', "instance", HISTOGRAMS[:1], LENGTHS)
+    assert 'instance=~"a|d\\\\.1"' in expr  # literal names, regex-escaped, quoted
+    assert "offset" not in expr
+    assert expr.count("histogram_quantile(") == 4
+
+
+def test_bucket_mode_reads_every_bucket_in_two_queries():
+    up, series, quantiles, bounds = queries(WANTED, 'fleet="demo"', buckets=True)
+    assert (quantiles, bounds) == ("", "")
+    assert '__name__!~".*_created"' in series
+    assert "_count|_bucket)" in series  # buckets a window ago too
+    assert up == 'up{fleet="demo"}'
 
 
 @pytest.mark.parametrize(
@@ -87,7 +121,7 @@ def test_round_reads_instances_health_and_the_routers_own_labels():
         ({"__name__": "vllm:bad", "instance": "d0"}, "not a number"),
         ({"__name__": "vllm:orphan"}, "1"),  # no instance label: not ours
     )
-    rnd = round_of(UP, new, vector(), at=100.0, url="http://prom")
+    rnd = round_of(UP, new, vector(), vector(), at=100.0, url="http://prom")
     assert [(t.name, t.role) for t in rnd.targets] == [
         ("p0", "prefill"),
         ("d0", "decode"),
@@ -118,7 +152,7 @@ def test_round_reads_instances_health_and_the_routers_own_labels():
 )
 def test_answers_that_are_not_an_instant_vector_are_refused(body):
     with pytest.raises(PrometheusError, match="Prometheus"):
-        round_of(body, vector(), vector(), at=1.0, url="u")
+        round_of(body, vector(), vector(), vector(), at=1.0, url="u")
 
 
 def prom_transport(handler: Any) -> httpx.MockTransport:
@@ -240,8 +274,49 @@ async def test_metrics_once_on_endpoints_without_a_spec(capsys, tmp_path, monkey
 
 
 def test_a_round_without_old_answers_has_no_window():
-    rnd = PromRound(5.0, (), {"a": []}, {}, {}, 3)
+    rnd = PromRound(5.0, (), {"a": []}, {}, {}, 4)
     assert scrapes(rnd, "a", 60) == []
+
+
+def test_round_reads_the_window_ago_quantiles_and_bounds():
+    count = "vllm:time_to_first_token_seconds_count"
+    series = vector(
+        ({"__name__": count, "instance": "d0"}, "10"),
+        ({"__name__": count, "instance": "d0", "pdctl_at": "old"}, "4"),
+        ({"__name__": "vllm:time_to_first_token_seconds_sum", "instance": "d0"}, "3"),
+        (
+            {"__name__": "vllm:time_to_first_token_seconds_sum", "instance": "d0"}
+            | {"pdctl_at": "old"},
+            "1.2",
+        ),
+    )
+    hist = {"instance": "d0", "pdctl_h": "vllm:time_to_first_token_seconds"}
+    quantiles = vector(
+        (hist | {"pdctl_q": "0.5"}, "0.25"),
+        (hist | {"pdctl_q": "0.99"}, "0.9"),
+        ({"instance": "d0", "pdctl_q": "0.5"}, "1"),  # no histogram named: skipped
+        (hist | {"pdctl_q": "half"}, "1"),  # not a quantile: skipped
+    )
+    bounds = vector(
+        ({"__name__": "vllm:request_prompt_tokens_bucket", "le": "10"}, "3"),
+        ({"__name__": "vllm:request_prompt_tokens_bucket", "le": "1"}, "3"),
+        ({"__name__": "vllm:request_prompt_tokens_bucket", "le": "+Inf"}, "3"),
+        ({"__name__": "vllm:request_prompt_tokens_bucket", "le": "x"}, "3"),
+    )
+    rnd = round_of(UP, series, quantiles, bounds, at=100.0, url="http://prom")
+    assert rnd.quantiles == {"d0": {"vllm:time_to_first_token_seconds": {0.5: 0.25, 0.99: 0.9}}}
+    assert rnd.bounds == {"vllm:request_prompt_tokens": (1.0, 10.0)}
+    old, new = scrapes(rnd, "d0", 60)
+    assert old.at == 40.0
+    assert old.total(count) == 4
+    assert "pdctl_at" not in old.by_name[count][0].raw_labels
+    w = window_of(new, old, "vllm:time_to_first_token_seconds")
+    assert isinstance(w, Digest)
+    assert w.count == 6
+    assert w.sum == pytest.approx(1.8)
+    assert (w.quantile(0.5), w.quantile(0.9), w.quantile(0.99)) == (0.25, None, 0.9)
+    assert window_of(new, None, "vllm:time_to_first_token_seconds").count == 10  # type: ignore[union-attr]
+    assert window_of(new, old, "vllm:nothing") is None
 
 
 async def test_a_router_answering_garbage_requests_leaves_the_pairs_empty():

@@ -21,10 +21,11 @@ import httpx
 from pdctl.sdk.fleetplan import FleetPlan
 from pdctl.sdk.metrics.alerts import ALERTS as ALERTS  # re-exported: the alert listing
 from pdctl.sdk.metrics.alerts import evaluate_alerts
-from pdctl.sdk.metrics.derive import Histogram, Latency, Lengths, Scrape, counter_delta
+from pdctl.sdk.metrics.derive import Latency, Lengths, Scrape, Window, counter_delta, window_of
 from pdctl.sdk.metrics.flight import segment_stats
 from pdctl.sdk.metrics.promsource import PrometheusSource, PromRound, scrapes
 from pdctl.sdk.metrics.promtext import Sample, parse_text
+from pdctl.sdk.metrics.rendezvous import METRICS as RENDEZVOUS_METRICS
 from pdctl.sdk.metrics.rendezvous import present, rendezvous_of
 from pdctl.sdk.metrics.snapshot import (
     Alert,
@@ -75,15 +76,31 @@ WANTED = (
 """The series the monitor reads (router: pdctl_router_*, connector: pdctl:*); the
 parser skips every other line of a ~60 KB payload without looking inside it."""
 QUANTILES = (0.5, 0.9, 0.99)
+LENGTHS = (V + "request_prompt_tokens", V + "request_generation_tokens")
+"""The token-length histograms (:class:`Lengths`: a mean and a p95, not latencies)."""
 ROUTER_TTFT = "pdctl_router_ttft_seconds"
 """The router's time to the answer's first byte, every request (router/timeline.py)."""
 ROUTER_E2E = "pdctl_router_e2e_seconds"
+HISTOGRAMS = (
+    V + "time_to_first_token_seconds",
+    V + "inter_token_latency_seconds",
+    V + "request_time_per_output_token_seconds",
+    V + "e2e_request_latency_seconds",
+    V + "nixl_xfer_time_seconds",
+    V + "nixl_post_time_seconds",
+    ROUTER_TTFT,
+    ROUTER_E2E,
+    *(m.name for m in RENDEZVOUS_METRICS if m.kind == "histogram"),
+)
+"""The histograms whose quantiles the snapshot shows (:class:`Latency`); of the others
+(NIXL's bytes and descriptors, :data:`LENGTHS`) it reads the sum and count, or one
+quantile."""
 
 
 class FleetMonitor:
     """The fleet's metrics stream. Its source is either the instances themselves (each
     target's ``/metrics``, scraped concurrently) or, with ``prometheus``, an operator's
-    Prometheus (three instant queries per update, whatever the fleet's size; see
+    Prometheus (four instant queries per update, whatever the fleet's size; see
     :mod:`~pdctl.sdk.metrics.promsource`); the same :class:`Snapshot` comes out."""
 
     def __init__(
@@ -146,10 +163,13 @@ class FleetMonitor:
         router_url: str | None = None,
         instance_label: str = "instance",
         role_label: str = "role",
+        buckets: bool = False,
         **kw: Any,
     ) -> FleetMonitor:
         """A fleet read from the Prometheus at ``url`` (``selector``: label matchers such
-        as ``fleet="demo"``); the instances are those ``up{selector}`` lists."""
+        as ``fleet="demo"``); the instances are those ``up{selector}`` lists. The
+        quantiles come from Prometheus' ``histogram_quantile``; ``buckets``: from every
+        bucket, computed by pdctl (see :class:`PrometheusSource`)."""
         timeout = kw.get("timeout_s", 2.0)
         source = PrometheusSource(
             url,
@@ -157,6 +177,7 @@ class FleetMonitor:
             instance_label=instance_label,
             role_label=role_label,
             timeout_s=max(5.0, timeout),
+            buckets=buckets,
         )
         return cls((), prometheus=source, router_url=router_url, **kw)
 
@@ -189,7 +210,7 @@ class FleetMonitor:
 
     async def _collect(self, client: httpx.AsyncClient, source: PrometheusSource) -> None:
         """One update from Prometheus; the router's recent requests from ``router_url``."""
-        rnd = await source.collect(client, time.time(), self.window_s, WANTED)
+        rnd = await source.collect(client, time.time(), self.window_s, WANTED, HISTOGRAMS, LENGTHS)
         if self.router_url is not None:
             try:
                 await self._read_recent(client, self.router_url)
@@ -281,11 +302,8 @@ class FleetMonitor:
         new, old = hist[-1], (hist[0] if len(hist) > 1 else None)
         dt = new.at - old.at if old is not None else 0.0
 
-        def window(name: str, prefix: str = V) -> Histogram | None:
-            h = new.histogram(prefix + name)
-            if h is None or old is None:
-                return h
-            return h.minus(old.histogram(prefix + name))
+        def window(name: str, prefix: str = V) -> Window | None:
+            return window_of(new, old, prefix + name)
 
         if t.role == "router":  # what the router measured of every request it answered
             e2e = window(ROUTER_E2E, "")
@@ -344,8 +362,8 @@ class FleetMonitor:
         total_bytes = new.total(V + "nixl_bytes_transferred_sum")
         if total_bytes is None:
             return Transfers()
-        bytes_h: Histogram | None = window("nixl_bytes_transferred")
-        desc_h: Histogram | None = window("nixl_num_descriptors")
+        bytes_h: Window | None = window("nixl_bytes_transferred")
+        desc_h: Window | None = window("nixl_num_descriptors")
         bw = bytes_h.sum if (bytes_h is not None and old is not None) else None
         handles = bytes_h.count if bytes_h is not None else 0.0
 
