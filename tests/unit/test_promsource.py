@@ -15,19 +15,19 @@ import httpx
 import pytest
 
 from pdctl.sdk.errors import PdctlError
-from pdctl.sdk.metrics.derive import Digest, window_of
+from pdctl.sdk.metrics.derive import Digest, Histogram, Lengths, window_of
 from pdctl.sdk.metrics.monitor import HISTOGRAMS, LENGTHS, WANTED, FleetMonitor
-from pdctl.sdk.metrics.promsource import (
+from pdctl.sdk.metrics.promql import (
     PrometheusError,
-    PromRound,
     queries,
-    round_of,
-    scrapes,
     selector_of,
+    trends_query,
     whole_query,
 )
+from pdctl.sdk.metrics.promsource import PromRound, round_of, scrapes, trends_of
 from pdctl.sdk.metrics.targets import base_url, targets_from_urls
 from pdctl.sdk.router.mock import MockConfig, MockServer
+from pdctl.tui.history import FLEET, History
 from tests.conftest import FIXTURES
 
 
@@ -336,3 +336,109 @@ async def test_a_router_answering_garbage_requests_leaves_the_pairs_empty():
         snap = await mon.poll(c)
     assert snap.pairs == ()
     assert snap.instance("d0").running == 1.0
+
+
+def matrix(*rows: tuple[dict[str, str], list[tuple[float, str]]]) -> dict[str, Any]:
+    return {
+        "status": "success",
+        "data": {
+            "resultType": "matrix",
+            "result": [{"metric": m, "values": [list(p) for p in v]} for m, v in rows],
+        },
+    }
+
+
+def test_trends_query_is_the_updates_method_over_a_range():
+    expr = trends_query(
+        'fleet="f"', "pod", 30, "vllm:request_success_total", "vllm:time_to_first_token_seconds"
+    )
+    c = '{__name__="vllm:request_success_total", fleet="f"}'
+    assert f"((sum by (pod) ({c}) - sum by (pod) ({c} offset 30000ms)) / 30)" in expr
+    assert "histogram_quantile(0.5, (label_replace(sum by (__name__, pod, le)" in expr
+    assert expr.count(">= 0") == 2  # a restart's negative difference is no point
+    assert '"pdctl_f", "req_rate"' in expr
+    assert '"pdctl_f", "ttft_p50"' in expr
+
+
+def test_trends_are_read_per_figure_and_instance_and_garbage_is_refused():
+    body = matrix(
+        ({"instance": "d0", "pdctl_f": "req_rate"}, [(1.0, "2"), (2.0, "NaN"), (3.0, "x")]),
+        ({"instance": "d0", "pdctl_f": "ttft_p50"}, [(1.0, "0.25"), (3.0, "+Inf")]),
+        ({"instance": "d1"}, [(1.0, "1")]),  # no figure: not ours
+    )
+    assert trends_of(body, "q") == {
+        "req_rate": {"d0": [(1.0, 2.0)]},
+        "ttft_p50": {"d0": [(1.0, 0.25)]},
+    }
+    with pytest.raises(PrometheusError, match="no range vector"):
+        trends_of(vector(), "q")
+    with pytest.raises(PrometheusError, match="refused"):
+        trends_of({"status": "error", "error": "bad"}, "q")
+
+
+async def test_trends_come_from_one_range_query_and_fill_the_history():
+    seen: list[str] = []
+
+    def handler(req: httpx.Request) -> httpx.Response:
+        seen.append(req.url.path)
+        form = dict(httpx.QueryParams(req.content.decode()))
+        if req.url.path.endswith("query_range"):
+            assert float(form["end"]) - float(form["start"]) == pytest.approx(2 * 1.0)
+            assert form["step"] == "1.0"
+            return httpx.Response(
+                200,
+                json=matrix(
+                    ({"instance": "d0", "pdctl_f": "req_rate"}, [(1.0, "2"), (2.0, "4")]),
+                    ({"instance": "d1", "pdctl_f": "req_rate"}, [(2.0, "1")]),
+                ),
+            )
+        if form["query"].startswith("up"):
+            return httpx.Response(
+                200,
+                json=vector(
+                    ({"__name__": "up", "instance": "d0", "role": "decode"}, "1"),
+                    ({"__name__": "up", "instance": "d1", "role": "decode"}, "1"),
+                ),
+            )
+        return httpx.Response(
+            200,
+            json=vector(
+                ({"__name__": "vllm:num_requests_running", "instance": "d0"}, "2"),
+                ({"__name__": "vllm:num_requests_running", "instance": "d1"}, "1"),
+            ),
+        )
+
+    mon = FleetMonitor.from_prometheus("http://prom", "", interval_s=1.0)
+    async with httpx.AsyncClient(transport=httpx.MockTransport(handler)) as c:
+        snap = await mon.poll(c)
+        trends = await mon.trends(c, points=3)
+    assert seen.count("/api/v1/query_range") == 1
+    assert trends == {"req_rate": {"d0": [(1.0, 2.0), (2.0, 4.0)], "d1": [(2.0, 1.0)]}}
+    h = History(groups=lambda i: (f"role:{i.role}",))
+    h.backfill(trends, snap)
+    assert h.series("d0", "req_rate") == [2.0, 4.0]
+    assert h.series("role:decode", "req_rate") == [2.0, 5.0]  # summed at each time
+    assert h.series(FLEET, "req_rate") == [2.0, 5.0]
+    h.backfill({"req_rate": {"d0": [(9.0, 9.0)]}}, snap)  # a series with points is kept
+    assert h.series("d0", "req_rate") == [2.0, 4.0]
+    assert await FleetMonitor([]).trends(c) is None  # only Prometheus keeps history
+
+
+@pytest.mark.parametrize(
+    "buckets",
+    [
+        ((50.0, 0.0), (100.0, 2.0), (200.0, 10.0)),  # p95's bucket above the mean
+        ((50.0, 6.0), (100.0, 9.0), (200.0, 10.0)),  # ... not wholly above it
+        ((50.0, 1.0), (100.0, 2.0), (200.0, 3.0)),  # p95 in +Inf: the top bound
+    ],
+)
+def test_token_lengths_read_the_same_from_buckets_and_from_prometheus(buckets):
+    """Lengths' p95 rule (its bucket wholly above the mean) gives the same answer on a
+    histogram's buckets and on what Prometheus answers of it (p95 and the bounds)."""
+    count = 10.0
+    h = Histogram((*buckets, (float("inf"), count)), 1000.0, count)
+    p95 = h.quantile(0.95)
+    assert p95 is not None
+    d = Digest({0.95: p95}, h.sum, h.count, h.bounds)
+    assert Lengths.of(d) == Lengths.of(h)
+    assert Lengths.of(Digest({}, 0.0, 0.0, h.bounds)) == Lengths()

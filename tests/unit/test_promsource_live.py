@@ -131,10 +131,14 @@ async def test_prometheus_snapshot_equals_direct_scraping():
                     prom, 'fleet="pt"', router_url=t.url, window_s=window
                 )
                 assert via.prometheus is not None
+                via.prometheus.timeout_s = 60  # a loaded CI machine: Prometheus' own time
                 t0, c0 = time.perf_counter(), time.process_time()
                 got = await via.poll(c)
                 wall, cpu = time.perf_counter() - t0, time.process_time() - c0
                 queries = via.prometheus.queries_sent
+                # the trends' range query: its last point is the update's figure (the
+                # engines' payloads hold still until well after the window's start)
+                trends = await via.trends(c, points=3)
     assert queries == 5  # four, and the whole histograms of the one that restarted
     assert sorted(i.name for i in got.instances) == sorted(i.name for i in want.instances)
     a, b = by_name(want), by_name(got)
@@ -158,6 +162,18 @@ async def test_prometheus_snapshot_equals_direct_scraping():
         n += compare(a[key], b[key], key, diffs, (1.0, 1.0), spread + 1e-9)
     decode = got.instance("decode-0")
     assert decode.ttft.count > 0  # the window holds observations, not only Nones
+    assert trends is not None
+    for name in ("decode-0", "prefill-0", last):
+        inst = got.instance(name)
+        rate, p50 = trends["req_rate"].get(name), trends["ttft_p50"].get(name)
+        if name == last:  # restarted in the window: no point, not a negative rate
+            assert rate is None
+            continue
+        assert rate is not None
+        assert p50 is not None
+        assert 1 <= len(rate) <= 3
+        assert rate[-1][1] * window == pytest.approx(inst.request_rate * inst.span_s)  # type: ignore[operator]
+        assert p50[-1][1] == pytest.approx(inst.ttft.p50, rel=1e-9)
     # the restarted one's window is all it counted since (the recorded 24, scaled)
     assert got.instance(last).ttft.count == pytest.approx(24 * (1 + 63 / 64) * 0.3)
     assert decode.ttft.count == pytest.approx(24 * (1 + HALF / 64) * 0.5)

@@ -25,7 +25,7 @@ class Scrape:
     histogram's ``_sum``/``_count`` but no buckets, and ``bounds`` gives the finite bucket
     bounds of the histograms whose bucket matters (:class:`Lengths`)."""
 
-    __slots__ = ("_hists", "at", "bounds", "by_name", "quantiles")
+    __slots__ = ("_hists", "_totals", "at", "bounds", "by_name", "quantiles")
 
     def __init__(
         self,
@@ -39,6 +39,7 @@ class Scrape:
         self.bounds = bounds
         self.by_name: dict[str, list[Sample]] = {}
         self._hists: dict[str, Histogram | None] = {}
+        self._totals: dict[str, float | None] = {}
         for s in samples:
             lst = self.by_name.get(s.name)
             if lst is None:
@@ -50,8 +51,16 @@ class Scrape:
         return name in self.by_name
 
     def total(self, name: str, match: Mapping[str, str] | None = None) -> float | None:
-        """Sum of the matching series (summing pools ranks/engines); None if absent."""
-        return total(self.by_name.get(name, ()), name, match)
+        """Sum of the matching series (summing pools ranks/engines); None if absent.
+        Sums over every series of a name are memoised (a scrape does not change)."""
+        if match:
+            return total(self.by_name.get(name, ()), name, match)
+        if name in self._totals:
+            return self._totals[name]
+        found = self.by_name.get(name)
+        v = None if not found else (found[0].value if len(found) == 1 else total(found, name))
+        self._totals[name] = v
+        return v
 
     def by_label(self, name: str, key: str) -> dict[str, float]:
         out: dict[str, float] = {}

@@ -23,6 +23,7 @@ from pdctl.sdk.metrics.alerts import ALERTS as ALERTS  # re-exported: the alert 
 from pdctl.sdk.metrics.alerts import evaluate_alerts
 from pdctl.sdk.metrics.derive import Latency, Lengths, Scrape, Window, counter_delta, window_of
 from pdctl.sdk.metrics.flight import segment_stats
+from pdctl.sdk.metrics.promql import Trends
 from pdctl.sdk.metrics.promsource import PrometheusSource, PromRound, scrapes
 from pdctl.sdk.metrics.promtext import Sample, parse_text
 from pdctl.sdk.metrics.rendezvous import METRICS as RENDEZVOUS_METRICS
@@ -138,6 +139,7 @@ class FleetMonitor:
         self._alert_since: dict[tuple[str, str], float] = {}
         self._watch = LifecycleWatch()
         self._window_end: float | None = None
+        self._kv_states: dict[str, str] = {}
 
     @classmethod
     def for_fleet(cls, spec: FleetSpec, plan: FleetPlan, **kw: Any) -> FleetMonitor:
@@ -262,6 +264,23 @@ class FleetMonitor:
             await asyncio.gather(*(self._scrape(client, t) for t in self.targets))
         return self.snapshot()
 
+    async def trends(self, client: httpx.AsyncClient, points: int = 120) -> Trends | None:
+        """With a Prometheus source: each instance's request rate and TTFT p50 over the
+        last ``points`` updates (``interval_s`` apart), as these updates would have
+        derived them, in one range query; None with any other source (the instances
+        keep no history)."""
+        if self.prometheus is None:
+            return None
+        return await self.prometheus.trends(
+            client,
+            time.time(),
+            points,
+            self.interval_s,
+            self.window_s,
+            V + "request_success_total",
+            V + "time_to_first_token_seconds",
+        )
+
     async def snapshots(self, count: int | None = None) -> AsyncIterator[Snapshot]:
         """A snapshot every ``interval_s`` (``count`` of them, or forever)."""
         n = 0
@@ -296,7 +315,7 @@ class FleetMonitor:
         }
         if hist and t.role != "router":
             base["prefix_hit_rate"] = _hit_rate(hist[-1], hist[0] if len(hist) > 1 else None)
-        base["kv_index"] = self._kv_index(t.name)
+        base["kv_index"] = self._kv_states.get(t.name)
         if not hist:
             return InstanceMetrics(**base)
         new, old = hist[-1], (hist[0] if len(hist) > 1 else None)
@@ -346,15 +365,17 @@ class FleetMonitor:
             span_s=dt if old is not None else None,
         )
 
-    def _kv_index(self, name: str) -> str | None:
-        """The router's index state for ``name``, from its latest scrape."""
+    def _kv_index(self) -> dict[str, str]:
+        """The router's index state per instance, from its latest scrape (read once per
+        snapshot, not once per instance)."""
+        out: dict[str, str] = {}
         for t in self.targets:
             hist = self._history.get(t.name) if t.role == "router" else None
             if hist:
                 for s in hist[-1].by_name.get("pdctl_router_kv_index_state", ()):
-                    if s.label("instance") == name and s.value == 1:
-                        return s.label("state")
-        return None
+                    if s.value == 1:
+                        out.setdefault(s.label("instance"), s.label("state"))
+        return out
 
     def _transfers(
         self, t: Target, new: Scrape, old: Scrape | None, dt: float, window: Any
@@ -430,6 +451,7 @@ class FleetMonitor:
 
     def snapshot(self) -> Snapshot:
         now = time.monotonic()
+        self._kv_states = self._kv_index()
         insts = tuple(self._instance(t, now) for t in self.targets)
         roles: dict[str, dict[str, Any]] = {}
         for i in insts:

@@ -38,30 +38,34 @@ Sans-IO apart from :meth:`PrometheusSource.collect`: :func:`queries` builds the 
 
 from __future__ import annotations
 
+import gc
 import math
-import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
-from typing import Any, NamedTuple
+from typing import Any
 
 import httpx
 
-from pdctl.sdk.errors import PdctlError
 from pdctl.sdk.metrics.derive import Scrape, whole_window
+from pdctl.sdk.metrics.promql import (
+    AT,
+    EXPORTED,
+    FIGURE,
+    HIST,
+    KEPT_LABELS,
+    QLABEL,
+    PrometheusError,
+    Queries,
+    Trends,
+    escape,
+    queries,
+    selector_of,
+    trends_query,
+    whole_query,
+)
 from pdctl.sdk.metrics.promtext import Sample
 from pdctl.sdk.metrics.snapshot import Target
-
-KEPT_LABELS = ("le", "source", "stage", "order", "side", "reason", "state", "mode", "outcome")
-"""The labels the derivations read (histogram buckets, token sources, KV-fetch stages,
-rendezvous orders/sides/reasons, the router's index states, modes and outcomes); every
-other label is summed away in Prometheus (engines, ranks, model names)."""
-EXPORTED = ("exported_instance", "exported_role")
-"""The router's own ``instance``/``role`` labels, as Prometheus renames them."""
-
-
-class PrometheusError(PdctlError):
-    """Prometheus could not answer, or answered something that is not a query result."""
-
 
 Quantiles = dict[str, dict[float, float]]
 """Histogram base name → {q: value}, for one instance's window."""
@@ -90,146 +94,32 @@ class PromRound:
     histograms whose window is all they hold."""
 
 
-def selector_of(selector: str) -> str:
-    """``fleet="demo"`` or ``{fleet="demo"}`` → the matchers without braces."""
-    s = selector.strip()
-    if s.startswith("{") and s.endswith("}"):
-        s = s[1:-1].strip()
-    if s and '"' not in s and "'" not in s:
-        raise PrometheusError(
-            f"--selector {selector!r}: give PromQL label matchers, e.g. 'fleet=\"demo\"'"
-        )
-    return s
-
-
-def name_regex(prefixes: Iterable[str]) -> str:
-    """A ``__name__`` regex for series whose names start with one of ``prefixes``."""
-    return "|".join(re.escape(p).replace("\\:", ":") + ".*" for p in prefixes)
-
-
-LATENCY_QUANTILES = (0.5, 0.9, 0.99)
-"""The quantiles of every latency histogram (:class:`~pdctl.sdk.metrics.derive.Latency`)."""
-LENGTH_QUANTILE = 0.95
-"""The one quantile of a token-length histogram (:class:`~pdctl.sdk.metrics.derive.Lengths`)."""
-HIST = "pdctl_h"
-"""The label naming the histogram in the quantile answers (its name less ``_bucket``)."""
-QLABEL = "pdctl_q"
-AT = "pdctl_at"
-"""The label marking the series evaluated one window ago."""
-
-
-class Queries(NamedTuple):
-    """One update's PromQL (an empty one is not sent)."""
-
-    up: str
-    series: str
-    quantiles: str
-    bounds: str
-
-
-def _offset(window_s: float) -> str:
-    return f"{max(1, round(window_s * 1000))}ms"
-
-
-def literals(values: Iterable[str]) -> str:
-    """A PromQL regex (inside double quotes) matching exactly ``values``: Prometheus
-    looks an alternation of literals up in its index instead of scanning every name."""
-    return _escape("|".join(re.escape(v) for v in values))
-
-
-def _buckets(
-    histograms: Sequence[str], extra: str, inst: str, offset: str = "", where: str = ""
-) -> str:
-    """Each histogram's buckets summed per instance (every other label pooled, as
-    :meth:`~pdctl.sdk.metrics.derive.Scrape.histogram` pools engines and ranks), its
-    name moved to :data:`HIST` so histograms of one instance stay apart in arithmetic."""
-    sel = f'{{__name__=~"{literals(h + "_bucket" for h in histograms)}"{where}{extra}}}'
-    summed = f"sum by (__name__, {inst}, le) ({sel}{offset})"
-    return f'label_replace({summed}, "{HIST}", "$1", "__name__", "(.+)_bucket")'
-
-
-def window_expr(histograms: Sequence[str], extra: str, inst: str, window_s: float) -> str:
-    """Each bucket's increase per instance over the window ending at the evaluation time:
-    its value now less its value ``window_s`` before (no extrapolation). Where a
-    histogram has no value a window ago or its count fell (a restart) the difference
-    means nothing; :func:`whole_query` asks for those histograms whole."""
-    now = _buckets(histograms, extra, inst)
-    ago = _buckets(histograms, extra, inst, f" offset {_offset(window_s)}")
-    return f"({now} - {ago})"
-
-
-def _quantiles_of(parts: Sequence[tuple[float, str]]) -> str:
-    # NaN (no observation in the window) fails every comparison: only numbers come back
-    return " or ".join(
-        f'(label_replace(histogram_quantile({q!r}, {expr}), "{QLABEL}", "{q!r}", "", "") >= -Inf)'
-        for q, expr in parts
-    )
-
-
-def queries(
-    prefixes: Sequence[str],
-    selector: str = "",
-    instance_label: str = "instance",
-    window_s: float = 60.0,
-    histograms: Sequence[str] = (),
-    lengths: Sequence[str] = (),
-    buckets: bool = False,
-) -> Queries:
-    """The PromQL of one update for ``selector``: the series named by ``prefixes``, the
-    window's :data:`LATENCY_QUANTILES` of ``histograms`` and :data:`LENGTH_QUANTILE` of
-    ``lengths`` (the token-length histograms) with the latter's bounds. ``buckets``:
-    every bucket series instead of the quantiles (pdctl computes them; two queries, the
-    quantile and bound ones empty)."""
-    sel = selector_of(selector)
-    extra = f", {sel}" if sel else ""
-    by = ", ".join(("__name__", instance_label, *KEPT_LABELS, *EXPORTED))
-    names = f'__name__=~"{name_regex(prefixes)}"'
-    if buckets:
-        plain = f'{names}, __name__!~".*_created"{extra}'
-        cumulative = f'{names}, __name__=~".*(_total|_sum|_count|_bucket)"{extra}'
-    else:
-        plain = f'{names}, __name__!~".*(_created|_bucket)"{extra}'
-        cumulative = f'{names}, __name__=~".*(_total|_sum|_count)"{extra}'
-    series = (
-        f"sum by ({by}) ({{{plain}}}) or label_replace(sum by ({by}) "
-        f'({{{cumulative}}} offset {_offset(window_s)}), "{AT}", "old", "", "")'
-    )
-    if buckets:
-        return Queries(f"up{{{sel}}}", series, "", "")
-    parts: list[tuple[float, str]] = []
-    if histograms:
-        lat = window_expr(histograms, extra, instance_label, window_s)
-        parts += [(q, lat) for q in LATENCY_QUANTILES]
-    if lengths:
-        parts.append((LENGTH_QUANTILE, window_expr(lengths, extra, instance_label, window_s)))
-    bounds = (
-        f'count by (__name__, le) ({{__name__=~"{literals(h + "_bucket" for h in lengths)}"'
-        f"{extra}}})"
-        if lengths
-        else ""
-    )
-    return Queries(f"up{{{sel}}}", series, _quantiles_of(parts), bounds)
-
-
-def whole_query(
-    instances: Iterable[str],
-    selector: str = "",
-    instance_label: str = "instance",
-    histograms: Sequence[str] = (),
-    lengths: Sequence[str] = (),
-) -> str:
-    """The quantiles of the whole histograms of ``instances`` (those with a histogram
-    that restarted in the window, or that Prometheus held nothing of a window ago)."""
-    sel = selector_of(selector)
-    extra = f", {sel}" if sel else ""
-    where = f', {instance_label}=~"{literals(sorted(instances))}"'
-    parts: list[tuple[float, str]] = []
-    if histograms:
-        lat = _buckets(histograms, extra, instance_label, where=where)
-        parts += [(q, lat) for q in LATENCY_QUANTILES]
-    if lengths:
-        parts.append((LENGTH_QUANTILE, _buckets(lengths, extra, instance_label, where=where)))
-    return _quantiles_of(parts)
+def trends_of(body: Any, expr: str, instance_label: str = "instance") -> Trends:
+    """A range query's answer (a matrix) as :data:`Trends`."""
+    if not isinstance(body, Mapping) or body.get("status") != "success":
+        err = body.get("error") if isinstance(body, Mapping) else None
+        raise PrometheusError(f"Prometheus refused {expr[:120]!r}: {err or 'not a result'}")
+    data = body.get("data")
+    if not isinstance(data, Mapping) or data.get("resultType") != "matrix":
+        raise PrometheusError(f"Prometheus answered {expr[:120]!r} with no range vector")
+    out: Trends = {}
+    for r in data.get("result") or ():
+        if not isinstance(r, Mapping):
+            continue
+        metric = r.get("metric") or {}
+        inst, fig = metric.get(instance_label), metric.get(FIGURE)
+        if not inst or not fig:
+            continue
+        points: list[tuple[float, float]] = []
+        for pt in r.get("values") or ():
+            try:
+                t, v = float(pt[0]), float(pt[1])
+            except (IndexError, TypeError, ValueError):
+                continue
+            if math.isfinite(v):
+                points.append((t, v))
+        out.setdefault(fig, {})[inst] = points
+    return out
 
 
 def _vector(body: Any, expr: str) -> list[dict[str, Any]]:
@@ -243,12 +133,6 @@ def _vector(body: Any, expr: str) -> list[dict[str, Any]]:
     if not isinstance(result, list):
         raise PrometheusError(f"Prometheus answered {expr[:120]!r} without a result list")
     return result
-
-
-def _escape(v: str) -> str:
-    if "\\" not in v and '"' not in v and "\n" not in v:
-        return v
-    return v.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
 
 _READ = {k: k for k in KEPT_LABELS} | {k: k[len("exported_") :] for k in EXPORTED}
@@ -276,8 +160,13 @@ def _samples(
         value = _value(r)
         if value is None:
             continue
-        raw = ",".join(f'{read[k]}="{_escape(v)}"' for k, v in metric.items() if k in read and v)
-        out = old if metric.get(AT) == "old" else new
+        at_old = metric.get(AT) == "old"
+        # most series carry only their name and instance (and the mark): no labels
+        if len(metric) <= 2 + at_old:
+            raw = ""
+        else:
+            raw = ",".join(f'{read[k]}="{escape(v)}"' for k, v in metric.items() if k in read and v)
+        out = old if at_old else new
         lst = out.get(inst)
         if lst is None:
             out[inst] = lst = []
@@ -287,18 +176,31 @@ def _samples(
 
 def _quantiles(result: list[dict[str, Any]], instance_label: str) -> dict[str, Quantiles]:
     out: dict[str, Quantiles] = {}
+    qs: dict[str, float | None] = {}  # the few quantile labels, parsed once
     for r in result:
         metric = r.get("metric") or {}
         inst, hist, q = metric.get(instance_label), metric.get(HIST), metric.get(QLABEL)
+        if not inst or not hist or not q:
+            continue
+        qf = qs.get(q, 0.0) if q in qs else qs.setdefault(q, _float(q))
         value = _value(r)
-        if not inst or not hist or not q or value is None:
+        if qf is None or value is None:
             continue
-        try:
-            qf = float(q)
-        except ValueError:
-            continue
-        out.setdefault(inst, {}).setdefault(hist, {})[qf] = value
+        per = out.get(inst)
+        if per is None:
+            out[inst] = per = {}
+        h = per.get(hist)
+        if h is None:
+            per[hist] = h = {}
+        h[qf] = value
     return out
+
+
+def _float(v: str) -> float | None:
+    try:
+        return float(v)
+    except ValueError:
+        return None
 
 
 def _bounds(result: list[dict[str, Any]]) -> dict[str, tuple[float, ...]]:
@@ -385,6 +287,8 @@ class PrometheusSource:
         self.headers = dict(headers or {})
         self.buckets = buckets
         self.queries_sent = 0
+        self.bytes_received = 0
+        """The answers' bodies, in bytes (what an update costs to decode)."""
 
     async def _query(self, client: httpx.AsyncClient, expr: str, at: float) -> Any:
         self.queries_sent += 1
@@ -397,13 +301,52 @@ class PrometheusSource:
             )
         except httpx.HTTPError as e:
             raise PrometheusError(f"Prometheus at {self.url} did not answer: {e}") from e
+        self.bytes_received += len(r.content)
         try:
-            return r.json()
+            with _gc_paused():
+                return r.json()
         except ValueError:
             raise PrometheusError(
                 f"Prometheus at {self.url} answered {r.status_code} with no JSON "
                 "(is this a Prometheus server?)"
             ) from None
+
+    async def trends(
+        self,
+        client: httpx.AsyncClient,
+        end: float,
+        points: int,
+        step_s: float,
+        window_s: float,
+        completed: str,
+        ttft: str,
+    ) -> Trends:
+        """The last ``points`` steps of the trends (:func:`trends_query`), in one range
+        query: what the UI's sparklines would have drawn had it been running."""
+        expr = trends_query(self.selector, self.instance_label, window_s, completed, ttft)
+        self.queries_sent += 1
+        start = end - (max(1, points) - 1) * step_s
+        try:
+            r = await client.post(
+                self.url + "/api/v1/query_range",
+                data={
+                    "query": expr,
+                    "start": f"{start:.3f}",
+                    "end": f"{end:.3f}",
+                    "step": f"{step_s!r}",
+                },
+                headers=self.headers,
+                timeout=self.timeout_s,
+            )
+            body = r.json()
+        except httpx.HTTPError as e:
+            raise PrometheusError(f"Prometheus at {self.url} did not answer: {e}") from e
+        except ValueError:
+            raise PrometheusError(
+                f"Prometheus at {self.url} answered {r.status_code} with no JSON "
+                "(is this a Prometheus server?)"
+            ) from None
+        return trends_of(body, expr, self.instance_label)
 
     async def collect(
         self,
@@ -422,14 +365,15 @@ class PrometheusSource:
         inst = self.instance_label
         qs = queries(prefixes, self.selector, inst, window_s, histograms, lengths, self.buckets)
         bodies = await asyncio.gather(*(self._query(client, q, at) for q in qs if q))
-        rnd = round_of(
-            *bodies,
-            at=at,
-            url=self.url,
-            instance_label=inst,
-            role_label=self.role_label,
-            exprs=qs,
-        )
+        with _gc_paused():  # tens of thousands of samples, none cyclic
+            rnd = round_of(
+                *bodies,
+                at=at,
+                url=self.url,
+                instance_label=inst,
+                role_label=self.role_label,
+                exprs=qs,
+            )
         if not rnd.targets:
             raise PrometheusError(
                 f"no target of Prometheus at {self.url} matches {{{self.selector}}} "
@@ -437,7 +381,7 @@ class PrometheusSource:
             )
         if self.buckets:
             return rnd
-        need = [n for n in rnd.new if _whole(rnd, n, window_s, (*histograms, *lengths))]
+        need = [n for n in rnd.new if _whole(rnd, n, (*histograms, *lengths))]
         if not need:
             return rnd
         expr = whole_query(need, self.selector, inst, histograms, lengths)
@@ -445,10 +389,40 @@ class PrometheusSource:
         return replace(rnd, whole=whole, queries=rnd.queries + 1)
 
 
-def _whole(rnd: PromRound, name: str, window_s: float, histograms: Sequence[str]) -> bool:
-    new = Scrape(rnd.new.get(name, ()), rnd.at)
-    old = Scrape(rnd.old[name], rnd.at - window_s) if name in rnd.old else None
-    return any(whole_window(new, old, h) for h in histograms)
+@contextmanager
+def _gc_paused() -> Iterator[None]:
+    """The cyclic collector held off while a large answer is decoded: decoding builds
+    hundreds of thousands of dicts and lists, none of them cyclic, and each collection
+    the allocations trigger walks all of them (at 512 instances that tripled the
+    decoding's CPU time, benchmarks/promsource_scale.py). Reference counting still frees
+    everything; the collector resumes, if it ran, right after."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+
+
+def _counts(samples: Sequence[Sample]) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for s in samples:
+        if s.name.endswith("_count"):
+            out[s.name] = out.get(s.name, 0.0) + s.value
+    return out
+
+
+def _whole(rnd: PromRound, name: str, histograms: Sequence[str]) -> bool:
+    """Whether one of the instance's ``histograms`` has its whole as its window (the
+    rule of :func:`~pdctl.sdk.metrics.derive.whole_window`, on the answers' counts)."""
+    new = _counts(rnd.new.get(name, ()))
+    old = _counts(rnd.old[name]) if name in rnd.old else {}
+    for h in histograms:
+        c = new.get(h + "_count")
+        if c is not None and (h + "_count" not in old or c < old[h + "_count"]):
+            return True
+    return False
 
 
 def scrapes(rnd: PromRound, name: str, window_s: float) -> list[Scrape]:
