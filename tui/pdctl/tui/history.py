@@ -9,8 +9,8 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable, Iterable
 
+from pdctl.sdk.metrics import Trends
 from pdctl.sdk.metrics.monitor import InstanceMetrics, Snapshot
-from pdctl.sdk.metrics.promql import Trends
 
 FLEET = "fleet"
 

@@ -32,8 +32,8 @@ from pdctl.sdk.fleet import (
 )
 from pdctl.sdk.fleetplan import FleetPlan
 from pdctl.sdk.keys import admin_key
+from pdctl.sdk.metrics import Trends
 from pdctl.sdk.metrics.monitor import FleetMonitor, Snapshot
-from pdctl.sdk.metrics.promql import Trends
 from pdctl.sdk.plan.recommend import PROFILE_ENV, LivePlanner, LiveRecommendation
 from pdctl.sdk.spec import FleetSpec
 from pdctl.sdk.urls import router_url
