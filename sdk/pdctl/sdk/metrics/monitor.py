@@ -266,14 +266,15 @@ class FleetMonitor:
 
     async def trends(self, client: httpx.AsyncClient, points: int = 120) -> Trends | None:
         """With a Prometheus source: each instance's request rate and TTFT p50 over the
-        last ``points`` updates (``interval_s`` apart), as these updates would have
+        last ``points`` updates (``interval_s`` apart, the last one at the latest
+        update's evaluation time, or now before any), as these updates would have
         derived them, in one range query; None with any other source (the instances
         keep no history)."""
         if self.prometheus is None:
             return None
         return await self.prometheus.trends(
             client,
-            time.time(),
+            self._window_end or time.time(),
             points,
             self.interval_s,
             self.window_s,

@@ -194,14 +194,15 @@ def trends_query(
     request rate (``completed`` over the window, less its value a window before, per
     second) and its TTFT p50 (``ttft``'s buckets over the window, as
     :func:`window_expr`), each point computed as one update computes it. A point whose
-    window holds a restart (a negative difference) is left out."""
+    window holds a restart (the counter or the ``+Inf`` bucket fell) is left out."""
     sel = selector_of(selector)
     extra = f", {sel}" if sel else ""
     inst = instance_label
     c = f'{{__name__="{escape(completed)}"{extra}}}'
     off = _offset(window_s)
     rate = f"((sum by ({inst}) ({c}) - sum by ({inst}) ({c} offset {off})) / {window_s!r})"
-    p50 = f"histogram_quantile(0.5, {window_expr([ttft], extra, inst, window_s)})"
+    # a bucket that fell (a restart) is dropped; without its +Inf bucket, no answer
+    p50 = f"histogram_quantile(0.5, {window_expr([ttft], extra, inst, window_s)} >= 0)"
     return (
         f'(label_replace({rate} >= 0, "{FIGURE}", "req_rate", "", ""))'
         f' or (label_replace({p50} >= 0, "{FIGURE}", "ttft_p50", "", ""))'
