@@ -15,17 +15,19 @@ import httpx
 import pytest
 
 from pdctl.sdk.errors import PdctlError
-from pdctl.sdk.metrics.monitor import WANTED, FleetMonitor
-from pdctl.sdk.metrics.promsource import (
+from pdctl.sdk.metrics.derive import Digest, Histogram, Lengths, window_of
+from pdctl.sdk.metrics.monitor import HISTOGRAMS, LENGTHS, WANTED, FleetMonitor
+from pdctl.sdk.metrics.promql import (
     PrometheusError,
-    PromRound,
     queries,
-    round_of,
-    scrapes,
     selector_of,
+    trends_query,
+    whole_query,
 )
+from pdctl.sdk.metrics.promsource import PromRound, round_of, scrapes, trends_of
 from pdctl.sdk.metrics.targets import base_url, targets_from_urls
 from pdctl.sdk.router.mock import MockConfig, MockServer
+from pdctl.tui.history import FLEET, History
 from tests.conftest import FIXTURES
 
 
@@ -47,15 +49,47 @@ UP = vector(
 
 
 def test_queries_select_the_wanted_series_per_instance():
-    up, series = queries(WANTED, 'fleet="demo"')
+    up, series, quantiles, bounds = queries(
+        WANTED, 'fleet="demo"', window_s=30, histograms=HISTOGRAMS, lengths=LENGTHS
+    )
     assert up == 'up{fleet="demo"}'
     assert series.startswith("sum by (__name__, instance, le, source")
     assert "exported_instance" in series
-    assert '__name__!~".*_created"' in series
+    assert '__name__!~".*(_created|_bucket)"' in series  # no buckets: Prometheus reads them
     assert "vllm:time_to_first_token_seconds.*|" in series
-    assert series.endswith(', fleet="demo"})')
+    # the cumulative series a window ago, marked
+    assert '_count)", fleet="demo"} offset 30000ms), "pdctl_at", "old", "", "")' in series
+    for q in ("0.5", "0.9", "0.99"):
+        assert f"histogram_quantile({q}, " in quantiles
+    assert quantiles.count("histogram_quantile(0.95, ") == 1  # the token lengths only
+    assert quantiles.count(" offset 30000ms") == 4  # one difference per quantile
+    # the histograms by name (an index lookup), summed per instance, named apart
+    assert '{__name__=~"vllm:time_to_first_token_seconds_bucket|' in quantiles
+    assert 'sum by (__name__, instance, le) ({__name__=~"' in quantiles
+    assert '"pdctl_h", "$1", "__name__", "(.+)_bucket")' in quantiles
+    assert "vllm:nixl_bytes_transferred" not in quantiles  # its sum and count suffice
+    assert "increase(" not in quantiles  # no extrapolation: the plain difference
+    assert "rate(" not in quantiles
+    assert bounds.startswith("count by (__name__, le) (")
+    assert "vllm:request_prompt_tokens_bucket|vllm:request_generation_tokens_bucket" in bounds
     assert queries(WANTED, "", "pod")[0] == "up{}"
     assert "sum by (__name__, pod," in queries(WANTED, "", "pod")[1]
+    assert "sum by (__name__, pod, le)" in queries(WANTED, "", "pod", histograms=HISTOGRAMS)[2]
+
+
+def test_whole_histograms_are_asked_for_by_instance():
+    expr = whole_query(["d.1", "a"], 'fleet="f"', "instance", HISTOGRAMS[:1], LENGTHS)
+    assert 'instance=~"a|d\\\\.1"' in expr  # literal names, regex-escaped, quoted
+    assert "offset" not in expr
+    assert expr.count("histogram_quantile(") == 4
+
+
+def test_bucket_mode_reads_every_bucket_in_two_queries():
+    up, series, quantiles, bounds = queries(WANTED, 'fleet="demo"', buckets=True)
+    assert (quantiles, bounds) == ("", "")
+    assert '__name__!~".*_created"' in series
+    assert "_count|_bucket)" in series  # buckets a window ago too
+    assert up == 'up{fleet="demo"}'
 
 
 @pytest.mark.parametrize(
@@ -87,7 +121,7 @@ def test_round_reads_instances_health_and_the_routers_own_labels():
         ({"__name__": "vllm:bad", "instance": "d0"}, "not a number"),
         ({"__name__": "vllm:orphan"}, "1"),  # no instance label: not ours
     )
-    rnd = round_of(UP, new, vector(), at=100.0, url="http://prom")
+    rnd = round_of(UP, new, vector(), vector(), at=100.0, url="http://prom")
     assert [(t.name, t.role) for t in rnd.targets] == [
         ("p0", "prefill"),
         ("d0", "decode"),
@@ -118,7 +152,7 @@ def test_round_reads_instances_health_and_the_routers_own_labels():
 )
 def test_answers_that_are_not_an_instant_vector_are_refused(body):
     with pytest.raises(PrometheusError, match="Prometheus"):
-        round_of(body, vector(), vector(), at=1.0, url="u")
+        round_of(body, vector(), vector(), vector(), at=1.0, url="u")
 
 
 def prom_transport(handler: Any) -> httpx.MockTransport:
@@ -240,8 +274,49 @@ async def test_metrics_once_on_endpoints_without_a_spec(capsys, tmp_path, monkey
 
 
 def test_a_round_without_old_answers_has_no_window():
-    rnd = PromRound(5.0, (), {"a": []}, {}, {}, 3)
+    rnd = PromRound(5.0, (), {"a": []}, {}, {}, 4)
     assert scrapes(rnd, "a", 60) == []
+
+
+def test_round_reads_the_window_ago_quantiles_and_bounds():
+    count = "vllm:time_to_first_token_seconds_count"
+    series = vector(
+        ({"__name__": count, "instance": "d0"}, "10"),
+        ({"__name__": count, "instance": "d0", "pdctl_at": "old"}, "4"),
+        ({"__name__": "vllm:time_to_first_token_seconds_sum", "instance": "d0"}, "3"),
+        (
+            {"__name__": "vllm:time_to_first_token_seconds_sum", "instance": "d0"}
+            | {"pdctl_at": "old"},
+            "1.2",
+        ),
+    )
+    hist = {"instance": "d0", "pdctl_h": "vllm:time_to_first_token_seconds"}
+    quantiles = vector(
+        (hist | {"pdctl_q": "0.5"}, "0.25"),
+        (hist | {"pdctl_q": "0.99"}, "0.9"),
+        ({"instance": "d0", "pdctl_q": "0.5"}, "1"),  # no histogram named: skipped
+        (hist | {"pdctl_q": "half"}, "1"),  # not a quantile: skipped
+    )
+    bounds = vector(
+        ({"__name__": "vllm:request_prompt_tokens_bucket", "le": "10"}, "3"),
+        ({"__name__": "vllm:request_prompt_tokens_bucket", "le": "1"}, "3"),
+        ({"__name__": "vllm:request_prompt_tokens_bucket", "le": "+Inf"}, "3"),
+        ({"__name__": "vllm:request_prompt_tokens_bucket", "le": "x"}, "3"),
+    )
+    rnd = round_of(UP, series, quantiles, bounds, at=100.0, url="http://prom")
+    assert rnd.quantiles == {"d0": {"vllm:time_to_first_token_seconds": {0.5: 0.25, 0.99: 0.9}}}
+    assert rnd.bounds == {"vllm:request_prompt_tokens": (1.0, 10.0)}
+    old, new = scrapes(rnd, "d0", 60)
+    assert old.at == 40.0
+    assert old.total(count) == 4
+    assert "pdctl_at" not in old.by_name[count][0].raw_labels
+    w = window_of(new, old, "vllm:time_to_first_token_seconds")
+    assert isinstance(w, Digest)
+    assert w.count == 6
+    assert w.sum == pytest.approx(1.8)
+    assert (w.quantile(0.5), w.quantile(0.9), w.quantile(0.99)) == (0.25, None, 0.9)
+    assert window_of(new, None, "vllm:time_to_first_token_seconds").count == 10  # type: ignore[union-attr]
+    assert window_of(new, old, "vllm:nothing") is None
 
 
 async def test_a_router_answering_garbage_requests_leaves_the_pairs_empty():
@@ -261,3 +336,109 @@ async def test_a_router_answering_garbage_requests_leaves_the_pairs_empty():
         snap = await mon.poll(c)
     assert snap.pairs == ()
     assert snap.instance("d0").running == 1.0
+
+
+def matrix(*rows: tuple[dict[str, str], list[tuple[float, str]]]) -> dict[str, Any]:
+    return {
+        "status": "success",
+        "data": {
+            "resultType": "matrix",
+            "result": [{"metric": m, "values": [list(p) for p in v]} for m, v in rows],
+        },
+    }
+
+
+def test_trends_query_is_the_updates_method_over_a_range():
+    expr = trends_query(
+        'fleet="f"', "pod", 30, "vllm:request_success_total", "vllm:time_to_first_token_seconds"
+    )
+    c = '{__name__="vllm:request_success_total", fleet="f"}'
+    assert f"((sum by (pod) ({c}) - sum by (pod) ({c} offset 30000ms)) / 30)" in expr
+    assert "histogram_quantile(0.5, (label_replace(sum by (__name__, pod, le)" in expr
+    assert expr.count(">= 0") == 3  # a restart's negative difference is no point
+    assert '"pdctl_f", "req_rate"' in expr
+    assert '"pdctl_f", "ttft_p50"' in expr
+
+
+def test_trends_are_read_per_figure_and_instance_and_garbage_is_refused():
+    body = matrix(
+        ({"instance": "d0", "pdctl_f": "req_rate"}, [(1.0, "2"), (2.0, "NaN"), (3.0, "x")]),
+        ({"instance": "d0", "pdctl_f": "ttft_p50"}, [(1.0, "0.25"), (3.0, "+Inf")]),
+        ({"instance": "d1"}, [(1.0, "1")]),  # no figure: not ours
+    )
+    assert trends_of(body, "q") == {
+        "req_rate": {"d0": [(1.0, 2.0)]},
+        "ttft_p50": {"d0": [(1.0, 0.25)]},
+    }
+    with pytest.raises(PrometheusError, match="no range vector"):
+        trends_of(vector(), "q")
+    with pytest.raises(PrometheusError, match="refused"):
+        trends_of({"status": "error", "error": "bad"}, "q")
+
+
+async def test_trends_come_from_one_range_query_and_fill_the_history():
+    seen: list[str] = []
+
+    def handler(req: httpx.Request) -> httpx.Response:
+        seen.append(req.url.path)
+        form = dict(httpx.QueryParams(req.content.decode()))
+        if req.url.path.endswith("query_range"):
+            assert float(form["end"]) - float(form["start"]) == pytest.approx(2 * 1.0)
+            assert form["step"] == "1.0"
+            return httpx.Response(
+                200,
+                json=matrix(
+                    ({"instance": "d0", "pdctl_f": "req_rate"}, [(1.0, "2"), (2.0, "4")]),
+                    ({"instance": "d1", "pdctl_f": "req_rate"}, [(2.0, "1")]),
+                ),
+            )
+        if form["query"].startswith("up"):
+            return httpx.Response(
+                200,
+                json=vector(
+                    ({"__name__": "up", "instance": "d0", "role": "decode"}, "1"),
+                    ({"__name__": "up", "instance": "d1", "role": "decode"}, "1"),
+                ),
+            )
+        return httpx.Response(
+            200,
+            json=vector(
+                ({"__name__": "vllm:num_requests_running", "instance": "d0"}, "2"),
+                ({"__name__": "vllm:num_requests_running", "instance": "d1"}, "1"),
+            ),
+        )
+
+    mon = FleetMonitor.from_prometheus("http://prom", "", interval_s=1.0)
+    async with httpx.AsyncClient(transport=httpx.MockTransport(handler)) as c:
+        snap = await mon.poll(c)
+        trends = await mon.trends(c, points=3)
+    assert seen.count("/api/v1/query_range") == 1
+    assert trends == {"req_rate": {"d0": [(1.0, 2.0), (2.0, 4.0)], "d1": [(2.0, 1.0)]}}
+    h = History(groups=lambda i: (f"role:{i.role}",))
+    h.backfill(trends, snap)
+    assert h.series("d0", "req_rate") == [2.0, 4.0]
+    assert h.series("role:decode", "req_rate") == [2.0, 5.0]  # summed at each time
+    assert h.series(FLEET, "req_rate") == [2.0, 5.0]
+    h.backfill({"req_rate": {"d0": [(9.0, 9.0)]}}, snap)  # a series with points is kept
+    assert h.series("d0", "req_rate") == [2.0, 4.0]
+    assert await FleetMonitor([]).trends(c) is None  # only Prometheus keeps history
+
+
+@pytest.mark.parametrize(
+    "buckets",
+    [
+        ((50.0, 0.0), (100.0, 2.0), (200.0, 10.0)),  # p95's bucket above the mean
+        ((50.0, 6.0), (100.0, 9.0), (200.0, 10.0)),  # ... not wholly above it
+        ((50.0, 1.0), (100.0, 2.0), (200.0, 3.0)),  # p95 in +Inf: the top bound
+    ],
+)
+def test_token_lengths_read_the_same_from_buckets_and_from_prometheus(buckets):
+    """Lengths' p95 rule (its bucket wholly above the mean) gives the same answer on a
+    histogram's buckets and on what Prometheus answers of it (p95 and the bounds)."""
+    count = 10.0
+    h = Histogram((*buckets, (float("inf"), count)), 1000.0, count)
+    p95 = h.quantile(0.95)
+    assert p95 is not None
+    d = Digest({0.95: p95}, h.sum, h.count, h.bounds)
+    assert Lengths.of(d) == Lengths.of(h)
+    assert Lengths.of(Digest({}, 0.0, 0.0, h.bounds)) == Lengths()

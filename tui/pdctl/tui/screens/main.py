@@ -149,6 +149,8 @@ class MainScreen(Screen[None]):
         if not backlog:  # already painted by the handler of a replaced message
             return
         for u in backlog[:-1]:
+            if u.trends:
+                self.history.backfill(u.trends, u.snapshot)
             self.history.record(u.snapshot)
         for u in backlog:  # every round's events, also of the rounds not painted
             self.events.extend(u.events)
@@ -162,6 +164,8 @@ class MainScreen(Screen[None]):
         self.applied += 1
         self._last_error = ""
         snap = update.snapshot
+        if update.trends:
+            self.history.backfill(update.trends, snap)
         self.history.record(snap)
         lines = 1 if self.app.size.height < 30 else 4
         self.query_one(AlertBanner).show(snap.alerts, snap.at, lines)
