@@ -38,26 +38,6 @@ from pdctl.sdk.router.timeline import RouterMetrics, Timeline
 from pdctl.sdk.router.upstream import UpstreamError
 
 
-def server_failed(status: int) -> bool:
-    """Whether an instance's answer says the instance failed, not the request: any 5xx.
-
-    What vLLM answers when its EngineCore died, both in the installed vLLM 0.32 and in
-    0.33 (``vllm/entrypoints/serve/exception_handling/handlers/vllm_error.py``,
-    ``engine_error_handler``, over ``error_response.py``'s ``create_error_response``):
-    ``500`` with ``{"error": {"type": "InternalServerError", "code": 500, ...}}``, the
-    message ``EngineCore encountered an issue...`` (0.32) or ``The server had an error
-    while processing your request.`` (0.33: ``EngineDeadError.CLIENT_MESSAGE``); its
-    ``/health`` answers 503 (``vllm/entrypoints/serve/instrumentator/health.py``). A
-    stream already under way gets the same error object as an SSE event, then
-    ``[DONE]`` (``vllm/entrypoints/openai/completion/serving.py``, the stream
-    generator's ``except``). The other 5xx vLLM answers are worth another instance too:
-    ``GenerationError`` (500, a request whose generation failed, e.g. its KV could not
-    be loaded) and ``QueueOverflowError``/``MaxQueuedTokensError`` (503, "try again ...
-    on a different instance", ``vllm/exceptions.py``). The message is not relied on: it
-    changed between the two releases."""
-    return status >= 500
-
-
 class LegFailed(RouteError):
     """A leg's instance failed (connection lost, 5xx): worth another instance."""
 
@@ -117,6 +97,11 @@ class Recovery:
             return False
         await self.instances.check(p)
         return not p.healthy
+
+    def prepare(self, body: dict[str, Any]) -> tuple[bool, dict[str, Any]]:
+        """Before a request is sent: whether a decode failing on it continues it elsewhere
+        (:meth:`migrates`) and the request as decode gets it (:meth:`as_sent`)."""
+        return self.migrates(body), self.as_sent(body)
 
     def as_sent(self, body: dict[str, Any]) -> dict[str, Any]:
         """The request as decode gets it: a stream asks for its token ids when another

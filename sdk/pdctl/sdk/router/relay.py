@@ -15,8 +15,8 @@ from pdctl.sdk.router.lease import Lease
 from pdctl.sdk.router.ledger import Ledger
 from pdctl.sdk.router.legs import LegSender
 from pdctl.sdk.router.migrate import StreamTracker, tracker_for
-from pdctl.sdk.router.recovery import passthrough, server_failed
-from pdctl.sdk.router.replies import Reply, RouteError, StreamReply, error_body
+from pdctl.sdk.router.recovery import passthrough
+from pdctl.sdk.router.replies import Reply, RouteError, StreamReply, error_body, server_failed
 from pdctl.sdk.router.timeline import Timeline
 from pdctl.sdk.router.upstream import UpstreamError
 from pdctl.sdk.sse import EventFramer

@@ -1,4 +1,5 @@
-"""What the router answers: OpenAI-style errors and replies, and the dispatch modes."""
+"""What the router answers: OpenAI-style errors and replies, the dispatch modes, and what an
+instance's answer says of the instance (:func:`server_failed`)."""
 
 from __future__ import annotations
 
@@ -60,3 +61,23 @@ class StreamReply:
         finally:
             if self.release is not None:
                 self.release()
+
+
+def server_failed(status: int) -> bool:
+    """Whether an instance's answer says the instance failed, not the request: any 5xx.
+
+    What vLLM answers when its EngineCore died, both in the installed vLLM 0.32 and in
+    0.33 (``vllm/entrypoints/serve/exception_handling/handlers/vllm_error.py``,
+    ``engine_error_handler``, over ``error_response.py``'s ``create_error_response``):
+    ``500`` with ``{"error": {"type": "InternalServerError", "code": 500, ...}}``, the
+    message ``EngineCore encountered an issue...`` (0.32) or ``The server had an error
+    while processing your request.`` (0.33: ``EngineDeadError.CLIENT_MESSAGE``); its
+    ``/health`` answers 503 (``vllm/entrypoints/serve/instrumentator/health.py``). A
+    stream already under way gets the same error object as an SSE event, then
+    ``[DONE]`` (``vllm/entrypoints/openai/completion/serving.py``, the stream
+    generator's ``except``). The other 5xx vLLM answers are worth another instance too:
+    ``GenerationError`` (500, a request whose generation failed, e.g. its KV could not
+    be loaded) and ``QueueOverflowError``/``MaxQueuedTokensError`` (503, "try again ...
+    on a different instance", ``vllm/exceptions.py``). The message is not relied on: it
+    changed between the two releases."""
+    return status >= 500

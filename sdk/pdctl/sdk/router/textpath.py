@@ -28,8 +28,7 @@ class TextPath:
         """A streamed answer asks decode for its token ids so that it can be migrated; a
         decode that dies before answering restarts the request on another."""
         stream = bool(body.get("stream"))
-        migrates = self.recovery.migrates(body)
-        sent = self.recovery.as_sent(body)
+        migrates, sent = self.recovery.prepare(body)
         cache = self.instances.cache_aware
         found = await cache.token_ids(path, body, tl) if cache is not None else None
         ids, n = found if found is not None else (None, None)

@@ -29,9 +29,9 @@ from pdctl.sdk.router.instanceset import InstanceSet
 from pdctl.sdk.router.lease import Lease
 from pdctl.sdk.router.ledger import Ledger
 from pdctl.sdk.router.legs import LegSender
-from pdctl.sdk.router.recovery import LegFailed, Recovery, server_failed
+from pdctl.sdk.router.recovery import LegFailed, Recovery
 from pdctl.sdk.router.relay import Relay
-from pdctl.sdk.router.replies import Reply, RouteError, StreamReply
+from pdctl.sdk.router.replies import Reply, RouteError, StreamReply, server_failed
 from pdctl.sdk.router.timeline import RouterMetrics, Timeline
 from pdctl.sdk.router.upstream import Response, UpstreamError
 from pdctl.sdk.sse import DONE, EventParser
