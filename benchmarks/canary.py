@@ -49,8 +49,8 @@ from pdctl.sdk.fleet import Fleet
 from pdctl.sdk.metrics import parse, total
 from pdctl.sdk.metrics import rendezvous as rv
 from pdctl.sdk.paths import tiny_model_dir
+from pdctl.sdk.router.httpclient import Pool
 from pdctl.sdk.router.mock import MockConfig, MockServer
-from pdctl.sdk.router.upstream import Pool
 
 PAIR = {"prefill": "prefill-0", "decode": "decode-0"}
 RESULTS = ("match", "diverged", "error")

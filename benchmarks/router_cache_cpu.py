@@ -31,8 +31,8 @@ from typing import Any
 from _bench import free_port
 from router_overhead import cpu_s
 
+from pdctl.sdk.router.httpclient import Pool
 from pdctl.sdk.router.mock import MockConfig, MockServer
-from pdctl.sdk.router.upstream import Pool
 
 
 def router_argv(prefills: list[str], decode: str, port: int, policy: str, tmp: Path) -> list[str]:

@@ -25,8 +25,8 @@ from typing import Any
 
 from _bench import find_vllm_router, free_port, pdctl_router_argv, vllm_router_argv
 
+from pdctl.sdk.router.httpclient import Pool
 from pdctl.sdk.router.mock import MockConfig, MockServer
-from pdctl.sdk.router.upstream import Pool
 
 BODY = json.dumps({"model": "tiny", "prompt": "hi", "max_tokens": 4}).encode()
 

@@ -32,8 +32,8 @@ from typing import Any
 
 from _bench import find_vllm_router, free_port, pdctl_router_argv, vllm_router_argv
 
+from pdctl.sdk.router.httpclient import Pool
 from pdctl.sdk.router.mock import MockConfig, MockServer
-from pdctl.sdk.router.upstream import Pool
 
 HERE = Path(__file__).resolve().parent
 TICKS = os.sysconf("SC_CLK_TCK")

@@ -38,7 +38,7 @@ from pdctl.sdk.spec import FleetSpec
 
 SDK = Path(pdctl.sdk.__file__).resolve().parent
 LEAVES = {
-    "router/upstream.py",
+    "router/httpclient.py",
     "router/timeline.py",
     "router/tracing.py",
     "router/promreg.py",

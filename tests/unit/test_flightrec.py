@@ -22,7 +22,7 @@ RID = "pdctl-" + "ab" * 16
 
 
 def tl(mode: str = "push", stream: bool = True, **ms: float | None) -> Timeline:
-    t = Timeline(id=RID, mode=mode, path="/v1/completions", stream=stream, received=0.0, t0=0.0)
+    t = Timeline(id=RID, mode=mode, endpoint="/v1/completions", stream=stream, received=0.0, t0=0.0)
     for k, v in ms.items():
         setattr(t, k, None if v is None else v / 1000)
     return t

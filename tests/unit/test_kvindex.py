@@ -15,10 +15,10 @@ import pytest
 
 from pdctl.sdk.kvindex import BlockHasher, CacheIndex, event_key
 from pdctl.sdk.kvindex.index import InstanceIndex
+from pdctl.sdk.router.httpclient import Pools
 from pdctl.sdk.router.instances import Upstream
 from pdctl.sdk.router.policies.cache_aware import CacheAwarePolicy
 from pdctl.sdk.router.replies import RouteError
-from pdctl.sdk.router.upstream import Pools
 from tests import extras
 
 PROMPT = [(i * 7919) % 32000 for i in range(1000)]

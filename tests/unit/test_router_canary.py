@@ -28,11 +28,11 @@ from pdctl.sdk.router.canary import (
     greedy,
     replay_body,
 )
+from pdctl.sdk.router.httpclient import Pool
 from pdctl.sdk.router.instances import Upstream
 from pdctl.sdk.router.mock import MockConfig
 from pdctl.sdk.router.promreg import Registry
 from pdctl.sdk.router.timeline import Timeline
-from pdctl.sdk.router.upstream import Pool
 from pdctl.sdk.spec import CanarySpec, RouterSpec
 from tests.unit.test_router import Rig, body, rig
 
@@ -292,7 +292,7 @@ async def silent_server() -> AsyncIterator[tuple[str, list[asyncio.StreamReader]
 
 
 def timeline(prefill: str, decode: str) -> Timeline:
-    tl = Timeline(id="r1", mode="push", path="/v1/completions", stream=False, received=0, t0=0)
+    tl = Timeline(id="r1", mode="push", endpoint="/v1/completions", stream=False, received=0, t0=0)
     tl.prefill, tl.decode, tl.outcome, tl.decision = prefill, decode, "ok", "disaggregated"
     return tl
 

@@ -11,11 +11,11 @@ from typing import Any, cast
 import httpx
 import pytest
 
+from pdctl.sdk.router.httpclient import Pool, Response
 from pdctl.sdk.router.instances import Upstream
 from pdctl.sdk.router.lease import Lease
 from pdctl.sdk.router.mock import MockConfig
 from pdctl.sdk.router.replies import StreamReply
-from pdctl.sdk.router.upstream import Pool, Response
 from tests.streams import adata
 from tests.unit.test_router import body, event_loop_policy, rig
 

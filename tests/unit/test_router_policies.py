@@ -8,6 +8,7 @@ import typing
 
 import pytest
 
+from pdctl.sdk.router.httpclient import Pool
 from pdctl.sdk.router.instances import Upstream
 from pdctl.sdk.router.policies import POLICIES, candidates, make_policy, policy_class
 from pdctl.sdk.router.policies.cache_aware import CacheAwarePolicy
@@ -15,7 +16,6 @@ from pdctl.sdk.router.policies.least_loaded import LeastLoaded
 from pdctl.sdk.router.policies.power_of_two import PowerOfTwo
 from pdctl.sdk.router.policies.round_robin import RoundRobin
 from pdctl.sdk.router.replies import RouteError
-from pdctl.sdk.router.upstream import Pool
 from pdctl.sdk.spec.base import RouterPolicy
 
 

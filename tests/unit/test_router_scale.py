@@ -10,8 +10,8 @@ import json
 import subprocess
 import sys
 
+from pdctl.sdk.router.httpclient import Pool
 from pdctl.sdk.router.mock import MockConfig, MockServer
-from pdctl.sdk.router.upstream import Pool
 
 WAVE = 200
 """More legs at once than the old idle cap (64) kept connections for."""

@@ -196,7 +196,7 @@ class ReplaySource(Source):
             tl = Timeline(
                 id=f"pdctl-r{self.round:04d}-{n}",
                 mode=self.router_core.mode,
-                path="/v1/completions",
+                endpoint="/v1/completions",
                 stream=False,
                 received=now - (self.requests_per_round - n) * 0.05,
                 t0=0.0,

@@ -124,49 +124,49 @@ class RouterApp:
             return
         if kind != "http":
             return
-        method, path = scope["method"], scope["path"]
+        method, endpoint = scope["method"], scope["path"]
         verdict = self.guard.check(scope)
         if not verdict.ok:
             kind = "authentication_error" if verdict.status == 401 else "permission_error"
             await _send_error(send, verdict.status, verdict.message, kind)
             return
         who = verdict.principal
-        if path in _COMPLETION_ENDPOINTS:
+        if endpoint in _COMPLETION_ENDPOINTS:
             if method != "POST":
-                await _send_error(send, 405, f"use POST for {path}", "invalid_request_error")
+                await _send_error(send, 405, f"use POST for {endpoint}", "invalid_request_error")
                 return
-            await self._completion(scope, receive, send, path, who)
+            await self._completion(scope, receive, send, endpoint, who)
             return
-        if path in _CONTROL_ENDPOINTS and method == "POST":
+        if endpoint in _CONTROL_ENDPOINTS and method == "POST":
             ex = _Exchange(receive, send)
-            await self._control(ex.receive, ex.send, path)
+            await self._control(ex.receive, ex.send, endpoint)
             self.guard.control_done(who, scope, ex.request(), ex.status)
             return
         if method != "GET":
             await _send_error(
-                send, 405, f"{method} is not allowed on {path}", "invalid_request_error"
+                send, 405, f"{method} is not allowed on {endpoint}", "invalid_request_error"
             )
             return
-        if path in ("/health", "/ready"):
+        if endpoint in ("/health", "/ready"):
             i = self.router.instances
-            ok, why = i.health() if path == "/health" else i.ready()
+            ok, why = i.health() if endpoint == "/health" else i.ready()
             await _send(send, 200 if ok else 503, json.dumps({"status": why}).encode())
-        elif path == "/metrics":
+        elif endpoint == "/metrics":
             c = self.cluster
             text = self.router.registry.expose() if c is None else await c.metrics()
             await _send(send, 200, text, [(b"content-type", b"text/plain; version=0.0.4")])
-        elif path == "/v1/models":
+        elif endpoint == "/v1/models":
             await _send(send, 200, self._models)
-        elif path == "/v1/pdctl/audit":
+        elif endpoint == "/v1/pdctl/audit":
             c = self.cluster
             entries = list(self.guard.audit.recent)[::-1] if c is None else await c.audit()
             await _send(send, 200, json.dumps({"entries": entries}).encode())
-        elif path == "/v1/pdctl/requests":
+        elif endpoint == "/v1/pdctl/requests":
             await self._requests(scope, send)
-        elif path == "/v1/pdctl/state":
+        elif endpoint == "/v1/pdctl/state":
             await _send(send, 200, json.dumps(await self.state()).encode())
         else:
-            await _send_error(send, 404, f"no route {path}", "not_found_error")
+            await _send_error(send, 404, f"no route {endpoint}", "not_found_error")
 
     # ------------------------------------------------------------------ endpoints
 
@@ -217,7 +217,7 @@ class RouterApp:
             return self.router.instances.control_state()
         return await self.cluster.state()
 
-    async def _control(self, receive: Receive, send: Send, path: str) -> None:
+    async def _control(self, receive: Receive, send: Send, endpoint: str) -> None:
         try:
             req = json.loads(await self._read_body(receive))
         except (_BodyTooLarge, _Disconnected, ValueError, RecursionError):
@@ -225,7 +225,7 @@ class RouterApp:
         if not isinstance(req, dict):
             await _send_error(send, 400, "send a JSON object", "invalid_request_error")
             return
-        setting = path.rsplit("/", 1)[-1]
+        setting = endpoint.rsplit("/", 1)[-1]
         refused = self.router.instances.apply(setting, req)
         if refused is not None:
             await _send_error(send, *refused)
@@ -239,7 +239,7 @@ class RouterApp:
         await _send(send, 200, json.dumps(answer).encode())
 
     async def _completion(
-        self, scope: Scope, receive: Receive, send: Send, path: str, who: Principal | None
+        self, scope: Scope, receive: Receive, send: Send, endpoint: str, who: Principal | None
     ) -> None:
         t0 = time.perf_counter()
         try:
@@ -254,7 +254,7 @@ class RouterApp:
             return
         except _Disconnected:
             return
-        body, problem = self._validate(raw, path)
+        body, problem = self._validate(raw, endpoint)
         if body is None:
             status = 404 if problem.startswith("model") else 400
             await _send_error(
@@ -272,7 +272,7 @@ class RouterApp:
         dispatcher = self.router.dispatcher
         tl = Timeline.begin(
             self.router.instances.mode,
-            path,
+            endpoint,
             bool(body.get("stream")),
             self.router.tracer,
             _header(scope, b"traceparent"),
@@ -282,7 +282,7 @@ class RouterApp:
         answered, gone = _Flag(), _Flag()
         watcher = asyncio.create_task(_cancel_on_disconnect(receive, handler, answered, gone))
         try:
-            reply = await dispatcher.dispatch(path, body, tl=tl)
+            reply = await dispatcher.dispatch(endpoint, body, tl=tl)
             if isinstance(reply, Reply):
                 answered.set()
                 await _send(send, reply.status, reply.body, _hdrs(reply.headers))
@@ -329,7 +329,7 @@ class RouterApp:
             if not msg.get("more_body"):
                 return b"".join(parts)
 
-    def _validate(self, raw: bytes, path: str) -> tuple[dict[str, Any] | None, str]:
+    def _validate(self, raw: bytes, endpoint: str) -> tuple[dict[str, Any] | None, str]:
         depth = self.router.settings.http.max_json_depth
         try:
             body = json.loads(raw)
@@ -351,7 +351,7 @@ class RouterApp:
                 None,
                 f"model {model!r} does not exist; this fleet serves {self.router.served_name!r}",
             )
-        if path.endswith("/chat/completions"):
+        if endpoint.endswith("/chat/completions"):
             if not isinstance(body.get("messages"), list) or not body["messages"]:
                 return None, "'messages' must be a non-empty list"
         elif not isinstance(body.get("prompt"), str | list):

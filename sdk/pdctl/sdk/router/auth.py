@@ -29,11 +29,12 @@ _INFERENCE = frozenset({"/v1/completions", "/v1/chat/completions", "/v1/models"}
 _PUBLIC = frozenset({"/health", "/ready", "/metrics"})
 
 
-def access_for(path: str) -> Access:
-    """What ``path`` needs (unknown paths are admin: a 404 is not free information)."""
-    if path in _PUBLIC:
+def access_for(endpoint: str) -> Access:
+    """What ``endpoint`` needs (unknown endpoints are admin: a 404 is not free
+    information)."""
+    if endpoint in _PUBLIC:
         return "public"
-    if path in _INFERENCE:
+    if endpoint in _INFERENCE:
         return "inference"
     return "admin"
 
@@ -119,10 +120,10 @@ class KeyRing:
                 found = k.principal
         return found
 
-    def check(self, path: str, authorization: bytes | None) -> Verdict:
+    def check(self, endpoint: str, authorization: bytes | None) -> Verdict:
         """Decide one request from its endpoint (:func:`access_for`) and ``Authorization``
         header."""
-        access = access_for(path)
+        access = access_for(endpoint)
         if access == "public" or not self.has_keys:
             return Verdict(ANONYMOUS, access=access)
         if access == "admin" and not self.has_admin:

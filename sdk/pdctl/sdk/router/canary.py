@@ -42,12 +42,12 @@ from collections.abc import AsyncGenerator
 from dataclasses import dataclass
 from typing import Any
 
+from pdctl.sdk.router.httpclient import Pool, UpstreamError
 from pdctl.sdk.router.instances import Upstream
 from pdctl.sdk.router.lease import Lease
 from pdctl.sdk.router.promreg import Registry
 from pdctl.sdk.router.replies import Reply, StreamReply
 from pdctl.sdk.router.timeline import MAX_PRIMED_PAIRS, Timeline
-from pdctl.sdk.router.upstream import Pool, UpstreamError
 from pdctl.sdk.spec import CanarySpec
 from pdctl.sdk.sse import DONE, EventParser
 
@@ -71,14 +71,14 @@ def greedy(body: dict[str, Any]) -> bool:
     return all(body.get(k) in (None, 1) for k in ("n", "best_of"))
 
 
-def answer_text(path: str, answer: dict[str, Any]) -> str | None:
+def answer_text(endpoint: str, answer: dict[str, Any]) -> str | None:
     """The first choice's text of a whole answer (completions: ``text``; chat: the
     message's ``content``, and its tool calls when it made any); None without one."""
     choices = answer.get("choices")
     if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
         return None
     c = choices[0]
-    if path.endswith("/chat/completions"):
+    if endpoint.endswith("/chat/completions"):
         msg = c.get("message")
         if not isinstance(msg, dict):
             return None
@@ -89,7 +89,7 @@ def answer_text(path: str, answer: dict[str, Any]) -> str | None:
     return text if isinstance(text, str) else None
 
 
-def event_text(path: str, event: dict[str, Any]) -> str | None:
+def event_text(endpoint: str, event: dict[str, Any]) -> str | None:
     """The text one streamed event adds to the first choice; None when the event makes
     the stream not comparable by text (a chat stream's tool-call deltas)."""
     choices = event.get("choices")
@@ -99,7 +99,7 @@ def event_text(path: str, event: dict[str, Any]) -> str | None:
     for c in choices:
         if not isinstance(c, dict) or c.get("index", 0) != 0:
             continue
-        if path.endswith("/chat/completions"):
+        if endpoint.endswith("/chat/completions"):
             delta = c.get("delta")
             if isinstance(delta, dict) and delta.get("tool_calls"):
                 return None
@@ -129,7 +129,7 @@ class Sample:
     """A request drawn for the canary, until its answer is known."""
 
     canary: Canary
-    path: str
+    endpoint: str
     body: dict[str, Any]
     tl: Timeline
 
@@ -190,14 +190,14 @@ class Canary:
 
     # ------------------------------------------------------------------ the hook
 
-    def draw(self, path: str, body: dict[str, Any], tl: Timeline) -> Sample | None:
+    def draw(self, endpoint: str, body: dict[str, Any], tl: Timeline) -> Sample | None:
         """A sample of this request, or None (not greedy, not drawn, canary stopped)."""
         rate = self.settings.rate
         if self._closed or rate <= 0 or not greedy(body):
             return None
         if rate < 1.0 and self._rng.random() >= rate:
             return None
-        return Sample(self, path, body, tl)
+        return Sample(self, endpoint, body, tl)
 
     def watch(self, sample: Sample, reply: Reply | StreamReply) -> Reply | StreamReply:
         """``reply`` as the client gets it; its text goes to a replay once it is known
@@ -209,7 +209,7 @@ class Canary:
                 answer = json.loads(reply.body)
             except ValueError:
                 return reply
-            text = answer_text(sample.path, answer) if isinstance(answer, dict) else None
+            text = answer_text(sample.endpoint, answer) if isinstance(answer, dict) else None
             self._finish(sample, text)
             return reply
         reply.chunks = self._tee(sample, reply.chunks)
@@ -231,7 +231,7 @@ class Canary:
                             data = json.loads(ev.data)
                         except ValueError:
                             continue
-                        part = event_text(sample.path, data) if isinstance(data, dict) else ""
+                        part = event_text(sample.endpoint, data) if isinstance(data, dict) else ""
                         if part is None:  # not comparable by text: stop gathering
                             size = MAX_CAPTURE + 1
                             break
@@ -291,13 +291,13 @@ class Canary:
         try:
             async with asyncio.timeout(self.settings.timeout_s), Lease(u):
                 r = await u.pool.request(
-                    "POST", sample.path, data, headers, connect_timeout_s=self.connect_timeout_s
+                    "POST", sample.endpoint, data, headers, connect_timeout_s=self.connect_timeout_s
                 )
                 try:
                     raw = await r.read()
                 finally:
                     r.release()
-            got = _text_of(sample.path, raw) if r.status == 200 else None
+            got = _text_of(sample.endpoint, raw) if r.status == 200 else None
             if got is None:
                 detail = f"{u.name} answered {r.status}: {raw[:200].decode(errors='replace')}"
             elif got == text:
@@ -338,9 +338,9 @@ class Canary:
         return len(self._tasks)
 
 
-def _text_of(path: str, raw: bytes) -> str | None:
+def _text_of(endpoint: str, raw: bytes) -> str | None:
     try:
         answer = json.loads(raw)
     except ValueError:
         return None
-    return answer_text(path, answer) if isinstance(answer, dict) else None
+    return answer_text(endpoint, answer) if isinstance(answer, dict) else None

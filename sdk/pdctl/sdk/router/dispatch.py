@@ -41,7 +41,9 @@ class Strategy(Protocol):
 
     name: str
 
-    async def route(self, path: str, body: dict[str, Any], tl: Timeline) -> Reply | StreamReply: ...
+    async def route(
+        self, endpoint: str, body: dict[str, Any], tl: Timeline
+    ) -> Reply | StreamReply: ...
 
 
 class Dispatcher:
@@ -77,7 +79,7 @@ class Dispatcher:
 
     async def dispatch(
         self,
-        path: str,
+        endpoint: str,
         body: dict[str, Any],
         traceparent: str | None = None,
         *,
@@ -90,10 +92,10 @@ class Dispatcher:
         such."""
         if tl is None:
             stream = bool(body.get("stream"))
-            tl = Timeline.begin(self.instances.mode, path, stream, self.tracer, traceparent)
-        sample = self.canary.draw(path, body, tl) if self.canary is not None else None
+            tl = Timeline.begin(self.instances.mode, endpoint, stream, self.tracer, traceparent)
+        sample = self.canary.draw(endpoint, body, tl) if self.canary is not None else None
         try:
-            reply = await self.strategy().route(path, body, tl)
+            reply = await self.strategy().route(endpoint, body, tl)
             return reply if sample is None else sample.watch(reply)
         except RouteError as e:
             self.ledger.finish(tl, "error", e.status, str(e))

@@ -138,7 +138,7 @@ class Flight:
         }
 
 
-class _Path:
+class _Track:
     """Boundaries placed in order: each segment ends where the next begins."""
 
     def __init__(self, end: float) -> None:
@@ -173,24 +173,24 @@ def join(tl: Any, p: InstanceRecord | None, d: InstanceRecord | None) -> Flight:
         return flight
     mode = tl.mode
     disagg = tl.prefill_sent is not None and mode in ("push", "push-sequential", "pull")
-    path = _Path(fb)
+    track = _Track(fb)
     if not disagg:
-        path.to(ROUTER, tl.decode_sent, "router")
-        path.rest(DECODE, "decode")
+        track.to(ROUTER, tl.decode_sent, "router")
+        track.rest(DECODE, "decode")
         flight.complete = True
-        return _finish(flight, path, tl)
+        return _finish(flight, track, tl)
     ps, ds = tl.prefill_sent, tl.decode_sent
-    path.to(ROUTER, min(ps, ds) if ds is not None else ps, "router")
+    track.to(ROUTER, min(ps, ds) if ds is not None else ps, "router")
     pushed = mode != "pull" and p is not None and d is not None
     if not pushed:
-        path.to(PREFILL_LEG, tl.prefill_done, "router")
+        track.to(PREFILL_LEG, tl.prefill_done, "router")
         if mode == "pull":
-            path.to(ROUTER_TO_DECODE, ds, "router")
-            path.rest(DECODE_INCL_READ, "decode")
+            track.to(ROUTER_TO_DECODE, ds, "router")
+            track.rest(DECODE_INCL_READ, "decode")
         else:
-            path.rest(DECODE_INCL_WAIT, "decode")
+            track.rest(DECODE_INCL_WAIT, "decode")
         flight.complete = mode == "pull"
-        return _finish(flight, path, tl)
+        return _finish(flight, track, tl)
     assert p is not None
     assert d is not None
 
@@ -204,18 +204,18 @@ def join(tl: Any, p: InstanceRecord | None, d: InstanceRecord | None) -> Flight:
     if ready is not None and reg is not None:
         flight.order = "registration-first" if reg <= ready else "prefill-first"
         flight.wait_ms = abs(ready - reg) * 1000
-    path.to(PREFILL_QUEUE, P(fl.SCHEDULED), "prefill")
-    path.to(PREFILL, P(fl.FINISHED) or P(fl.BLOCKS_READY), "prefill")
+    track.to(PREFILL_QUEUE, P(fl.SCHEDULED), "prefill")
+    track.to(PREFILL, P(fl.FINISHED) or P(fl.BLOCKS_READY), "prefill")
     if flight.order == "prefill-first":
         if mode == "push-sequential":
-            path.to(PREFILL_ANSWER, tl.prefill_done, "router")
-            path.to(ROUTER_TO_DECODE, ds, "router")
-            path.to(DECODE_ADMISSION, D(fl.REG_SENT), "decode")
-            path.to(REGISTRATION, P(fl.REG_ARRIVED), "prefill→decode")
+            track.to(PREFILL_ANSWER, tl.prefill_done, "router")
+            track.to(ROUTER_TO_DECODE, ds, "router")
+            track.to(DECODE_ADMISSION, D(fl.REG_SENT), "decode")
+            track.to(REGISTRATION, P(fl.REG_ARRIVED), "prefill→decode")
         else:
-            path.to(WAIT_REGISTRATION, P(fl.REG_ARRIVED), "prefill")
+            track.to(WAIT_REGISTRATION, P(fl.REG_ARRIVED), "prefill")
     posting = P(fl.WRITE_POSTING)
-    path.to(HANDOFF, posting, "prefill")
+    track.to(HANDOFF, posting, "prefill")
     xfer = p.values.get(fl.XFER_S)
     flight.write_ms = None if xfer is None else xfer * 1000
     post = p.values.get(fl.POST_S)
@@ -228,19 +228,19 @@ def join(tl: Any, p: InstanceRecord | None, d: InstanceRecord | None) -> Flight:
         flight.verified = True
     if posting is not None and xfer is not None:
         # a duration from where the hand-off ended: NIXL's time whatever the anchors say
-        path.to(WRITE, path.at + xfer, "prefill")
-    path.to(NOTIFICATION, D(fl.NOTIFIED), "prefill→decode")
-    path.to(PICKUP, D(fl.RECEIVED), "decode")
-    path.to(DECODE_SCHEDULE, D(fl.SCHEDULED), "decode")
-    path.rest(FIRST_TOKEN if tl.stream else GENERATION, "decode")
+        track.to(WRITE, track.at + xfer, "prefill")
+    track.to(NOTIFICATION, D(fl.NOTIFIED), "prefill→decode")
+    track.to(PICKUP, D(fl.RECEIVED), "decode")
+    track.to(DECODE_SCHEDULE, D(fl.SCHEDULED), "decode")
+    track.rest(FIRST_TOKEN if tl.stream else GENERATION, "decode")
     flight.complete = xfer is not None and d.t(fl.RECEIVED) is not None
-    return _finish(flight, path, tl)
+    return _finish(flight, track, tl)
 
 
-def _finish(flight: Flight, path: _Path, tl: Any) -> Flight:
-    flight.segments = path.segments
-    if tl.done is not None and tl.done > path.end:
-        flight.segments.append(Segment(STREAMING, path.end * 1000, tl.done * 1000, "router"))
+def _finish(flight: Flight, track: _Track, tl: Any) -> Flight:
+    flight.segments = track.segments
+    if tl.done is not None and tl.done > track.end:
+        flight.segments.append(Segment(STREAMING, track.end * 1000, tl.done * 1000, "router"))
     return flight
 
 

@@ -74,8 +74,8 @@ class Guard:
 
     def check(self, scope: Scope) -> Verdict:
         """Authenticate one HTTP request; refusals are counted and audited."""
-        path = scope["path"]
-        v = self.keys.check(path, _header(scope, b"authorization"))
+        endpoint = scope["path"]
+        v = self.keys.check(endpoint, _header(scope, b"authorization"))
         if v.ok and v.access == "admin" and self.control_needs_client_cert:
             subject = scope.get("extensions", {}).get("tls", {}).get("client_cert_subject")
             if not subject:
@@ -93,7 +93,7 @@ class Guard:
             self.audit.record(
                 who=who.name if who is not None else "-",
                 tenant=who.tenant if who is not None else None,
-                action=f"{scope['method']} {path}",
+                action=f"{scope['method']} {endpoint}",
                 peer=peer(scope),
                 result=v.status,
                 detail={"reason": v.reason},

@@ -6,7 +6,7 @@ import time
 from dataclasses import dataclass, field
 
 from pdctl.sdk.pd import PrefillIdentity
-from pdctl.sdk.router.upstream import Pool
+from pdctl.sdk.router.httpclient import Pool
 
 
 class Breaker:

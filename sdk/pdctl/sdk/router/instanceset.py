@@ -11,12 +11,12 @@ from typing import Any
 
 from pdctl.sdk.fleetplan import FleetPlan, InstancePlan
 from pdctl.sdk.pd import PrefillIdentity
+from pdctl.sdk.router.httpclient import Pools, UpstreamError
 from pdctl.sdk.router.instances import Breaker, Upstream
 from pdctl.sdk.router.policies import Policy, make_policy
 from pdctl.sdk.router.policies.cache_aware import CacheAware
 from pdctl.sdk.router.replies import RouteError, RouterMode, mode_of
 from pdctl.sdk.router.timeline import RouterMetrics, Timeline
-from pdctl.sdk.router.upstream import Pools, UpstreamError
 from pdctl.sdk.spec import FleetSpec, RouterSpec
 
 UP_GRACE_S = 5.0

@@ -21,8 +21,8 @@ from collections.abc import Callable
 from types import TracebackType
 from typing import Protocol
 
+from pdctl.sdk.router.httpclient import Response
 from pdctl.sdk.router.instances import Upstream
-from pdctl.sdk.router.upstream import Response
 
 
 class Lease:

@@ -12,13 +12,13 @@ from typing import Any
 
 from pdctl.sdk.pd import PrefillIdentity, push_decode_body
 from pdctl.sdk.router import tracing
+from pdctl.sdk.router.httpclient import UpstreamError
 from pdctl.sdk.router.instances import Upstream
 from pdctl.sdk.router.instanceset import InstanceSet
 from pdctl.sdk.router.lease import Lease
 from pdctl.sdk.router.recovery import LegFailed, Recovery, passthrough
 from pdctl.sdk.router.replies import RouteError
 from pdctl.sdk.router.timeline import RouterMetrics, Timeline
-from pdctl.sdk.router.upstream import UpstreamError
 
 PROMPT_RE = re.compile(rb'"prompt_tokens"\s*:\s*(\d+)')
 """A response's prompt length (its usage block), without parsing the whole answer."""
@@ -63,7 +63,7 @@ class LegSender:
         self,
         pool: list[Upstream],
         first: Upstream,
-        path: str,
+        endpoint: str,
         body: bytes,
         rid: str,
         tl: Timeline,
@@ -81,7 +81,9 @@ class LegSender:
         while True:
             async with Lease(u) as sending:
                 try:
-                    r = await u.pool.request("POST", path, body, headers, connect_timeout_s=timeout)
+                    r = await u.pool.request(
+                        "POST", endpoint, body, headers, connect_timeout_s=timeout
+                    )
                 except UpstreamError as e:
                     tried += (u,)
                     failed = e
@@ -91,7 +93,13 @@ class LegSender:
             u = self.recovery.after_connect_failure(pool, tried, failed, role, tl)
 
     async def prefill(
-        self, p: Upstream, path: str, body: dict[str, Any], rid: str, tl: Timeline, make: MakeBody
+        self,
+        p: Upstream,
+        endpoint: str,
+        body: dict[str, Any],
+        rid: str,
+        tl: Timeline,
+        make: MakeBody,
     ) -> tuple[Upstream, dict[str, Any]]:
         """Run the prefill leg to completion; returns the instance used and its JSON."""
         data = json.dumps(make(body)).encode()
@@ -102,7 +110,9 @@ class LegSender:
             async with asyncio.timeout(self.settings.prefill_timeout_s):
                 if push:  # cancelled before its answer, it may still have finished
                     tl.kv_on = (p, rid)
-                leg = await self.send(self.instances.prefills, p, path, data, rid, tl, "prefill")
+                leg = await self.send(
+                    self.instances.prefills, p, endpoint, data, rid, tl, "prefill"
+                )
                 used = leg.upstream
                 if push:
                     tl.kv_on = (used, rid)
@@ -160,7 +170,7 @@ class LegSender:
     async def decode(
         self,
         d: Upstream,
-        path: str,
+        endpoint: str,
         body: dict[str, Any],
         rid: str,
         tl: Timeline,
@@ -176,7 +186,7 @@ class LegSender:
         tracing.open_leg(tl, "decode", d.name)
         try:
             async with asyncio.timeout(self.settings.request_timeout_s):
-                leg = await self.send(self.instances.decodes, d, path, data, rid, tl, "decode")
+                leg = await self.send(self.instances.decodes, d, endpoint, data, rid, tl, "decode")
         except TimeoutError:
             raise RouteError(
                 504,
@@ -192,7 +202,7 @@ class LegSender:
 
     async def migrate(
         self,
-        path: str,
+        endpoint: str,
         body: dict[str, Any],
         tl: Timeline,
         exclude: tuple[Upstream, ...],
@@ -204,21 +214,21 @@ class LegSender:
         """Continue (or restart) a request on another decode, decode-only (``again``: on
         ``exclude[-1]`` if no other: :meth:`Recovery.migration_target`)."""
         d = await self.recovery.migration_target(tl, exclude, why, sent_tokens, again=again)
-        return await self.decode(d, path, body, tl.id, tl, first=False)
+        return await self.decode(d, endpoint, body, tl.id, tl, first=False)
 
     def _decode_task(
-        self, d: Upstream, p: Upstream, path: str, body: dict[str, Any], rid: str, tl: Timeline
+        self, d: Upstream, p: Upstream, endpoint: str, body: dict[str, Any], rid: str, tl: Timeline
     ) -> asyncio.Task[Lease]:
         assert p.identity is not None
         return asyncio.create_task(
-            self.decode(d, path, push_decode_body(body, p.identity, rid), rid, tl)
+            self.decode(d, endpoint, push_decode_body(body, p.identity, rid), rid, tl)
         )
 
     async def push(
         self,
         p: Upstream,
         d: Upstream,
-        path: str,
+        endpoint: str,
         body: dict[str, Any],
         rid: str,
         tl: Timeline,
@@ -228,11 +238,11 @@ class LegSender:
         A decode that refuses the request (4xx) before prefill is done cancels prefill at
         once (so prefill never holds KV nobody will read); a prefill that fails before
         answering is retried on another prefill with a fresh decode registration."""
-        d_task = self._decode_task(d, p, path, body, rid, tl)
+        d_task = self._decode_task(d, p, endpoint, body, rid, tl)
         tried: tuple[Upstream, ...] = ()
         try:
             while True:
-                p_task = asyncio.create_task(self.prefill(p, path, body, rid, tl, make))
+                p_task = asyncio.create_task(self.prefill(p, endpoint, body, rid, tl, make))
                 try:
                     await asyncio.wait({p_task, d_task}, return_when=asyncio.FIRST_COMPLETED)
                     if not p_task.done() and _refused(d_task):
@@ -246,7 +256,7 @@ class LegSender:
                     p = self.recovery.next_prefill(e, tried, tl)
                     await _cancel(d_task)
                     rid = f"{tl.id}-retry{len(tried)}"
-                    d_task = self._decode_task(d, p, path, body, rid, tl)
+                    d_task = self._decode_task(d, p, endpoint, body, rid, tl)
                 finally:
                     if not p_task.done():
                         await _cancel_prefill(p_task)
@@ -255,7 +265,7 @@ class LegSender:
                 await _cancel(d_task)
                 tl.redispatched = True
                 tracing.migrated(tl, "prefill identity changed")
-                d_task = self._decode_task(d, used_p, path, body, rid, tl)
+                d_task = self._decode_task(d, used_p, endpoint, body, rid, tl)
             return await d_task
         except BaseException:
             await _cancel(d_task)
@@ -265,7 +275,7 @@ class LegSender:
         self,
         p: Upstream,
         d: Upstream,
-        path: str,
+        endpoint: str,
         body: dict[str, Any],
         tl: Timeline,
         make: MakeBody,
@@ -276,7 +286,7 @@ class LegSender:
         while True:
             rid = f"{tl.id}-retry{len(tried)}" if tried else tl.id
             try:
-                p, presp = await self.prefill(p, path, body, rid, tl, make)
+                p, presp = await self.prefill(p, endpoint, body, rid, tl, make)
                 break
             except LegFailed as e:
                 tried += (e.upstream,)
@@ -289,11 +299,11 @@ class LegSender:
             assert p.identity is not None
             ktp = presp.get("kv_transfer_params") or {}
             d_body = push_decode_body(body, p.identity, str(ktp.get("remote_request_id") or rid))
-        return await self.decode(d, path, d_body, tl.id, tl)
+        return await self.decode(d, endpoint, d_body, tl.id, tl)
 
     async def run(
         self,
-        path: str,
+        endpoint: str,
         body: dict[str, Any],
         tl: Timeline,
         make_prefill: MakeBody,
@@ -312,10 +322,10 @@ class LegSender:
         keys = cache.keys(token_ids) if cache is not None and token_ids else None
         d, p = await inst.place(tl, keys, prompt_len or len(token_ids or ()), decode_only)
         if p is None:
-            leg = await self.decode(d, path, body, tl.id, tl)
+            leg = await self.decode(d, endpoint, body, tl.id, tl)
         elif mode == "push":
-            leg = await self.push(p, d, path, body, tl.id, tl, make_prefill)
+            leg = await self.push(p, d, endpoint, body, tl.id, tl, make_prefill)
         else:
-            leg = await self._sequential(p, d, path, body, tl, make_prefill)
+            leg = await self._sequential(p, d, endpoint, body, tl, make_prefill)
         tl.decode = leg.upstream.name
         return leg

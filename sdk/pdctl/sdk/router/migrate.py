@@ -297,8 +297,8 @@ class StreamTracker:
         )
 
     def continuation(self, body: dict[str, Any]) -> tuple[str | None, dict[str, Any]] | None:
-        """The request that continues this stream on another decode: ``(path, body)``
-        (``path`` None: the original endpoint), or None when nothing is left to generate.
+        """The request that continues this stream on another decode: ``(endpoint, body)``
+        (``endpoint`` None: the original one), or None when nothing is left to generate.
         Resets the tracker for the continuation's events."""
         self._framer = EventFramer(_TOKEN_EVENT)  # the continuation's own stream
         self._plain_ok = False
@@ -407,9 +407,9 @@ def _stop_strings(body: dict[str, Any]) -> list[str]:
     return [s for s in stop or [] if isinstance(s, str) and s] if isinstance(stop, list) else []
 
 
-def tracker_for(path: str, body: dict[str, Any]) -> StreamTracker:
+def tracker_for(endpoint: str, body: dict[str, Any]) -> StreamTracker:
     opts = body.get("stream_options")
-    chat = path.endswith("/chat/completions")
+    chat = endpoint.endswith("/chat/completions")
     stops = _stop_strings(body)
     held = 0 if body.get("include_stop_str_in_output") or not stops else max(map(len, stops)) - 1
     top = body.get("top_logprobs")

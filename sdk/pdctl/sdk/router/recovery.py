@@ -29,13 +29,13 @@ import json
 from typing import Any
 
 from pdctl.sdk.router import tracing
+from pdctl.sdk.router.httpclient import UpstreamError
 from pdctl.sdk.router.instances import Upstream
 from pdctl.sdk.router.instanceset import InstanceSet
 from pdctl.sdk.router.migrate import migratable, with_token_ids
 from pdctl.sdk.router.replies import RouteError
 from pdctl.sdk.router.suspects import SupervisorLink
 from pdctl.sdk.router.timeline import RouterMetrics, Timeline
-from pdctl.sdk.router.upstream import UpstreamError
 
 
 class LegFailed(RouteError):

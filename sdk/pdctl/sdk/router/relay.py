@@ -9,6 +9,7 @@ import re
 from collections.abc import AsyncGenerator
 from typing import Any
 
+from pdctl.sdk.router.httpclient import UpstreamError
 from pdctl.sdk.router.instances import Upstream
 from pdctl.sdk.router.instanceset import InstanceSet
 from pdctl.sdk.router.lease import Lease
@@ -18,7 +19,6 @@ from pdctl.sdk.router.migrate import StreamTracker, tracker_for
 from pdctl.sdk.router.recovery import passthrough
 from pdctl.sdk.router.replies import Reply, RouteError, StreamReply, error_body, server_failed
 from pdctl.sdk.router.timeline import Timeline
-from pdctl.sdk.router.upstream import UpstreamError
 from pdctl.sdk.sse import EventFramer
 
 USAGE_RE = re.compile(rb'"completion_tokens"\s*:\s*(\d+)')
@@ -68,7 +68,7 @@ class Relay:
         *,
         stream: bool,
         body: dict[str, Any] | None = None,
-        path: str = "",
+        endpoint: str = "",
         migrate: bool = False,
         tried: tuple[Upstream, ...] = (),
     ) -> Reply | StreamReply:
@@ -80,13 +80,13 @@ class Relay:
         ``router.migration_limit`` times; a stream that fails later continues where it
         was (:meth:`_relay_migrating`). ``tried``: the decodes that failed it already."""
         leg, raw, tried = await self.whole(
-            leg, tl, path, body if migrate else None, tried, stream=stream
+            leg, tl, endpoint, body if migrate else None, tried, stream=stream
         )
         assert leg.response is not None
         ctype = (leg.response.header(b"content-type") or b"application/json").decode()
         if raw is None:  # a stream, its head 200
             if migrate and body is not None:
-                chunks = self._relay_migrating(leg, tl, path, body, tried)
+                chunks = self._relay_migrating(leg, tl, endpoint, body, tried)
                 return self.stream(leg, chunks, ctype)
             return self.stream(leg, self._relay(leg, tl), ctype)
         m = USAGE_RE.search(raw)
@@ -102,7 +102,7 @@ class Relay:
         self,
         leg: Lease,
         tl: Timeline,
-        path: str,
+        endpoint: str,
         body: dict[str, Any] | None,
         tried: tuple[Upstream, ...] = (),
         *,
@@ -126,7 +126,7 @@ class Relay:
                 if body is None:
                     raise
                 tried += (leg.upstream,)
-                leg = await self.restart(path, body, tl, tried, str(e), sent=sent)
+                leg = await self.restart(endpoint, body, tl, tried, str(e), sent=sent)
                 continue
             if body is None or not server_failed(leg.status):
                 return leg, raw, tried
@@ -134,7 +134,7 @@ class Relay:
             why = f"decode {leg.upstream.name} answered {leg.status}: {text}"
             try:
                 nxt = await self.restart(
-                    path, body, tl, (*tried, leg.upstream), why, answered=True, sent=sent
+                    endpoint, body, tl, (*tried, leg.upstream), why, answered=True, sent=sent
                 )
             except RouteError:
                 return leg, raw, tried  # nowhere left to go: decode's own answer
@@ -142,7 +142,7 @@ class Relay:
 
     async def restart(
         self,
-        path: str,
+        endpoint: str,
         body: dict[str, Any],
         tl: Timeline,
         tried: tuple[Upstream, ...],
@@ -165,7 +165,7 @@ class Relay:
             recovery.instance_lost(tried[-1], why)
         self.ledger.release_kv(tl)
         return await self.legs.migrate(
-            path, sent or recovery.as_sent(body), tl, tried, why, again=again
+            endpoint, sent or recovery.as_sent(body), tl, tried, why, again=again
         )
 
     @staticmethod
@@ -200,7 +200,7 @@ class Relay:
         self,
         leg: Lease,
         tl: Timeline,
-        path: str,
+        endpoint: str,
         body: dict[str, Any],
         tried: tuple[Upstream, ...] = (),
     ) -> AsyncGenerator[bytes, None]:
@@ -209,7 +209,7 @@ class Relay:
         continues on another decode (:mod:`pdctl.sdk.router.migrate`), at most
         ``router.migration_limit`` times in all (``tried``: the decodes that failed the
         request before its stream started)."""
-        tr = tracker_for(path, body)
+        tr = tracker_for(endpoint, body)
         first = True
         current: Lease | None = leg
         try:
@@ -243,7 +243,7 @@ class Relay:
                     else:
                         self.legs.recovery.instance_lost(d, why)
                     self.ledger.release_kv(tl)
-                    nxt, tried = await self._next_decode(tr, tl, path, body, why, tried, again)
+                    nxt, tried = await self._next_decode(tr, tl, endpoint, body, why, tried, again)
                     if isinstance(nxt, str):
                         for part in self.stream_failed(tl, nxt):
                             yield part
@@ -257,7 +257,7 @@ class Relay:
         self,
         tr: StreamTracker,
         tl: Timeline,
-        path: str,
+        endpoint: str,
         body: dict[str, Any],
         why: str,
         tried: tuple[Upstream, ...],
@@ -272,7 +272,9 @@ class Relay:
             cpath, cbody = cont
             try:
                 n = len(tr.sent_ids)
-                nxt = await self.legs.migrate(cpath or path, cbody, tl, tried, why, n, again=again)
+                nxt = await self.legs.migrate(
+                    cpath or endpoint, cbody, tl, tried, why, n, again=again
+                )
                 if nxt.status == 200:
                     return nxt, tried
                 raw = await self.read(nxt)

@@ -22,9 +22,9 @@ import uuid
 from collections.abc import Iterable
 
 from pdctl.sdk.pd import release_body
+from pdctl.sdk.router.httpclient import UpstreamError
 from pdctl.sdk.router.instances import Upstream
 from pdctl.sdk.router.promreg import Registry
-from pdctl.sdk.router.upstream import UpstreamError
 
 BATCH_S = 0.02
 """How long releases for one prefill gather before they are sent together."""

@@ -24,24 +24,24 @@ class TextPath:
     ) -> None:
         self.instances, self.legs, self.relay, self.recovery = instances, legs, relay, recovery
 
-    async def route(self, path: str, body: dict[str, Any], tl: Timeline) -> Reply | StreamReply:
+    async def route(self, endpoint: str, body: dict[str, Any], tl: Timeline) -> Reply | StreamReply:
         """A streamed answer asks decode for its token ids so that it can be migrated; a
         decode that dies before answering restarts the request on another."""
         stream = bool(body.get("stream"))
         migrates, sent = self.recovery.prepare(body)
         cache = self.instances.cache_aware
-        found = await cache.token_ids(path, body, tl) if cache is not None else None
+        found = await cache.token_ids(endpoint, body, tl) if cache is not None else None
         ids, n = found if found is not None else (None, None)
         tried: tuple[Upstream, ...] = ()
         try:
-            leg = await self.legs.run(path, sent, tl, prefill_body, token_ids=ids, prompt_len=n)
+            leg = await self.legs.run(endpoint, sent, tl, prefill_body, token_ids=ids, prompt_len=n)
         except LegFailed as e:
             if e.upstream.role != "decode" or not migrates:
                 raise
             # decode died before answering: nothing reached the client, start it over
             # on another decode, which computes the prompt itself
             tried = (e.upstream,)
-            leg = await self.relay.restart(path, body, tl, tried, str(e))
+            leg = await self.relay.restart(endpoint, body, tl, tried, str(e))
         return await self.relay.reply(
-            leg, tl, stream=stream, body=body, path=path, migrate=migrates, tried=tried
+            leg, tl, stream=stream, body=body, endpoint=endpoint, migrate=migrates, tried=tried
         )

@@ -19,7 +19,7 @@ class Timeline:
 
     id: str
     mode: str
-    path: str
+    endpoint: str
     stream: bool
     received: float
     t0: float
@@ -52,7 +52,7 @@ class Timeline:
     def begin(
         cls,
         mode: str,
-        path: str,
+        endpoint: str,
         stream: bool,
         tracer: Tracer | None = None,
         traceparent: str | None = None,
@@ -61,7 +61,7 @@ class Timeline:
         tl = cls(
             id=f"pdctl-{uuid.uuid4().hex}",
             mode=mode,
-            path=path,
+            endpoint=endpoint,
             stream=stream,
             received=time.time(),
             t0=time.perf_counter(),
@@ -103,7 +103,7 @@ class Timeline:
         return {
             "id": self.id,
             "mode": self.mode,
-            "path": self.path,
+            "path": self.endpoint,
             "stream": self.stream,
             "received": self.received,
             "prefill": self.prefill,

@@ -24,6 +24,7 @@ from typing import Any, Protocol
 
 from pdctl.sdk.pd import prefill_generate_body
 from pdctl.sdk.router import tracing
+from pdctl.sdk.router.httpclient import Response, UpstreamError
 from pdctl.sdk.router.instances import Upstream
 from pdctl.sdk.router.instanceset import InstanceSet
 from pdctl.sdk.router.lease import Lease
@@ -33,7 +34,6 @@ from pdctl.sdk.router.recovery import LegFailed, Recovery
 from pdctl.sdk.router.relay import Relay
 from pdctl.sdk.router.replies import Reply, RouteError, StreamReply, server_failed
 from pdctl.sdk.router.timeline import RouterMetrics, Timeline
-from pdctl.sdk.router.upstream import Response, UpstreamError
 from pdctl.sdk.sse import DONE, EventParser
 
 GENERATE_ENDPOINT = "/inference/v1/generate"
@@ -52,7 +52,9 @@ class RenderUnavailable(Exception):
 class Strategy(Protocol):
     """A router path: what the tokens path hands what it cannot take to."""
 
-    async def route(self, path: str, body: dict[str, Any], tl: Timeline) -> Reply | StreamReply: ...
+    async def route(
+        self, endpoint: str, body: dict[str, Any], tl: Timeline
+    ) -> Reply | StreamReply: ...
 
 
 def _keep_max_tokens(gen: dict[str, Any], body: dict[str, Any]) -> None:
@@ -116,12 +118,12 @@ class TokensPath:
         self.recovery: Recovery = legs.recovery
 
     async def _post_json(
-        self, u: Upstream, path: str, payload: dict[str, Any], tl: Timeline
+        self, u: Upstream, endpoint: str, payload: dict[str, Any], tl: Timeline
     ) -> tuple[int, Any]:
         """POST to a render server; (status, parsed JSON). Connection failures raise
         :class:`UpstreamError`."""
         data = json.dumps(payload).encode()
-        leg = await self.legs.send(self.instances.renders, u, path, data, tl.id, tl, "render")
+        leg = await self.legs.send(self.instances.renders, u, endpoint, data, tl.id, tl, "render")
         raw = await leg.read()
         try:
             return leg.status, json.loads(raw)
@@ -129,7 +131,7 @@ class TokensPath:
             return leg.status, {"error": {"message": raw[:300].decode(errors="replace")}}
 
     async def _render(
-        self, path: str, body: dict[str, Any], tl: Timeline
+        self, endpoint: str, body: dict[str, Any], tl: Timeline
     ) -> tuple[Upstream, dict[str, Any]]:
         """The request's ``GenerateRequest`` and the render server that made it."""
         try:
@@ -140,7 +142,7 @@ class TokensPath:
         t = tl.mark()
         tracing.open_leg(tl, "render", u.name)
         try:
-            status, data = await self._post_json(u, ENDPOINTS[path][0], body, tl)
+            status, data = await self._post_json(u, ENDPOINTS[endpoint][0], body, tl)
         except UpstreamError as e:
             raise RenderUnavailable(f"render server {u.name} failed: {e}") from None
         tl.render_done = tl.mark()
@@ -164,18 +166,18 @@ class TokensPath:
             )
         return u, gen
 
-    async def route(self, path: str, body: dict[str, Any], tl: Timeline) -> Reply | StreamReply:
-        if path not in ENDPOINTS:
-            return await self.fallback.route(path, body, tl)
+    async def route(self, endpoint: str, body: dict[str, Any], tl: Timeline) -> Reply | StreamReply:
+        if endpoint not in ENDPOINTS:
+            return await self.fallback.route(endpoint, body, tl)
         try:
-            rs, gen = await self._render(path, body, tl)
+            rs, gen = await self._render(endpoint, body, tl)
         except RenderUnavailable as e:
             if self.settings.render_fallback != "text":
                 raise RouteError(
                     503, f"no render server available: {e}", "service_unavailable"
                 ) from None
             tl.route_path = "text-fallback"
-            return await self.fallback.route(path, body, tl)
+            return await self.fallback.route(endpoint, body, tl)
         tl.route_path = "tokens"
         _keep_max_tokens(gen, body)
         ids: list[int] = gen["token_ids"]
@@ -201,7 +203,13 @@ class TokensPath:
                 raise
             tried = (e.upstream,)  # nothing reached the client: start over elsewhere
             leg = await self.relay.restart(GENERATE_ENDPOINT, gen, tl, tried, str(e), sent=gen)
-        context = {"prompt_token_ids": ids, "body": body, "path": path, "render": rs, "gen": gen}
+        context = {
+            "prompt_token_ids": ids,
+            "body": body,
+            "path": endpoint,
+            "render": rs,
+            "gen": gen,
+        }
         leg, raw, tried = await self.relay.whole(
             leg, tl, GENERATE_ENDPOINT, gen if migrates else None, tried, stream=stream, sent=gen
         )

@@ -25,7 +25,7 @@ class Timeline(Protocol):
     trace: RequestTrace | None
     id: str
     mode: str
-    path: str
+    endpoint: str
     prefill: str | None
     decode: str | None
     outcome: str
@@ -132,7 +132,7 @@ class RequestTrace:
         self.root.set(
             **{
                 "pdctl.mode": tl.mode,
-                "pdctl.path": tl.path,
+                "pdctl.path": tl.endpoint,
                 "pdctl.prefill": tl.prefill or "",
                 "pdctl.decode": tl.decode or "",
                 "pdctl.outcome": tl.outcome,

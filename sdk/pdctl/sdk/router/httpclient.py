@@ -192,7 +192,7 @@ class Pool:
     async def request(
         self,
         method: str,
-        path: str,
+        endpoint: str,
         body: bytes = b"",
         headers: list[tuple[str, str]] | None = None,
         *,
@@ -202,7 +202,7 @@ class Pool:
         body (``read``/``iter_chunks``) or call ``release``; cancelling closes the
         connection."""
         conn = await self._connect(connect_timeout_s)
-        head = [f"{method} {path} HTTP/1.1\r\n".encode(), b"Host: ", self.hostport, b"\r\n"]
+        head = [f"{method} {endpoint} HTTP/1.1\r\n".encode(), b"Host: ", self.hostport, b"\r\n"]
         for k, v in headers or ():
             head.append(f"{k}: {v}\r\n".encode())
         if body or method in ("POST", "PUT"):
