@@ -113,6 +113,12 @@ def test_the_plan_reconciled_with_the_os_finds_what_the_plan_does_not_name() -> 
     assert got[(d.name, "vllm-http", d.http_port)].seen is False
     extra = got[(p.name, "unplanned", 47377)]
     assert (extra.planned, extra.host, extra.process) == (False, "192.0.2.2", "VLLM::Worker")
+    # the router's workers share its address (SO_REUSEPORT): one listener, not three
+    workers = [OsListener("0.0.0.0", 8000, pid, "python", 15) for pid in (300, 301, 302)]
+    both = reconcile(expected, workers, {**owner_of, 301: "router", 302: "router"})
+    assert [(x.kind, x.host) for x in both if x.owner == "router" and x.seen] == [
+        ("router", "0.0.0.0")
+    ]
     # a planned port bound by another instance's process is not taken for the planned one
     wrong = reconcile(expected, [OsListener("127.0.0.1", d.http_port, 100, "x", 3)], owner_of)
     assert {(x.owner, x.kind) for x in wrong if x.seen} == {(p.name, "unplanned")}

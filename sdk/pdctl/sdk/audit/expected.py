@@ -46,7 +46,9 @@ def reconcile(
 ) -> list[Listener]:
     """The plan's listeners marked seen or not by the OS view (with the address actually
     bound, the pid and process), then every socket the OS shows that no plan names
-    (``unplanned``). ``owner_of``: pid → the instance whose process tree holds it."""
+    (``unplanned``). Sockets of one owner on one address (``router.workers`` processes
+    sharing a port with ``SO_REUSEPORT``) are one listener. ``owner_of``: pid → the
+    instance whose process tree holds it."""
     left = list(seen)
     out: list[Listener] = []
     for lst in plan:
@@ -68,6 +70,8 @@ def reconcile(
     by_port = {(lst.owner, lst.port): lst for lst in out if lst.seen}
     for s in left:
         twin = by_port.get((owner_of.get(s.pid, "?"), s.port))
+        if twin is not None and s.host == twin.host:
+            continue  # one address, several sockets: the router's workers (SO_REUSEPORT)
         if twin is not None:  # the same port bound twice (IPv4 and IPv6)
             out.append(_with(twin, host=s.host, pid=s.pid, process=s.process))
             continue
