@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import statistics
 import subprocess
@@ -41,7 +40,7 @@ from typing import Any
 
 import httpx
 from _bench import free_port, greedy_body, pdctl_router_argv, write_record
-from router_overhead import cpu_s, wait_up
+from router_overhead import cpu_s, load, wait_up
 
 from pdctl.sdk.chaos.mixed import WORDS
 from pdctl.sdk.demo import load_demo_spec
@@ -49,7 +48,6 @@ from pdctl.sdk.fleet import Fleet
 from pdctl.sdk.metrics import parse, total
 from pdctl.sdk.metrics import rendezvous as rv
 from pdctl.sdk.paths import tiny_model_dir
-from pdctl.sdk.router.httpclient import Pool
 from pdctl.sdk.router.mock import MockConfig, MockServer
 
 PAIR = {"prefill": "prefill-0", "decode": "decode-0"}
@@ -218,28 +216,11 @@ def part_flag(rps: float, canary_rate: float, every: int, rounds: int) -> dict[s
 
 async def _overhead_round(url: str, pid: int, n: int, conc: int) -> tuple[float, float]:
     """Router CPU ms per request and client latency p50 (ms) over ``n`` requests."""
-    pool = Pool(url, max_idle=conc + 4)
-    body = json.dumps(greedy_body("hello there, prefill and decode", 8, stream=False)).encode()
-    hdrs = [("Content-Type", "application/json")]
-    lat: list[float] = []
-    left = n
-
-    async def worker() -> None:
-        nonlocal left
-        while left > 0:
-            left -= 1
-            t = time.perf_counter()
-            r = await pool.request("POST", "/v1/completions", body, hdrs)
-            await r.read()
-            if r.status != 200:
-                raise RuntimeError(f"{url} answered {r.status}")
-            lat.append(time.perf_counter() - t)
-
+    body = greedy_body("hello there, prefill and decode", 8, stream=False)
     c0 = cpu_s(pid)
-    await asyncio.gather(*(worker() for _ in range(conc)))
+    lat, _ = await load(url, n, conc, False, body)
     await asyncio.sleep(0.3)  # the replays still running count too
     c1 = cpu_s(pid)
-    pool.close()
     return (c1 - c0) * 1000 / n, statistics.median(lat) * 1000
 
 

@@ -64,10 +64,13 @@ class Contender:
     proc: subprocess.Popen[bytes]
 
 
-async def load(url: str, n: int, conc: int, stream: bool) -> tuple[list[float], float]:
-    """Send ``n`` requests with ``conc`` in flight; per-request latencies and wall time."""
+async def load(
+    url: str, n: int, conc: int, stream: bool, base: dict[str, Any] | None = None
+) -> tuple[list[float], float]:
+    """Send ``n`` requests (``base``, default :data:`BODY`) with ``conc`` in flight;
+    per-request latencies and wall time."""
     pool = Pool(url, max_idle=conc + 4)
-    body = json.dumps({**BODY, "stream": stream}).encode()
+    body = json.dumps({**(BODY if base is None else base), "stream": stream}).encode()
     hdrs = [("Content-Type", "application/json")]
     lat: list[float] = []
     left = n
