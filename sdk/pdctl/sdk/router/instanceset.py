@@ -220,12 +220,13 @@ class InstanceSet:
         d_scores = p_scores = None
         uncached: dict[str, int] = {}
         if cache is not None:
-            d_scores = cache.scores(self.decodes, ks, blocks)
+            held_by = cache.overlaps(self.decodes, ks)  # once: the scores and the threshold
+            d_scores = cache.scores(self.decodes, ks, blocks, held_by)
             limit = self.settings.disaggregate_min_uncached_tokens
             if not alone:
                 p_scores = cache.scores(self.prefills, ks, blocks)
                 if limit:
-                    for n, held in cache.overlaps(self.decodes, ks).items():
+                    for n, held in held_by.items():
                         if (left := prompt_len - held * cache.block_size) <= limit:
                             uncached[n] = left
         try:

@@ -247,13 +247,18 @@ class CacheAware:
         return self.hasher.keys(token_ids)
 
     def scores(
-        self, pool: Sequence[Upstream], keys: Sequence[int], blocks: int = 0
+        self,
+        pool: Sequence[Upstream],
+        keys: Sequence[int],
+        blocks: int = 0,
+        over: dict[str, int] | None = None,
     ) -> dict[str, float]:
         """Each instance's score for a prompt of ``blocks`` full blocks whose leading ones
-        are ``keys`` (see the module doc)."""
+        are ``keys`` (see the module doc); ``over``: their :meth:`overlaps`, when known."""
         s = self.router.settings
         total = max(1, blocks, len(keys))
-        over = self.index.overlaps((u.name for u in pool if u.name in self.index.instances), keys)
+        if over is None:
+            over = self.overlaps(pool, keys)
         return {
             u.name: s.cache_weight_prefix * over.get(u.name, 0) / total
             - s.cache_weight_load * u.outstanding
@@ -267,9 +272,7 @@ class CacheAware:
         return {u.name: over.get(u.name, 0) for u in pool}
 
     def overlap(self, u: Upstream, keys: Sequence[int]) -> int:
-        if u.name not in self.index.instances:
-            return 0
-        return self.index.overlaps((u.name,), keys)[u.name]
+        return self.overlaps((u,), keys)[u.name]
 
     def routed(self, u: Upstream, keys: Sequence[int], tl: Timeline) -> None:
         """Remember where the prompt went (the routing history, and the hit tally)."""
