@@ -62,13 +62,35 @@ def raise_nofile(n: int) -> None:
         resource.setrlimit(resource.RLIMIT_NOFILE, (n, n))
 
 
+CHILDREN: list[subprocess.Popen[bytes]] = []
+"""Every process this script started, for :func:`on_sigterm`."""
+
+
 def start(argv: list[str], cpus: str, nofile: int) -> subprocess.Popen[bytes]:
-    return subprocess.Popen(
+    proc = subprocess.Popen(
         ["taskset", "-c", cpus, *argv],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         preexec_fn=lambda: raise_nofile(nofile),
     )
+    CHILDREN.append(proc)
+    return proc
+
+
+def on_sigterm(*_: object) -> None:
+    """Stop the mocks and the router, then exit. Done here rather than by raising
+    SystemExit: raised inside the event loop's callbacks (a weakref finaliser, a
+    transport's), that exception is printed and ignored, and the children outlived us."""
+    for p in CHILDREN:
+        if p.poll() is None:
+            p.terminate()
+    deadline = time.monotonic() + 10
+    for p in CHILDREN:
+        try:
+            p.wait(max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            p.kill()
+    os._exit(143)
 
 
 class Stats:
@@ -248,7 +270,7 @@ def main() -> int:
     ap.add_argument("--out", default="router_streams.json")
     args = ap.parse_args()
     # a SIGTERM (a timeout, an impatient operator) still stops the mocks and the router
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    signal.signal(signal.SIGTERM, on_sigterm)
     raise_nofile(args.nofile)
     soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
     if soft < args.streams + 256:
