@@ -87,3 +87,27 @@ async def test_pdctl_metrics_prints_each_pair_with_its_canary_and_verify_figures
     assert row.split()[-2:] == ["1/1/0", "7/2/0"]
     (other,) = [ln for ln in text.splitlines() if ln.strip().startswith("prefill-1 -> decode-1")]
     assert other.split()[-2:] == ["-", "3/0/0"]
+
+
+async def test_a_new_canary_divergence_in_the_window_raises_pa013_for_its_pair():
+    """PA013 in the live monitor: the router's ``diverged`` count of a pair grew between
+    two of its scrapes; counts that stand still (2 since start) raise nothing."""
+    text = [ROUTER_METRICS]
+
+    def handler(req: httpx.Request) -> httpx.Response:
+        if req.url.path == "/v1/pdctl/requests":
+            return httpx.Response(200, json={"mode": "push", "requests": []})
+        return httpx.Response(200, text=text[0] + "\n")
+
+    m = FleetMonitor.for_endpoints(
+        router="http://router:8000", transport=httpx.MockTransport(handler)
+    )
+    first = await m.poll()
+    assert "PA013" not in {a.code for a in first.alerts}  # one scrape: no window yet
+    still = await m.poll()
+    assert "PA013" not in {a.code for a in still.alerts}  # 2 since start, none new
+    text[0] = ROUTER_METRICS.replace('result="diverged"} 2.0', 'result="diverged"} 5.0')
+    grown = await m.poll()
+    (alert,) = [a for a in grown.alerts if a.code == "PA013"]
+    assert alert.subject == "prefill-0 → decode-0"
+    assert alert.message.startswith("prefill-0 → decode-0: 3 greedy answer(s) differed")
