@@ -16,6 +16,7 @@ ROUTER_METRICS = "\n".join(
         "# TYPE pdctl_router_canary_total counter",
         'pdctl_router_canary_total{prefill="prefill-0",decode="decode-0",result="match"} 7.0',
         'pdctl_router_canary_total{prefill="prefill-0",decode="decode-0",result="diverged"} 2.0',
+        'pdctl_router_canary_total{prefill="prefill-0",decode="decode-0",result="tied"} 1.0',
         'pdctl_router_canary_total{prefill="prefill-0",decode="decode-0",result="error"} 0.0',
         # primed at 0, no request yet: not a pair to show
         'pdctl_router_canary_total{prefill="prefill-0",decode="decode-1",result="match"} 0.0',
@@ -57,7 +58,7 @@ async def test_pairs_count_pushes_verify_results_and_canary_results_apart():
     assert p.requests == 6
     assert p.transfers == 5
     assert p.kv_verify == {"ok": 3, "mismatch": 1, "unsampled": 1}
-    assert p.canary == {"match": 7.0, "diverged": 2.0, "error": 0.0}
+    assert p.canary == {"match": 7.0, "diverged": 2.0, "tied": 1.0, "error": 0.0}
     q = by["prefill-1", "decode-1"]
     assert q.requests == 0
     assert q.canary["match"] == 3.0
@@ -82,11 +83,11 @@ async def test_pdctl_metrics_prints_each_pair_with_its_canary_and_verify_figures
     text = console.export_text()
     assert "P -> D pairs" in text
     assert "verify ok/bad/skip (flights)" in text
-    assert "canary match/diff/err (router)" in text
+    assert "canary match/diff/tie/err (router)" in text
     (row,) = [ln for ln in text.splitlines() if ln.strip().startswith("prefill-0 -> decode-0")]
-    assert row.split()[-2:] == ["1/1/0", "7/2/0"]
+    assert row.split()[-2:] == ["1/1/0", "7/2/1/0"]
     (other,) = [ln for ln in text.splitlines() if ln.strip().startswith("prefill-1 -> decode-1")]
-    assert other.split()[-2:] == ["-", "3/0/0"]
+    assert other.split()[-2:] == ["-", "3/0/0/0"]
 
 
 async def test_a_new_canary_divergence_in_the_window_raises_pa013_for_its_pair():
