@@ -51,7 +51,10 @@ from pdctl.sdk.paths import tiny_model_dir
 from pdctl.sdk.router.mock import MockConfig, MockServer
 
 PAIR = {"prefill": "prefill-0", "decode": "decode-0"}
-RESULTS = ("match", "diverged", "error")
+RESULTS = ("match", "diverged", "tied", "error")
+HETERO = ["prefill.0.tp=2", "prefill.0.cpu_cores=[0,1]"]
+"""``--hetero``: the prefill at TP 2 on cores 0-1, the decode at TP 1 (a pair whose sides
+do not compute bit for bit alike: the canary's near-tie tolerance applies)."""
 
 
 def words(seed: int, n: int) -> str:
@@ -109,8 +112,9 @@ async def send_all(router: str, bodies: list[dict[str, Any]], conc: int) -> list
     return statuses
 
 
-def part_clean(n: int, conc: int) -> dict[str, Any]:
+def part_clean(n: int, conc: int, layout: list[str]) -> dict[str, Any]:
     overrides = [
+        *layout,
         "fleet.enable_prefix_caching=true",
         "fleet.connector_options.pdctl_kv_verify_rate=1.0",
         "router.canary.rate=1.0",
@@ -155,14 +159,22 @@ def part_clean(n: int, conc: int) -> dict[str, Any]:
         "canary": canary,
         "canary_replayed": sum(canary[r] for r in RESULTS),
         "canary_false_positives": canary["diverged"],
+        "canary_tied_details": [
+            f["canary"]["detail"]
+            for f in flights
+            if (f.get("canary") or {}).get("result") == "tied"
+        ][:20],
         "prefix_cache_hits_queries": hits,
         "request_e2e_mean_s": hist_mean(rm, "pdctl_router_e2e_seconds"),
         "replay_mean_s": hist_mean(rm, "pdctl_router_canary_replay_seconds"),
     }
 
 
-def part_flag(rps: float, canary_rate: float, every: int, rounds: int) -> dict[str, Any]:
+def part_flag(
+    rps: float, canary_rate: float, every: int, rounds: int, layout: list[str]
+) -> dict[str, Any]:
     overrides = [
+        *layout,
         "fleet.connector_options.pdctl_kv_verify_rate=0",
         f"fleet.connector_options.pdctl_failpoint_kv_corrupt=zero:every:{every}",
         f"router.canary.rate={canary_rate}",
@@ -305,9 +317,13 @@ def main() -> int:
     ap.add_argument("--every", type=int, default=4)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--overhead-rounds", type=int, default=7)
+    ap.add_argument(
+        "--hetero", action="store_true", help="clean, flag: prefill TP 2 (cores 0-1), decode TP 1"
+    )
     ap.add_argument("--out", default="canary.json")
     args = ap.parse_args()
-    rec: dict[str, Any] = {}
+    layout = HETERO if args.hetero else []
+    rec: dict[str, Any] = {"layout": layout}
     if args.part in ("overhead", "all"):
         o = rec["overhead"] = asyncio.run(_overhead(args.overhead_rounds, 1000, 4))
         print(
@@ -318,7 +334,7 @@ def main() -> int:
             flush=True,
         )
     if args.part in ("clean", "all"):
-        c = rec["clean"] = part_clean(args.requests, args.concurrency)
+        c = rec["clean"] = part_clean(args.requests, args.concurrency, layout)
         print(
             f"clean: {c['answered_200']}/{c['requests']} answered 200 in {c['wall_s']} s; "
             f"digest check {c['verify']} (false positives {c['verify_false_positives']:.0f}); "
@@ -329,7 +345,7 @@ def main() -> int:
             flush=True,
         )
     if args.part in ("flag", "all"):
-        f = rec["flag"] = part_flag(args.rps, args.canary_rate, args.every, args.rounds)
+        f = rec["flag"] = part_flag(args.rps, args.canary_rate, args.every, args.rounds, layout)
         print(
             f"flag: at {f['rps']} req/s, canary rate {f['canary_rate']}, one in "
             f"{f['corrupt_every']} requests corrupted: flagged after {f['seconds_to_flag']} s "

@@ -82,8 +82,13 @@ async def test_every_router_counter_has_its_label_values_at_zero():
 
 
 async def test_every_router_counter_the_dashboards_and_rules_read_has_a_series():
-    text = await idle_metrics()
+    # the canary's counters (its panel, PA013) exist when it is on
+    text = await idle_metrics(router={"canary": {"rate": 1.0}})
     got = series(text)
+    pairs = {(lab["prefill"], lab["decode"]) for lab, _ in got["pdctl_router_canary_total"]}
+    assert len(pairs) == len(TWO) * len(DECODES)
+    results = {lab["result"] for lab, _ in got["pdctl_router_canary_total"]}
+    assert results == {"match", "diverged", "tied", "error"}
     spec = FleetSpec.model_validate(spec_dict())
     read = shipped_names(spec)
     router_counters = {n for n in counters(read) if n.startswith("pdctl_router_")}

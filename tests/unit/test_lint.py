@@ -507,6 +507,18 @@ def test_canary_notes_its_cost_and_warns_of_prompts_sent_off_host():
     assert "PD049" not in codes(_cpu())  # off by default
 
 
+def test_canary_notes_its_tolerance_on_heterogeneous_tp_pairs():
+    hetero = _gpu(
+        prefill=[{"host": "127.0.0.1", "devices": [0, 1], "tp": 2}],
+        router={"canary": {"rate": 0.05}},
+    )
+    (note,) = pd049(hetero)
+    assert (note.severity, note.field) == ("info", "router.canary.tie_tolerance")
+    assert "TP2→TP1" in note.message
+    assert "0.05" in note.message
+    assert pd049(_gpu(router={"canary": {"rate": 0.05}})) == []  # equal TP: exact
+
+
 def test_kv_verify_notes_the_layouts_it_does_not_cover():
     hetero = _gpu(prefill=[{"host": "127.0.0.1", "devices": [0, 1], "tp": 2}])
     found = lint(FleetSpec(**hetero), check_bound_ports=False, environ=ENV).findings

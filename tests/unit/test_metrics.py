@@ -250,6 +250,11 @@ CASES: dict[str, tuple[list[InstanceMetrics], list[InstanceMetrics], dict[str, A
         [inst(rendezvous=Rendezvous("decode", kv_verify={"ok": 5.0, "mismatch": 1.0}))],
         QUIET_PUSH,
     ),
+    "PA013": (
+        [inst()],
+        [inst()],
+        {**QUIET_PUSH, "canary_diverged": {("prefill-0", "decode-0"): 1.0}},
+    ),
     "PA010": (
         [inst("prefill", kv_usage=0.03, running=0.0, waiting=0.0)],
         [inst("prefill", kv_usage=0.03, running=1.0, waiting=0.0)],
@@ -278,6 +283,8 @@ def test_alert_quiet(code):
     _, quiet, kw = CASES[code]
     if code == "PA005":
         kw = {"mode": "push", "router_mode": "push"}
+    if code == "PA013":  # primed at 0 per pair: a pair with no new divergence is quiet
+        kw = {**QUIET_PUSH, "canary_diverged": {("prefill-0", "decode-0"): 0.0}}
     assert code not in {a[0] for a in evaluate_alerts(quiet, **kw)}
 
 

@@ -28,8 +28,9 @@ from pdctl.sdk.observability import (
     to_yaml,
 )
 from pdctl.sdk.observability.dashboards import expand
+from pdctl.sdk.router.canary import Canary
 from pdctl.sdk.router.timeline import RouterMetrics
-from pdctl.sdk.spec import FleetSpec
+from pdctl.sdk.spec import CanarySpec, FleetSpec
 from tests.conftest import FIXTURES, spec_dict
 from tests.unit.test_cli import pdctl
 
@@ -127,7 +128,9 @@ def _series_names() -> set[str]:
             "histogram": ("_bucket", "_sum", "_count"),
         }
         names.update(m.name + s for s in suffixes[m.kind])
-    for r in RouterMetrics([]).registry.metrics:
+    router = RouterMetrics([])
+    Canary(CanarySpec(rate=1.0), router.registry, [])  # its series exist when it is on
+    for r in router.registry.metrics:
         names.update((r.name, r.name + "_bucket", r.name + "_sum", r.name + "_count"))
     names.add("up")
     return names
@@ -223,6 +226,13 @@ def test_promtool_rule_unit_tests(tmp_path: Path):
     rules = tmp_path / "rules.yml"
     rules.write_text(to_yaml(rule_groups(s)))
     lab = 'fleet="f1", group="decode", instance="decode-0", role="decode"'
+
+    def canary(decode: str, result: str) -> str:
+        return (
+            'pdctl_router_canary_total{fleet="f1", role="router", group="router", '
+            f'instance="router", prefill="prefill-0", decode="{decode}", result="{result}"}}'
+        )
+
     exp = {"fleet": "f1", "group": "decode", "instance": "decode-0", "role": "decode"}
 
     def fired(at: str, code: str, description: str, **labels: str) -> dict[str, Any]:
@@ -257,6 +267,10 @@ def test_promtool_rule_unit_tests(tmp_path: Path):
                         "values": "0x20",
                     },
                     {"series": f"vllm:kv_cache_usage_perc{{{lab}}}", "values": "0.5 0.95x10"},
+                    # the router's canary: primed at 0 per pair, one divergence at 30 s
+                    {"series": canary("decode-0", "diverged"), "values": "0x5 1x15"},
+                    {"series": canary("decode-0", "match"), "values": "0+1x20"},
+                    {"series": canary("decode-1", "diverged"), "values": "0x20"},
                 ],
                 "alert_rule_test": [
                     {"eval_time": "5s", "alertname": "PA006", "exp_alerts": []},
@@ -268,6 +282,31 @@ def test_promtool_rule_unit_tests(tmp_path: Path):
                     ),
                     fired("60s", "PA001", BY_CODE["PA001"].text("decode-0", 480)),
                     fired("20s", "PA007", BY_CODE["PA007"].text("decode-0", 0.95)),
+                    {"eval_time": "20s", "alertname": "PA013", "exp_alerts": []},
+                    {
+                        "eval_time": "35s",
+                        "alertname": "PA013",
+                        "exp_alerts": [
+                            {
+                                "exp_labels": {
+                                    "fleet": "f1",
+                                    "prefill": "prefill-0",
+                                    "decode": "decode-0",
+                                    "severity": "critical",
+                                    "code": "PA013",
+                                },
+                                "exp_annotations": {
+                                    "summary": BY_CODE["PA013"].title,
+                                    # increase() extrapolates over the 1m window
+                                    "description": BY_CODE["PA013"].text(
+                                        "prefill-0 → decode-0", 1.0
+                                    ),
+                                },
+                            }
+                        ],
+                    },
+                    # a minute after the one divergence the window holds none
+                    {"eval_time": "100s", "alertname": "PA013", "exp_alerts": []},
                 ],
             }
         ],

@@ -149,7 +149,7 @@ async def test_a_matching_replay_is_counted_per_pair_and_exported_at_zero_before
     dcfg = [MockConfig(role="decode", text=ANSWER)]
     async with rig("push", decodes=dcfg, router=ON) as t, httpx.AsyncClient() as c:
         before = (await c.get(t.url + "/metrics")).text
-        for result in ("match", "diverged", "error"):
+        for result in ("match", "diverged", "tied", "error"):
             assert canary_total(before, result, prefill="prefill-0", decode="decode-0") == 0
         for reason in ("full", "busy", "shutdown"):
             assert (
@@ -375,3 +375,28 @@ async def test_a_chat_stream_that_calls_tools_is_not_compared():
             await asyncio.sleep(0.05)
             assert canary.in_flight == replayed
         await canary.close()
+
+
+async def test_a_heterogeneous_tp_pair_asks_its_replays_for_candidates_and_still_diverges():
+    """On a pair whose TP sizes differ the replay asks for the top log-probabilities (to
+    tell a near-tie from a fault); a replay that gives none, or an equal-TP pair, keeps
+    the exact comparison: the difference is a divergence, not excused."""
+    dcfg = [MockConfig(role="decode", text=ANSWER, kv_text="words from the wrong KV")]
+    async with rig("push", decodes=dcfg, router=ON) as t, httpx.AsyncClient() as c:
+        canary = t.router.dispatcher.canary
+        assert canary is not None
+        assert canary.layout("prefill-0", "decode-0") == ""  # the rig's pair: equal TP
+        r = await c.post(t.url + "/v1/completions", json=greedy_body())
+        assert r.status_code == 200
+        (plain,) = await replays(t, 1)
+        assert "logprobs" not in plain["body"]
+        canary.tp = {"prefill-0": 2, "decode-0": 1}
+        assert canary.layout("prefill-0", "decode-0") == "prefill TP2 → decode TP1"
+        r = await c.post(t.url + "/v1/completions", json=greedy_body())
+        assert r.status_code == 200
+        got = await replays(t, 2)
+        het = next(g for g in got if g is not plain and g["request_id"] != plain["request_id"])
+        assert het["body"]["logprobs"] == 5
+        m = (await c.get(t.url + "/metrics")).text
+        assert canary_total(m, "diverged", prefill="prefill-0", decode="decode-0") == 2
+        assert canary_total(m, "tied", prefill="prefill-0", decode="decode-0") == 0

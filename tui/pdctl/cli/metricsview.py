@@ -173,13 +173,13 @@ def _pair_table(snap: Snapshot) -> RenderableType:
         "TTFT p50 ms",
         "pushed",
         "verify ok/bad/skip (flights)",
-        "canary match/diff/err (router)",
+        "canary match/diff/tie/err (router)",
     ):
         t.add_column(col, no_wrap=True)
     for p in snap.pairs:
         v, c = p.kv_verify, p.canary
         verify = "/".join(str(v.get(k, 0)) for k in ("ok", "mismatch", "unsampled")) if v else "-"
-        canary = "/".join(f"{c.get(k, 0):.0f}" for k in ("match", "diverged", "error"))
+        canary = "/".join(f"{c.get(k, 0):.0f}" for k in ("match", "diverged", "tied", "error"))
         bad = (v.get("mismatch", 0) if v else 0) or c.get("diverged", 0)
         t.add_row(
             f"{p.prefill} -> {p.decode}",

@@ -42,6 +42,23 @@ def _canary(ctx: LintContext) -> Iterator[Finding]:
             "load (replays are dropped, not queued, when the instance is busy)",
             "keep it at a few percent in production (0.01-0.05); 1.0 is for tests",
         )
+    ptp = sorted({g.tp for g in ctx.spec.prefill})
+    dtp = sorted({g.tp for g in ctx.spec.decode})
+    if ptp and dtp and (len(ptp) > 1 or ptp != dtp):
+        layouts = ", ".join(f"TP{p}→TP{d}" for p in ptp for d in dtp if p != d)
+        yield _f(
+            "PD049",
+            "info",
+            "router.canary.tie_tolerance",
+            f"the canary compares heterogeneous-TP pairs ({layouts}) with a near-tie "
+            f"tolerance of {c.tie_tolerance:g}",
+            "a prefill and decode of different TP sizes do not compute bit for bit alike, "
+            "so no single instance reproduces their answer exactly: a first difference "
+            "where the two best tokens are within the tolerance is counted 'tied', not "
+            "'diverged' (equal-TP pairs are compared exactly)",
+            "keep the default (0.05 nats) unless tied counts grow; 0 counts every "
+            "difference as diverged",
+        )
     if c.target == "reference" and c.reference_url:
         host = urlsplit(c.reference_url).hostname or ""
         if not is_loopback(host):

@@ -126,6 +126,15 @@ RULES: tuple[AlertRule, ...] = (
         "in transit; the requests were failed or recomputed. Read the decode's log for "
         "the block ids (docs/connector.md)",
     ),
+    AlertRule(
+        "PA013",
+        "critical",
+        "a P→D pair's answers differ from their canary replays",
+        "{instance}: {value} greedy answer(s) differed from a replay of the same request "
+        "on one instance alone (pdctl_router_canary_total, result diverged): the pair "
+        "decoded from KV that is not what the prompt computes. Read the requests' canary "
+        "detail (pdctl events, GET /v1/pdctl/requests; docs/router.md)",
+    ),
 )
 BY_CODE: dict[str, AlertRule] = {r.code: r for r in RULES}
 ALERTS: dict[str, str] = {r.code: r.title for r in RULES}
@@ -149,10 +158,12 @@ def evaluate_alerts(
     kv_full: float = 0.9,
     kv_idle_s: Mapping[str, float] | None = None,
     down_count: Mapping[str, int] | None = None,
+    canary_diverged: Mapping[tuple[str, str], float] | None = None,
 ) -> list[Raised]:
     """(code, severity, subject, message) for every condition that holds now. Pure;
     ``kv_idle_s`` and ``down_count`` come from :class:`~pdctl.sdk.metrics.watch.
-    LifecycleWatch` (what needs memory across scrapes)."""
+    LifecycleWatch` (what needs memory across scrapes); ``canary_diverged`` is the
+    router's new ``diverged`` canary results per (prefill, decode) over the window."""
     out: list[Raised] = []
     insts = list(insts)
     out.extend(_lifecycle(insts, kv_idle_s or {}, down_count or {}))
@@ -201,7 +212,15 @@ def evaluate_alerts(
             out.append(_raise("PA012", i.name, rv.kv_mismatch_window))
     if mode == "push" and _sequential(router_mode, recent):
         out.append(_raise("PA005", "router"))
+    for (p, d), n in sorted((canary_diverged or {}).items()):
+        if n > 0:
+            out.append(_raise("PA013", pair_subject(p, d), n))
     return out
+
+
+def pair_subject(prefill: str, decode: str) -> str:
+    """How an alert names a P->D pair (its subject, the ``{instance}`` of its message)."""
+    return f"{prefill} → {decode}"
 
 
 def _lifecycle(

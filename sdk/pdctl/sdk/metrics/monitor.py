@@ -30,7 +30,7 @@ from pdctl.sdk.metrics.derive import (
     counter_delta,
     window_of,
 )
-from pdctl.sdk.metrics.pairs import pairs_of
+from pdctl.sdk.metrics.pairs import canary_of, canary_window, pairs_of
 from pdctl.sdk.metrics.promql import Trends
 from pdctl.sdk.metrics.promsource import PrometheusSource, PromRound, scrapes
 from pdctl.sdk.metrics.promtext import Sample, parse_text
@@ -96,8 +96,6 @@ LENGTHS = (V + "request_prompt_tokens", V + "request_generation_tokens")
 ROUTER_TTFT = "pdctl_router_ttft_seconds"
 """The router's time to the answer's first byte, every request (router/timeline.py)."""
 ROUTER_E2E = "pdctl_router_e2e_seconds"
-CANARY = "pdctl_router_canary_total"
-"""The router's output canary results, by prefill, decode and result (router/canary.py)."""
 HISTOGRAMS = (
     V + "time_to_first_token_seconds",
     V + "inter_token_latency_seconds",
@@ -478,18 +476,19 @@ class FleetMonitor:
             expired_window=dcount("nixl_num_kv_expired_reqs_total"),
         )
 
+    def _router_scrapes(self) -> tuple[Scrape, Scrape | None] | None:
+        """The router's latest scrape and the oldest of the window (None without one)."""
+        for t in self.targets:
+            hist = self._history.get(t.name) if t.role == "router" else None
+            if hist:
+                return hist[-1], (hist[0] if len(hist) > 1 else None)
+        return None
+
     def _canary(self) -> dict[tuple[str, str], dict[str, float]]:
         """The router's canary results per P->D pair since it started (its latest
         scrape); pairs with none yet are left out."""
-        out: dict[tuple[str, str], dict[str, float]] = {}
-        for t in self.targets:
-            hist = self._history.get(t.name) if t.role == "router" else None
-            if not hist:
-                continue
-            for s in hist[-1].by_name.get(CANARY, ()):
-                p, d, res = s.label("prefill"), s.label("decode"), s.label("result")
-                if p and d and res:
-                    out.setdefault((p, d), {})[res] = s.value
+        got = self._router_scrapes()
+        out = canary_of(got[0]) if got else {}
         return {k: v for k, v in out.items() if any(v.values())}
 
     def snapshot(self) -> Snapshot:
@@ -557,6 +556,7 @@ class FleetMonitor:
 
     def _alerts(self, insts: tuple[InstanceMetrics, ...]) -> tuple[Alert, ...]:
         kv_idle_s, down_count = self._watch.update(insts, time.monotonic())
+        got = self._router_scrapes()
         raised = evaluate_alerts(
             insts,
             mode=self.mode,
@@ -565,6 +565,7 @@ class FleetMonitor:
             expected_throughput_bps=self.expected_throughput_bps,
             kv_idle_s=kv_idle_s,
             down_count=down_count,
+            canary_diverged=canary_window(*got, "diverged") if got else None,
         )
         now = time.time()
         live = {(a[0], a[2]) for a in raised}

@@ -5,8 +5,36 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from pdctl.sdk.metrics.derive import Scrape, counter_delta
 from pdctl.sdk.metrics.flight import segment_stats
 from pdctl.sdk.metrics.snapshot import PairMetrics
+
+CANARY = "pdctl_router_canary_total"
+"""The router's output canary results, by prefill, decode and result (router/canary.py)."""
+Pair = tuple[str, str]
+
+
+def canary_of(scrape: Scrape) -> dict[Pair, dict[str, float]]:
+    """The canary's results per (prefill, decode) in one router scrape (every pair the
+    router exports, at 0 included)."""
+    out: dict[Pair, dict[str, float]] = {}
+    for s in scrape.by_name.get(CANARY, ()):
+        p, d, res = s.label("prefill"), s.label("decode"), s.label("result")
+        if p and d and res:
+            out.setdefault((p, d), {})[res] = s.value
+    return out
+
+
+def canary_window(new: Scrape, old: Scrape | None, result: str) -> dict[Pair, float]:
+    """Per pair, how many ``result`` canary results the router counted between two of
+    its scrapes (a router restart counts from 0); empty with one scrape."""
+    if old is None:
+        return {}
+    before = canary_of(old)
+    return {
+        pair: counter_delta(got.get(result, 0.0), before.get(pair, {}).get(result)) or 0.0
+        for pair, got in canary_of(new).items()
+    }
 
 
 def pairs_of(

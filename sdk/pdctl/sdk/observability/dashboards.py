@@ -316,6 +316,24 @@ def router() -> Dashboard:
                 ),
             ),
             Panel(
+                "Output canary per P→D pair (replays / interval)",
+                "short",
+                (
+                    _q(
+                        f"sum by (prefill, decode, result) (increase({r}canary_total"
+                        f"{{{F}}}[{RI}]))",
+                        "{{prefill}} → {{decode}} {{result}}",
+                    ),
+                    _q(
+                        f"sum by (reason) (increase({r}canary_dropped_total{{{F}}}[{RI}]))",
+                        "dropped {{reason}}",
+                    ),
+                ),
+                "router.canary: greedy answers replayed on one instance alone and compared "
+                "(docs/router.md). diverged raises PA013; every pair is exported at 0, so a "
+                "healthy fleet shows flat zero lines.",
+            ),
+            Panel(
                 "Outstanding per upstream",
                 "none",
                 (_q(f"sum by ({up}) ({r}outstanding{{{F}}})", "{{" + up + "}}"),),

@@ -13,11 +13,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from pdctl.sdk.metrics import rendezvous as rv
-from pdctl.sdk.metrics.alerts import RULES, AlertRule
+from pdctl.sdk.metrics.alerts import RULES, AlertRule, pair_subject
 from pdctl.sdk.spec import FleetSpec
 
 BY = "sum by (fleet, role, group, instance)"
 PROM_INSTANCE = "{{ $labels.instance }}"
+PROM_PAIR = pair_subject("{{ $labels.prefill }}", "{{ $labels.decode }}")
+"""The subject of a per-pair alert (PA013), as the live monitor names it."""
 
 
 def _prom_value(rule: AlertRule) -> str:
@@ -66,6 +68,12 @@ def expressions(spec: FleetSpec, opt: RuleOptions) -> dict[str, str]:
         out["PA004"] = (
             f"{BY} (rate(vllm:nixl_bytes_transferred_sum{{{f}}}[{w}])) / 1e9 < {0.25 * gbps:g}"
             f" and {BY} (increase(vllm:nixl_bytes_transferred_count{{{f}}}[{w}])) > 0"
+        )
+    if mode in ("push", "pull") and spec.router is not None:
+        # the router's canary counters, primed at 0 per pair: no absent-series gap
+        out["PA013"] = (
+            "sum by (fleet, prefill, decode) (increase(pdctl_router_canary_total"
+            f'{{{f}, result="diverged"}}[{w}])) > 0'
         )
     if mode == "push" and spec.router is not None:
         out["PA005"] = (
@@ -120,7 +128,9 @@ def rule_groups(spec: FleetSpec, opt: RuleOptions | None = None) -> dict[str, An
                 "annotations": {
                     "summary": rule.title,
                     "description": rule.message.format(
-                        instance=PROM_INSTANCE, value=_prom_value(rule), **extra
+                        instance=PROM_PAIR if rule.code == "PA013" else PROM_INSTANCE,
+                        value=_prom_value(rule),
+                        **extra,
                     ),
                 },
             }

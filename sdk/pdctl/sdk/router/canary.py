@@ -38,10 +38,17 @@ import json
 import random
 import time
 import uuid
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from pdctl.sdk.router.canaryverdict import (
+    ask_logprobs,
+    judge,
+    positions,
+    token_ids,
+)
+from pdctl.sdk.router.canaryverdict import first_difference as first_difference
 from pdctl.sdk.router.httpclient import Pool, UpstreamError
 from pdctl.sdk.router.instances import Upstream
 from pdctl.sdk.router.lease import Lease
@@ -51,9 +58,11 @@ from pdctl.sdk.router.timeline import MAX_PRIMED_PAIRS, Timeline
 from pdctl.sdk.spec import CanarySpec
 from pdctl.sdk.sse import DONE, EventParser
 
-RESULTS = ("match", "diverged", "error")
-"""How a replay ends: the same text, a different one, or no comparable answer (the
-replay failed, timed out or answered an error; the request's answer had no text)."""
+RESULTS = ("match", "diverged", "tied", "error")
+"""How a replay ends: the same tokens, different ones, a first difference at a near-tie
+on a pair whose sides do not compute alike (heterogeneous TP; :mod:`~pdctl.sdk.router.
+canaryverdict`), or no comparable answer (the replay failed, timed out or answered an
+error; the request's answer had no text)."""
 DROPS = ("full", "busy", "shutdown")
 """Why a sampled request was not replayed: ``router.canary.concurrency`` replays already
 running, its instance busy or out of rotation, the router stopping."""
@@ -118,12 +127,6 @@ def replay_body(body: dict[str, Any], salt: str) -> dict[str, Any]:
     return out
 
 
-def first_difference(a: str, b: str) -> int:
-    """The index of the first character where ``a`` and ``b`` differ."""
-    n = min(len(a), len(b))
-    return next((i for i in range(n) if a[i] != b[i]), n)
-
-
 @dataclass
 class Sample:
     """A request drawn for the canary, until its answer is known."""
@@ -132,6 +135,9 @@ class Sample:
     endpoint: str
     body: dict[str, Any]
     tl: Timeline
+    answer_ids: list[int] | None = None
+    """The answer's token ids when it carries them (the client asked
+    ``return_token_ids``): then ids, not text, are compared."""
 
     def watch(self, reply: Reply | StreamReply) -> Reply | StreamReply:
         """:meth:`Canary.watch` of this sample."""
@@ -149,8 +155,12 @@ class Canary:
         *,
         connect_timeout_s: float = 5.0,
         rng: random.Random | None = None,
+        tp: Mapping[str, int] | None = None,
     ) -> None:
         self.settings = settings
+        self.tp = dict(tp or {})
+        """Instance name → tensor-parallel size (the fleet plan's): a pair whose sizes
+        differ is compared with the near-tie tolerance."""
         self.connect_timeout_s = connect_timeout_s
         self._rng = rng or random.Random()
         self._tasks: set[asyncio.Task[None]] = set()
@@ -166,7 +176,8 @@ class Canary:
             "Greedy requests replayed on one instance alone (router.canary) and compared "
             "with their disaggregated answer, by the P->D pair that answered and result: "
             "match, diverged (the pair's answer differs: its KV was not the prompt's), "
-            "error (no comparable answer).",
+            "tied (a heterogeneous-TP pair's first difference is at a near-tie within "
+            "router.canary.tie_tolerance), error (no comparable answer).",
             ("prefill", "decode", "result"),
         )
         p = [u.name for u in upstreams if u.role == "prefill"]
@@ -210,6 +221,7 @@ class Canary:
             except ValueError:
                 return reply
             text = answer_text(sample.endpoint, answer) if isinstance(answer, dict) else None
+            sample.answer_ids = token_ids(answer) if isinstance(answer, dict) else None
             self._finish(sample, text)
             return reply
         reply.chunks = self._tee(sample, reply.chunks)
@@ -278,13 +290,24 @@ class Canary:
             return "busy"
         return None
 
+    def layout(self, prefill: str, decode: str) -> str:
+        """Why a pair's sides do not compute alike ("prefill TP2 → decode TP1"), or ""
+        when they do (equal TP, or sizes not known)."""
+        p, d = self.tp.get(prefill), self.tp.get(decode)
+        return f"prefill TP{p} → decode TP{d}" if p and d and p != d else ""
+
     async def _replay(self, sample: Sample, text: str, u: Upstream) -> None:
         tl = sample.tl
         assert tl.prefill is not None
         assert tl.decode is not None
         pair = (tl.prefill, tl.decode)
+        why = self.layout(*pair)
         salt = f"pdctl-canary-{uuid.uuid4().hex}"
-        data = json.dumps(replay_body(sample.body, salt)).encode()
+        body = replay_body(sample.body, salt)
+        by_id = sample.answer_ids is not None
+        if why:
+            body = ask_logprobs(sample.endpoint, body, by_id=by_id)
+        data = json.dumps(body).encode()
         headers = [("Content-Type", "application/json"), ("X-Request-Id", salt)]
         t0 = time.perf_counter()
         result, detail = "error", ""
@@ -297,18 +320,25 @@ class Canary:
                     raw = await r.read()
                 finally:
                     r.release()
-            got = _text_of(sample.endpoint, raw) if r.status == 200 else None
-            if got is None:
+            got = _answer_of(raw) if r.status == 200 else None
+            replay = answer_text(sample.endpoint, got) if got is not None else None
+            if got is None or replay is None:
                 detail = f"{u.name} answered {r.status}: {raw[:200].decode(errors='replace')}"
-            elif got == text:
-                result = "match"
             else:
-                result = "diverged"
-                at = first_difference(got, text)
-                detail = (
-                    f"replay on {u.name} differs from the answer at character {at}: "
-                    f"{text[at : at + 40]!r} (answer) vs {got[at : at + 40]!r} (replay)"
+                v = judge(
+                    answer=text,
+                    replay=replay,
+                    answer_ids=sample.answer_ids,
+                    replay_ids=token_ids(got) if by_id else None,
+                    replay_positions=positions(sample.endpoint, got, spelled=not by_id)
+                    if why
+                    else None,
+                    comparable=not why,
+                    tolerance=self.settings.tie_tolerance,
+                    on=f"replay on {u.name}",
+                    why=why,
                 )
+                result, detail = v.result, v.detail
         except TimeoutError:
             detail = f"no answer from {u.name} within {self.settings.timeout_s:g} s"
         except (UpstreamError, OSError) as e:
@@ -338,9 +368,9 @@ class Canary:
         return len(self._tasks)
 
 
-def _text_of(endpoint: str, raw: bytes) -> str | None:
+def _answer_of(raw: bytes) -> dict[str, Any] | None:
     try:
         answer = json.loads(raw)
     except ValueError:
         return None
-    return answer_text(endpoint, answer) if isinstance(answer, dict) else None
+    return answer if isinstance(answer, dict) else None

@@ -70,7 +70,11 @@ class Dispatcher:
         if canary.rate > 0 and instances.prefills:
             timeout = instances.settings.connect_timeout_s
             self.canary = Canary(
-                canary, metrics.registry, instances.upstreams, connect_timeout_s=timeout
+                canary,
+                metrics.registry,
+                instances.upstreams,
+                connect_timeout_s=timeout,
+                tp=instances.tp,
             )
 
     def strategy(self) -> Strategy:

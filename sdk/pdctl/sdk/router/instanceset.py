@@ -42,6 +42,8 @@ class InstanceSet:
         self.pools = Pools()
         self.health_interval_s = health_interval_s
         self.upstreams = [self._upstream(inst) for inst in plan.instances]
+        self.tp = {inst.name: inst.tp for inst in plan.instances}
+        """Instance name → tensor-parallel size (the canary compares by it)."""
         self.prefills = [u for u in self.upstreams if u.role == "prefill"]
         self.decodes = [u for u in self.upstreams if u.role == "decode"]
         self.renders = [u for u in self.upstreams if u.role == "render"]

@@ -66,6 +66,16 @@ class CanarySpec(_Strict):
         "flight (the fleet is busy: the canary never queues behind clients).",
     )
     timeout_s: float = Field(default=120.0, gt=0, description="A replay's deadline.")
+    tie_tolerance: float = Field(
+        default=0.05,
+        ge=0.0,
+        description="On a pair whose prefill and decode TP sizes differ (they do not "
+        "compute bit for bit alike), a first difference is counted 'tied', not "
+        "'diverged', when the answer's token there is one of the replay's top "
+        "candidates within this many nats of log-probability of the replay's choice; "
+        "0 counts every difference as diverged. Equal-TP pairs are always compared "
+        "exactly.",
+    )
 
     @field_validator("reference_url")
     @classmethod

@@ -35,7 +35,7 @@ PAIR_COLUMNS = (
     Column("pushed", "pushed", 7),
     Column("verify", "verify ok/bad/skip", 18),
     Column("dcheck", "D check ok/bad/miss/unsup", 25, wide=2),
-    Column("canary", "canary match/diff/err", 21),
+    Column("canary", "canary match/diff/tie/err", 25),
 )
 PAIR_SOURCES = (
     "pushed, verify: the window's requests, from their flights (router); D check: the "
@@ -69,7 +69,7 @@ def pair_row(p: PairMetrics, snap: Snapshot) -> tuple[Cell, ...]:
         kv = rv.kv_verify
         dcheck = _counts([kv.get(k, 0.0) for k in ("ok", "mismatch", "missing", "unsupported")], 1)
     c = p.canary
-    canary: Cell = _counts([c.get(k, 0.0) for k in ("match", "diverged", "error")], 1)
+    canary: Cell = _counts([c.get(k, 0.0) for k in ("match", "diverged", "tied", "error")], 1)
     if not c:
         canary = CANARY_OFF if snap.router is not None else "-"
     return (f"{p.prefill} → {p.decode}", pushed, verify, dcheck, canary)
