@@ -32,12 +32,15 @@ from typing import Any, Protocol
 from urllib.parse import parse_qs
 
 from pdctl.sdk.apikey import read_api_key
+from pdctl.sdk.router.admission import ADMISSION_SETTINGS, Admission, Shed, Ticket
 from pdctl.sdk.router.auth import KeyRing, Principal
 from pdctl.sdk.router.core import Reply, Router, StreamReply, error_body
+from pdctl.sdk.router.deadline import Deadline, first_chunk
 from pdctl.sdk.router.flightrec import FlightRecorder
 from pdctl.sdk.router.guard import Guard
 from pdctl.sdk.router.hardening import json_too_deep
-from pdctl.sdk.router.limits import Refusal
+from pdctl.sdk.router.limits import Refusal, drop_headers
+from pdctl.sdk.router.terms import Terms, terms_of
 from pdctl.sdk.router.timeline import Timeline
 
 Scope = MutableMapping[str, Any]
@@ -47,7 +50,13 @@ Send = Callable[[Message], Awaitable[None]]
 
 DEFAULT_MAX_BODY = 8 * 1024 * 1024
 _COMPLETION_ENDPOINTS = ("/v1/completions", "/v1/chat/completions")
-_CONTROL_ENDPOINTS = ("/v1/pdctl/drain", "/v1/pdctl/mode", "/v1/pdctl/instance", "/v1/pdctl/policy")
+_CONTROL_ENDPOINTS = (
+    "/v1/pdctl/drain",
+    "/v1/pdctl/mode",
+    "/v1/pdctl/instance",
+    "/v1/pdctl/policy",
+    "/v1/pdctl/admission",
+)
 
 
 def load_api_key(router: Router) -> bytes | None:
@@ -91,10 +100,18 @@ class RouterApp:
         max_body: int = DEFAULT_MAX_BODY,
         api_key: bytes | None = None,
         guard: Guard | None = None,
+        share: float = 1.0,
     ) -> None:
         """``guard`` decides who may do what; without one, ``api_key`` (when given) is
-        the one admin key, else nothing is guarded (a loopback-only router)."""
+        the one admin key, else nothing is guarded (a loopback-only router). ``share``:
+        the part of the admission limits this process enforces (1/N of N workers)."""
         self.router = router
+        adm = router.settings.admission
+        self.admission: Admission | None = None
+        """Admission control (:mod:`.admission`; None: router.admission.enabled = false)."""
+        if adm.enabled:
+            p, d = router.prefills, router.decodes
+            self.admission = Admission(adm, p, d, router.registry, share=share)
         self.flights = FlightRecorder(router.upstreams)
         self.max_body = max_body
         if guard is None:
@@ -175,8 +192,12 @@ class RouterApp:
             msg = await receive()
             if msg["type"] == "lifespan.startup":
                 await self.router.start()
+                if self.admission is not None:
+                    self.admission.saturation.start(self.router.upstreams)
                 await send({"type": "lifespan.startup.complete"})
             elif msg["type"] == "lifespan.shutdown":
+                if self.admission is not None:
+                    await self.admission.saturation.stop()
                 await self.router.stop()
                 await send({"type": "lifespan.shutdown.complete"})
                 return
@@ -214,8 +235,22 @@ class RouterApp:
     async def state(self) -> dict[str, Any]:
         """``/v1/pdctl/state``: this process's, or every worker's merged."""
         if self.cluster is None:
-            return self.router.instances.control_state()
+            return self.control_state()
         return await self.cluster.state()
+
+    def control_state(self) -> dict[str, Any]:
+        """This process's control state: the instance set's and the admission's."""
+        adm = {"enabled": False} if self.admission is None else self.admission.state()
+        return {**self.router.instances.control_state(), "admission": adm}
+
+    def apply(self, setting: str, req: dict[str, Any]) -> tuple[int, str, str] | None:
+        """Apply one control change (every worker applies the same one through here):
+        ``admission`` to the admission control, the rest to the instance set."""
+        if setting != "admission":
+            return self.router.instances.apply(setting, req)
+        if self.admission is None:
+            return 409, "admission control is off (router.admission.enabled)", "conflict_error"
+        return self.admission.apply(req)
 
     async def _control(self, receive: Receive, send: Send, endpoint: str) -> None:
         try:
@@ -226,12 +261,12 @@ class RouterApp:
             await _send_error(send, 400, "send a JSON object", "invalid_request_error")
             return
         setting = endpoint.rsplit("/", 1)[-1]
-        refused = self.router.instances.apply(setting, req)
+        refused = self.apply(setting, req)
         if refused is not None:
             await _send_error(send, *refused)
             return
         if self.cluster is None:
-            await _send(send, 200, json.dumps(self.router.instances.control_state()).encode())
+            await _send(send, 200, json.dumps(self.control_state()).encode())
             return
         # every worker has it before the answer (the parent's word on how many did)
         change = await self.cluster.changed(setting, req)
@@ -269,34 +304,115 @@ class RouterApp:
             await _send_error(send, 429, admitted.message, "rate_limit_error", admitted.headers())
             self.guard.limits.meter.refusal_s.observe(time.perf_counter() - t0, admitted.tenant)
             return
-        dispatcher = self.router.dispatcher
-        tl = Timeline.begin(
-            self.router.instances.mode,
-            endpoint,
-            bool(body.get("stream")),
-            self.router.tracer,
-            _header(scope, b"traceparent"),
-        )
+        default_ms = self.router.settings.admission.default_deadline_ms
+        terms = terms_of(scope["headers"], body, default_ms)
+        tl: Timeline | None = None
+        if isinstance(terms, str):
+            admitted.settle(0.0)
+            await _send_error(send, 400, terms, "invalid_request_error")
+            return
+        try:
+            tl = await self._serve(scope, receive, send, endpoint, body, terms, t0)
+        finally:
+            admitted.settle(0.0 if tl is None else _tokens_used(tl))
+
+    async def _serve(
+        self,
+        scope: Scope,
+        receive: Receive,
+        send: Send,
+        endpoint: str,
+        body: dict[str, Any],
+        terms: Terms,
+        t0: float,
+    ) -> Timeline | None:
+        """Admit, route and answer one validated request read at ``t0``; its timeline
+        (None: it never reached the fleet)."""
         handler = asyncio.current_task()
         assert handler is not None
         answered, gone = _Flag(), _Flag()
         watcher = asyncio.create_task(_cancel_on_disconnect(receive, handler, answered, gone))
+        ticket: Ticket | None = None
+        deadline: Deadline | None = None
+        tl: Timeline | None = None
         try:
-            reply = await dispatcher.dispatch(endpoint, body, tl=tl)
-            if isinstance(reply, Reply):
-                answered.set()
-                await _send(send, reply.status, reply.body, _hdrs(reply.headers))
-                return
-            await self._stream(send, reply, answered)
+            if self.admission is not None:
+                entered = await self._admit(terms, t0)
+                if isinstance(entered, Shed):
+                    answered.set()
+                    kind = "overloaded_error" if entered.status != 504 else "timeout_error"
+                    await _send_error(
+                        send, entered.status, entered.message, kind, entered.headers()
+                    )
+                    return None
+                ticket = entered
+            tl = Timeline.begin(
+                self.router.instances.mode,
+                endpoint,
+                bool(body.get("stream")),
+                self.router.tracer,
+                _header(scope, b"traceparent"),
+            )
+            if ticket is not None:
+                ticket.tl = tl
+            if terms.deadline_s is not None:
+                left = terms.deadline_s - (time.perf_counter() - t0)
+                deadline = Deadline(left, handler, _expire(self.router, tl, terms))
+            await self._answer(send, endpoint, body, tl, deadline, answered)
         except asyncio.CancelledError:
+            if deadline is not None and deadline.passed and not (gone.is_set or answered.is_set):
+                # the first-byte deadline passed: the legs are cancelled, the request
+                # settled as a 504 (:func:`_expire`); answer it now
+                handler.uncancel()
+                answered.set()
+                msg = f"no first byte within the request's deadline of {terms.deadline_s:g} s"
+                hs = drop_headers(1.0, "deadline_exceeded")
+                await _send_error(send, 504, msg, "timeout_error", hs)
+                return tl
             if not gone.is_set:
                 raise  # not the client's doing (the server is stopping)
             # the client went away: the legs are cancelled and the request settled; there
             # is no one to answer, and nothing went wrong (uvicorn would log a traceback)
             handler.uncancel()
         finally:
+            if deadline is not None:
+                deadline.disarm()
             watcher.cancel()
-            admitted.settle(_tokens_used(tl))
+            if ticket is not None:
+                ticket.release()
+        return tl
+
+    async def _answer(
+        self,
+        send: Send,
+        endpoint: str,
+        body: dict[str, Any],
+        tl: Timeline,
+        deadline: Deadline | None,
+        answered: _Flag,
+    ) -> None:
+        """Route the request and send its answer (a stream's first chunk read under the
+        deadline, when there is one)."""
+        reply = await self.router.dispatcher.dispatch(endpoint, body, tl=tl)
+        if deadline is not None:
+            if isinstance(reply, StreamReply):
+                reply = await _first_chunk(reply)
+            deadline.disarm()
+        if isinstance(reply, Reply):
+            answered.set()
+            await _send(send, reply.status, reply.body, _hdrs(reply.headers))
+            return
+        await self._stream(send, reply, answered)
+
+    async def _admit(self, terms: Terms, t0: float) -> Ticket | Shed:
+        """A place in the fleet for a request read at ``t0`` (perf_counter), within its
+        terms' queue limit."""
+        assert self.admission is not None
+        limit = terms.queue_limit_s
+        at = None
+        if limit is not None:
+            at = self.admission.clock() + limit - (time.perf_counter() - t0)
+        return await self.admission.enter(terms.klass, at)
 
     async def _stream(self, send: Send, reply: StreamReply, answered: _Flag) -> None:
         try:
@@ -367,7 +483,7 @@ class RouterApp:
         return body, ""
 
 
-_AUDITED_FIELDS = ("instance", "drain", "event", "mode", "policy")
+_AUDITED_FIELDS = ("instance", "drain", "event", "mode", "policy", *ADMISSION_SETTINGS)
 
 
 class _Exchange:
@@ -397,7 +513,29 @@ class _Exchange:
             return None
         if not isinstance(req, dict):
             return None
-        return {k: req[k] for k in _AUDITED_FIELDS if isinstance(req.get(k), str | bool)}
+        kinds = str | bool | int | float
+        return {k: req[k] for k in _AUDITED_FIELDS if isinstance(req.get(k), kinds)}
+
+
+def _expire(router: Router, tl: Timeline, terms: Terms) -> Callable[[], None]:
+    """What a passed first-byte deadline does before cancelling the handler: settle the
+    request as a 504 (the ledger then asks the prefill to free KV it may hold)."""
+
+    def expire() -> None:
+        tl.note(f"no first byte within its deadline of {terms.deadline_s:g} s: cancelled")
+        router.ledger.finish(tl, "error", 504, "first-byte deadline passed")
+
+    return expire
+
+
+async def _first_chunk(reply: StreamReply) -> StreamReply:
+    """:func:`first_chunk`, the stream given back whatever happens meanwhile."""
+    try:
+        return await first_chunk(reply)
+    except BaseException:
+        with contextlib.suppress(Exception):
+            await reply.aclose()
+        raise
 
 
 def _tokens_used(tl: Timeline) -> float | None:
