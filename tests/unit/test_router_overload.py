@@ -160,3 +160,25 @@ def test_terms_of_headers_and_body():
     assert isinstance(terms_of([(b"pdctl-deadline-ms", b"99999999999")], {}), str)
     assert isinstance(terms_of([], {"priority": True}), str)
     assert json.dumps(Terms().klass) == '"standard"'
+
+
+@pytest.mark.parametrize(
+    ("args", "sent"),
+    [
+        (["--scheduling-policy", "priority"], -1),
+        (["--scheduling-policy=priority"], -1),
+        ([], None),
+        (["--scheduling-policy", "fcfs"], None),
+    ],
+)
+async def test_class_reaches_engines_as_priority_only_where_they_schedule_by_it(args, sent):
+    async with rig("push", fleet={"vllm_args": args}) as t, httpx.AsyncClient() as c:
+        assert t.app.priority_scheduling is (sent is not None)
+        hs = {"pdctl-priority": "interactive"}
+        r = await c.post(t.url + URL, json=body(priority=5), headers=hs)
+        assert r.status_code == 200, r.text
+        r = await c.post(t.url + URL, json=body(), headers=hs)
+        assert r.status_code == 200, r.text
+        got = [req["body"].get("priority") for req in t.d.state.requests]
+        assert got == ([5, sent] if sent is not None else [None, None])
+        assert [req["body"].get("priority") for req in t.p.state.requests] == got

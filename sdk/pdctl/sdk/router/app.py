@@ -40,7 +40,7 @@ from pdctl.sdk.router.flightrec import FlightRecorder
 from pdctl.sdk.router.guard import Guard
 from pdctl.sdk.router.hardening import json_too_deep
 from pdctl.sdk.router.limits import Refusal, drop_headers
-from pdctl.sdk.router.terms import Terms, terms_of
+from pdctl.sdk.router.terms import Terms, pass_priority, priority_scheduling, terms_of
 from pdctl.sdk.router.timeline import Timeline
 
 Scope = MutableMapping[str, Any]
@@ -109,6 +109,8 @@ class RouterApp:
         adm = router.settings.admission
         self.admission: Admission | None = None
         """Admission control (:mod:`.admission`; None: router.admission.enabled = false)."""
+        self.priority_scheduling = priority_scheduling(router.plan)
+        """Every engine runs vLLM's priority scheduler: requests carry their class."""
         if adm.enabled:
             p, d = router.prefills, router.decodes
             self.admission = Admission(adm, p, d, router.registry, share=share)
@@ -311,6 +313,7 @@ class RouterApp:
             admitted.settle(0.0)
             await _send_error(send, 400, terms, "invalid_request_error")
             return
+        pass_priority(body, terms.klass, self.priority_scheduling)
         try:
             tl = await self._serve(scope, receive, send, endpoint, body, terms, t0)
         finally:
