@@ -303,3 +303,13 @@ def test_gauge_names_are_the_installed_vllms():
     src = (Path(spec.origin).parent / "v1" / "metrics" / "loggers.py").read_text()
     for name in GAUGES:
         assert f'name="{name}"' in src, name
+
+
+async def test_a_stage_with_no_eligible_instance_is_not_overload():
+    a, _, _ = make(decode_in_flight_per_instance=1)
+    t = await a.enter("standard")
+    assert isinstance(t, Ticket)
+    assert a.room() == "decode_saturated"
+    a.decodes[0].healthy = False  # the instance set waits for one and answers 503 itself
+    assert a.room() is None
+    assert isinstance(await a.enter("standard"), Ticket)

@@ -188,9 +188,11 @@ class Admission:
         """None when a request may start now, else the stage that is full."""
         p_live = sum(1 for u in self.prefills if u.eligible() and not u.drained)
         d_live = sum(1 for u in self.decodes if u.eligible() and not u.drained)
-        if self.prefills and self.in_prefill() >= self._cap(self.limits["prefill"] * p_live):
+        # a stage with no eligible instance is the instance set's to answer (it waits
+        # router.unavailable_wait_s for one, then 503), not overload
+        if p_live and self.in_prefill() >= self._cap(self.limits["prefill"] * p_live):
             return "prefill_saturated"
-        if self._in_flight >= self._cap(self.limits["decode"] * d_live):
+        if d_live and self._in_flight >= self._cap(self.limits["decode"] * d_live):
             return "decode_saturated"
         if self.prefills and self.saturation.stage_saturated(self.prefills):
             return "prefill_saturated"
