@@ -10,13 +10,16 @@ control: ``GET /v1/pdctl/state`` (mode, per-instance in-flight legs and drained 
 ``{"policy": POLICY}`` (cache_aware only where the router was started with it) and
 ``POST /v1/pdctl/instance``
 ``{"instance": NAME, "event": "up"|"down"}`` (the supervisor's word that an instance was
-restarted and is ready, or stopped/failed: no waiting for the next health check); these
+restarted and is ready, or stopped/failed: no waiting for the next health check),
+``POST /v1/pdctl/admission`` (admission limits and thresholds: :mod:`.admission`) and
 ``GET /v1/pdctl/audit`` (the audit log's recent entries).
 Who may call what is the :class:`~pdctl.sdk.router.guard.Guard`'s: inference endpoints
 need a key once any is configured, everything under ``/v1/pdctl/`` an admin key once one
 is; keys are compared in constant time and never logged; completions pass the tenant's
-and key's rate limits (429 with ``Retry-After``); control actions and refused keys go to
-the audit log.
+and key's rate limits (429 with ``Retry-After``), then admission control (a bounded
+priority queue; :mod:`.admission`, with the request's terms from :mod:`.terms`) and, when
+it has one, a first-byte deadline (:mod:`.deadline`); control actions and refused keys go
+to the audit log.
 Errors use OpenAI's shape. The request body is capped (413) and a client that
 disconnects cancels both legs.
 """
