@@ -26,30 +26,25 @@ disconnects cancels both legs.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import json
 import time
-from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any, Protocol
 from urllib.parse import parse_qs
 
 from pdctl.sdk.apikey import read_api_key
-from pdctl.sdk.router.admission import ADMISSION_SETTINGS, Admission, Shed, Ticket
+from pdctl.sdk.router.admission import ADMISSION_SETTINGS, Admission
+from pdctl.sdk.router.asgi import Message, Receive, Scope, Send
+from pdctl.sdk.router.asgi import send_body as _send
+from pdctl.sdk.router.asgi import send_error as _send_error
 from pdctl.sdk.router.auth import KeyRing, Principal
-from pdctl.sdk.router.core import Reply, Router, StreamReply, error_body
-from pdctl.sdk.router.deadline import Deadline, first_chunk
+from pdctl.sdk.router.core import Router
 from pdctl.sdk.router.flightrec import FlightRecorder
+from pdctl.sdk.router.gate import Gate
 from pdctl.sdk.router.guard import Guard
 from pdctl.sdk.router.hardening import json_too_deep
-from pdctl.sdk.router.limits import Refusal, drop_headers
-from pdctl.sdk.router.terms import Terms, pass_priority, priority_scheduling, terms_of
+from pdctl.sdk.router.limits import Refusal
+from pdctl.sdk.router.terms import pass_priority, priority_scheduling, terms_of
 from pdctl.sdk.router.timeline import Timeline
-
-Scope = MutableMapping[str, Any]
-Message = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[Message]]
-Send = Callable[[Message], Awaitable[None]]
 
 DEFAULT_MAX_BODY = 8 * 1024 * 1024
 _COMPLETION_ENDPOINTS = ("/v1/completions", "/v1/chat/completions")
@@ -117,6 +112,7 @@ class RouterApp:
         if adm.enabled:
             p, d = router.prefills, router.decodes
             self.admission = Admission(adm, p, d, router.registry, share=share)
+        self.gate = Gate(router, self.admission)
         self.flights = FlightRecorder(router.upstreams)
         self.max_body = max_body
         if guard is None:
@@ -318,123 +314,9 @@ class RouterApp:
             return
         pass_priority(body, terms.klass, self.priority_scheduling)
         try:
-            tl = await self._serve(scope, receive, send, endpoint, body, terms, t0)
+            tl = await self.gate.serve(scope, receive, send, endpoint, body, terms, t0)
         finally:
             admitted.settle(0.0 if tl is None else _tokens_used(tl))
-
-    async def _serve(
-        self,
-        scope: Scope,
-        receive: Receive,
-        send: Send,
-        endpoint: str,
-        body: dict[str, Any],
-        terms: Terms,
-        t0: float,
-    ) -> Timeline | None:
-        """Admit, route and answer one validated request read at ``t0``; its timeline
-        (None: it never reached the fleet)."""
-        handler = asyncio.current_task()
-        assert handler is not None
-        answered, gone = _Flag(), _Flag()
-        watcher = asyncio.create_task(_cancel_on_disconnect(receive, handler, answered, gone))
-        ticket: Ticket | None = None
-        deadline: Deadline | None = None
-        tl: Timeline | None = None
-        try:
-            if self.admission is not None:
-                entered = await self._admit(terms, t0)
-                if isinstance(entered, Shed):
-                    answered.set()
-                    kind = "overloaded_error" if entered.status != 504 else "timeout_error"
-                    await _send_error(
-                        send, entered.status, entered.message, kind, entered.headers()
-                    )
-                    return None
-                ticket = entered
-            tl = Timeline.begin(
-                self.router.instances.mode,
-                endpoint,
-                bool(body.get("stream")),
-                self.router.tracer,
-                _header(scope, b"traceparent"),
-            )
-            if ticket is not None:
-                ticket.tl = tl
-            if terms.deadline_s is not None:
-                left = terms.deadline_s - (time.perf_counter() - t0)
-                deadline = Deadline(left, handler, _expire(self.router, tl, terms))
-            await self._answer(send, endpoint, body, tl, deadline, answered)
-        except asyncio.CancelledError:
-            if deadline is not None and deadline.passed and not (gone.is_set or answered.is_set):
-                # the first-byte deadline passed: the legs are cancelled, the request
-                # settled as a 504 (:func:`_expire`); answer it now
-                handler.uncancel()
-                answered.set()
-                msg = f"no first byte within the request's deadline of {terms.deadline_s:g} s"
-                hs = drop_headers(1.0, "deadline_exceeded")
-                await _send_error(send, 504, msg, "timeout_error", hs)
-                return tl
-            if not gone.is_set:
-                raise  # not the client's doing (the server is stopping)
-            # the client went away: the legs are cancelled and the request settled; there
-            # is no one to answer, and nothing went wrong (uvicorn would log a traceback)
-            handler.uncancel()
-        finally:
-            if deadline is not None:
-                deadline.disarm()
-            watcher.cancel()
-            if ticket is not None:
-                ticket.release()
-        return tl
-
-    async def _answer(
-        self,
-        send: Send,
-        endpoint: str,
-        body: dict[str, Any],
-        tl: Timeline,
-        deadline: Deadline | None,
-        answered: _Flag,
-    ) -> None:
-        """Route the request and send its answer (a stream's first chunk read under the
-        deadline, when there is one)."""
-        reply = await self.router.dispatcher.dispatch(endpoint, body, tl=tl)
-        if deadline is not None:
-            if isinstance(reply, StreamReply):
-                reply = await _first_chunk(reply)
-            deadline.disarm()
-        if isinstance(reply, Reply):
-            answered.set()
-            await _send(send, reply.status, reply.body, _hdrs(reply.headers))
-            return
-        await self._stream(send, reply, answered)
-
-    async def _admit(self, terms: Terms, t0: float) -> Ticket | Shed:
-        """A place in the fleet for a request read at ``t0`` (perf_counter), within its
-        terms' queue limit."""
-        assert self.admission is not None
-        limit = terms.queue_limit_s
-        at = None
-        if limit is not None:
-            at = self.admission.clock() + limit - (time.perf_counter() - t0)
-        return await self.admission.enter(terms.klass, at)
-
-    async def _stream(self, send: Send, reply: StreamReply, answered: _Flag) -> None:
-        try:
-            await send(
-                {
-                    "type": "http.response.start",
-                    "status": reply.status,
-                    "headers": _hdrs(reply.headers),
-                }
-            )
-            async for chunk in reply.chunks:
-                await send({"type": "http.response.body", "body": chunk, "more_body": True})
-            answered.set()
-            await send({"type": "http.response.body", "body": b"", "more_body": False})
-        finally:
-            await reply.aclose()
 
     async def _read_body(self, receive: Receive) -> bytes:
         parts: list[bytes] = []
@@ -523,27 +405,6 @@ class _Exchange:
         return {k: req[k] for k in _AUDITED_FIELDS if isinstance(req.get(k), kinds)}
 
 
-def _expire(router: Router, tl: Timeline, terms: Terms) -> Callable[[], None]:
-    """What a passed first-byte deadline does before cancelling the handler: settle the
-    request as a 504 (the ledger then asks the prefill to free KV it may hold)."""
-
-    def expire() -> None:
-        tl.note(f"no first byte within its deadline of {terms.deadline_s:g} s: cancelled")
-        router.ledger.finish(tl, "error", 504, "first-byte deadline passed")
-
-    return expire
-
-
-async def _first_chunk(reply: StreamReply) -> StreamReply:
-    """:func:`first_chunk`, the stream given back whatever happens meanwhile."""
-    try:
-        return await first_chunk(reply)
-    except BaseException:
-        with contextlib.suppress(Exception):
-            await reply.aclose()
-        raise
-
-
 def _tokens_used(tl: Timeline) -> float | None:
     """Tokens a finished request cost (its usage); 0 for one that failed before any was
     counted; None (keep the reservation) when it succeeded without a usage."""
@@ -551,69 +412,3 @@ def _tokens_used(tl: Timeline) -> float | None:
     if known:
         return float(sum(known))
     return None if tl.outcome == "ok" else 0.0
-
-
-class _Flag:
-    __slots__ = ("is_set",)
-
-    def __init__(self) -> None:
-        self.is_set = False
-
-    def set(self) -> None:
-        self.is_set = True
-
-
-async def _cancel_on_disconnect(
-    receive: Receive, handler: asyncio.Task[Any], answered: _Flag, gone: _Flag
-) -> None:
-    """Cancel the request handler (and so both legs) when the client goes away before
-    its answer is complete, and say so in ``gone``. (Servers also report "disconnect"
-    once the answer is sent.)"""
-    while True:
-        msg = await receive()
-        if msg["type"] == "http.disconnect":
-            if not answered.is_set:
-                gone.set()
-                handler.cancel()
-            return
-
-
-def _header(scope: Scope, name: bytes) -> str | None:
-    """A request header's value (the first one), or None."""
-    for k, v in scope["headers"]:
-        if k == name:
-            return bytes(v).decode("latin-1")
-    return None
-
-
-def _hdrs(headers: list[tuple[str, str]]) -> list[tuple[bytes, bytes]]:
-    return [(k.lower().encode(), v.encode()) for k, v in headers]
-
-
-async def _send(
-    send: Send,
-    status: int,
-    body: bytes,
-    headers: list[tuple[bytes, bytes]] | None = None,
-) -> None:
-    hs = headers or [(b"content-type", b"application/json")]
-    with contextlib.suppress(OSError):
-        await send(
-            {
-                "type": "http.response.start",
-                "status": status,
-                "headers": [*hs, (b"content-length", str(len(body)).encode())],
-            }
-        )
-        await send({"type": "http.response.body", "body": body, "more_body": False})
-
-
-async def _send_error(
-    send: Send,
-    status: int,
-    message: str,
-    kind: str,
-    headers: list[tuple[bytes, bytes]] | None = None,
-) -> None:
-    hs = [(b"content-type", b"application/json"), *(headers or [])]
-    await _send(send, status, error_body(status, message, kind), hs)
