@@ -215,6 +215,25 @@ async def test_notify_and_set_policy_are_client_operations():
             assert (await router.notify("prefill-0", "up")).instance("prefill-0").healthy
 
 
+async def test_set_admission_is_a_client_operation():
+    from pdctl.sdk import RouterError
+
+    async with rig("push") as t:
+        async with AsyncRouterClient(t.url) as router:
+            st = await router.set_admission(max_queued=9, max_kv_usage=0.5)
+            assert (st.admission["max_queued"], st.admission["max_kv_usage"]) == (9, 0.5)
+            with pytest.raises(RouterError) as e:
+                await router.set_admission(max_queued=-1)
+            assert "max_queued" in e.value.message
+            assert (await router.state()).admission["max_queued"] == 9
+
+        def script() -> int:
+            with RouterClient(t.url) as router:
+                return int(router.set_admission(max_queued=3).admission["max_queued"])
+
+        assert await asyncio.to_thread(script) == 3
+
+
 async def test_leaving_a_stream_early_closes_its_connection():
     slow = MockConfig(role="decode", chunk_delay_s=0.2)
     async with rig("push", decodes=[slow]) as t:

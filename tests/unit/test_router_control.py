@@ -63,7 +63,10 @@ async def test_wait_drained_returns_once_in_flight_work_is_done():
         assert (await req).status_code == 200
         await ctl.resume("prefill-0")
         req2 = asyncio.create_task(c.post(t.url + "/v1/completions", json=body()))
-        await asyncio.sleep(0.1)
+        for _ in range(100):  # its prefill leg is in flight (a loaded machine may take a while)
+            if (await ctl.state()).instance("prefill-0").in_flight:
+                break
+            await asyncio.sleep(0.02)
         await ctl.drain("prefill-0")
         with pytest.raises(RouterError, match="1 request\\(s\\) in flight"):
             await ctl.wait_drained("prefill-0", timeout_s=0.1, poll_s=0.02)

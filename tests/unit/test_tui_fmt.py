@@ -189,3 +189,14 @@ def test_process_shows_restarts_and_backoff():
     t = fmt.process("backoff", 1, 3.2)
     assert (t.plain, str(t.style)) == ("backoff 3s ↻1", "yellow")
     assert str(fmt.process("failed", 5).style) == "bold red"
+
+
+def test_admission_figures_in_the_summary():
+    from pdctl.tui.screens.main import admission_figures
+
+    assert admission_figures({}) == ""
+    assert admission_figures({"enabled": False}) == ""
+    adm = {"enabled": True, "queued": 3, "max_queued": 512, "in_prefill": 2, "in_flight": 9}
+    assert admission_figures(adm) == "queued 3/512 · prefill 2 · decode 9"
+    hot = admission_figures({**adm, "saturated": ["decode-0"]})
+    assert hot.endswith("saturated: decode-0")

@@ -80,6 +80,10 @@ def set_policy_op(policy: str) -> Op[RouterState]:
     return RouterState.from_json((yield Call("POST", "/v1/pdctl/policy", {"policy": policy})))
 
 
+def set_admission_op(settings: dict[str, Any]) -> Op[RouterState]:
+    return RouterState.from_json((yield Call("POST", "/v1/pdctl/admission", settings)))
+
+
 def drain_op(instance: str, drain: bool) -> Op[RouterState]:
     body = {"instance": instance, "drain": drain}
     return RouterState.from_json((yield Call("POST", "/v1/pdctl/drain", body)))

@@ -203,6 +203,10 @@ class RouterState:
     modes: tuple[str, ...]
     """The modes this fleet supports (``push`` and ``push-sequential`` for push fleets)."""
     instances: tuple[RoutedInstance, ...]
+    admission: dict[str, Any] = field(default_factory=dict)
+    """Admission control's settings and counts (``enabled``, ``max_queued``, ``queued``,
+    ``in_prefill``, ``in_flight``, ``saturated``, ``unknown``, ...); empty from a router
+    without it."""
 
     def instance(self, name: str) -> RoutedInstance:
         for i in self.instances:
@@ -230,4 +234,5 @@ class RouterState:
                 )
                 for i in data.get("instances", ())
             ),
+            admission=dict(data.get("admission") or {}),
         )

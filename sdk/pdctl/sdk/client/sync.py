@@ -162,6 +162,11 @@ class RouterClient(BaseClient):
         """Switch the selection policy (``cache_aware`` only on a router started with it)."""
         return self.run(ops.set_policy_op(policy))
 
+    def set_admission(self, **settings: int | float) -> RouterState:
+        """Change admission limits and thresholds on every router worker
+        (``max_queued=64``, ``max_kv_usage=0.9``: docs/router.md, "Overload")."""
+        return self.run(ops.set_admission_op(dict(settings)))
+
     def drain(self, instance: str) -> RouterState:
         """Route no new requests to ``instance``; the ones in flight finish there."""
         return self.run(ops.drain_op(instance, True))

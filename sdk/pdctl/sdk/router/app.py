@@ -10,44 +10,51 @@ control: ``GET /v1/pdctl/state`` (mode, per-instance in-flight legs and drained 
 ``{"policy": POLICY}`` (cache_aware only where the router was started with it) and
 ``POST /v1/pdctl/instance``
 ``{"instance": NAME, "event": "up"|"down"}`` (the supervisor's word that an instance was
-restarted and is ready, or stopped/failed: no waiting for the next health check); these
+restarted and is ready, or stopped/failed: no waiting for the next health check),
+``POST /v1/pdctl/admission`` (admission limits and thresholds: :mod:`.admission`) and
 ``GET /v1/pdctl/audit`` (the audit log's recent entries).
 Who may call what is the :class:`~pdctl.sdk.router.guard.Guard`'s: inference endpoints
 need a key once any is configured, everything under ``/v1/pdctl/`` an admin key once one
 is; keys are compared in constant time and never logged; completions pass the tenant's
-and key's rate limits (429 with ``Retry-After``); control actions and refused keys go to
-the audit log.
+and key's rate limits (429 with ``Retry-After``), then admission control (a bounded
+priority queue; :mod:`.admission`, with the request's terms from :mod:`.terms`) and, when
+it has one, a first-byte deadline (:mod:`.deadline`); control actions and refused keys go
+to the audit log.
 Errors use OpenAI's shape. The request body is capped (413) and a client that
 disconnects cancels both legs.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import json
 import time
-from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any, Protocol
 from urllib.parse import parse_qs
 
 from pdctl.sdk.apikey import read_api_key
+from pdctl.sdk.router.admission import ADMISSION_SETTINGS, Admission
+from pdctl.sdk.router.asgi import Message, Receive, Scope, Send
+from pdctl.sdk.router.asgi import send_body as _send
+from pdctl.sdk.router.asgi import send_error as _send_error
 from pdctl.sdk.router.auth import KeyRing, Principal
-from pdctl.sdk.router.core import Reply, Router, StreamReply, error_body
+from pdctl.sdk.router.core import Router
 from pdctl.sdk.router.flightrec import FlightRecorder
+from pdctl.sdk.router.gate import Gate
 from pdctl.sdk.router.guard import Guard
 from pdctl.sdk.router.hardening import json_too_deep
 from pdctl.sdk.router.limits import Refusal
+from pdctl.sdk.router.terms import pass_priority, priority_scheduling, terms_of
 from pdctl.sdk.router.timeline import Timeline
-
-Scope = MutableMapping[str, Any]
-Message = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[Message]]
-Send = Callable[[Message], Awaitable[None]]
 
 DEFAULT_MAX_BODY = 8 * 1024 * 1024
 _COMPLETION_ENDPOINTS = ("/v1/completions", "/v1/chat/completions")
-_CONTROL_ENDPOINTS = ("/v1/pdctl/drain", "/v1/pdctl/mode", "/v1/pdctl/instance", "/v1/pdctl/policy")
+_CONTROL_ENDPOINTS = (
+    "/v1/pdctl/drain",
+    "/v1/pdctl/mode",
+    "/v1/pdctl/instance",
+    "/v1/pdctl/policy",
+    "/v1/pdctl/admission",
+)
 
 
 def load_api_key(router: Router) -> bytes | None:
@@ -91,10 +98,21 @@ class RouterApp:
         max_body: int = DEFAULT_MAX_BODY,
         api_key: bytes | None = None,
         guard: Guard | None = None,
+        share: float = 1.0,
     ) -> None:
         """``guard`` decides who may do what; without one, ``api_key`` (when given) is
-        the one admin key, else nothing is guarded (a loopback-only router)."""
+        the one admin key, else nothing is guarded (a loopback-only router). ``share``:
+        the part of the admission limits this process enforces (1/N of N workers)."""
         self.router = router
+        adm = router.settings.admission
+        self.admission: Admission | None = None
+        """Admission control (:mod:`.admission`; None: router.admission.enabled = false)."""
+        self.priority_scheduling = priority_scheduling(router.plan)
+        """Every engine runs vLLM's priority scheduler: requests carry their class."""
+        if adm.enabled:
+            p, d = router.prefills, router.decodes
+            self.admission = Admission(adm, p, d, router.registry, share=share)
+        self.gate = Gate(router, self.admission)
         self.flights = FlightRecorder(router.upstreams)
         self.max_body = max_body
         if guard is None:
@@ -175,8 +193,12 @@ class RouterApp:
             msg = await receive()
             if msg["type"] == "lifespan.startup":
                 await self.router.start()
+                if self.admission is not None:
+                    self.admission.saturation.start(self.router.upstreams)
                 await send({"type": "lifespan.startup.complete"})
             elif msg["type"] == "lifespan.shutdown":
+                if self.admission is not None:
+                    await self.admission.saturation.stop()
                 await self.router.stop()
                 await send({"type": "lifespan.shutdown.complete"})
                 return
@@ -214,8 +236,22 @@ class RouterApp:
     async def state(self) -> dict[str, Any]:
         """``/v1/pdctl/state``: this process's, or every worker's merged."""
         if self.cluster is None:
-            return self.router.instances.control_state()
+            return self.control_state()
         return await self.cluster.state()
+
+    def control_state(self) -> dict[str, Any]:
+        """This process's control state: the instance set's and the admission's."""
+        adm = {"enabled": False} if self.admission is None else self.admission.state()
+        return {**self.router.instances.control_state(), "admission": adm}
+
+    def apply(self, setting: str, req: dict[str, Any]) -> tuple[int, str, str] | None:
+        """Apply one control change (every worker applies the same one through here):
+        ``admission`` to the admission control, the rest to the instance set."""
+        if setting != "admission":
+            return self.router.instances.apply(setting, req)
+        if self.admission is None:
+            return 409, "admission control is off (router.admission.enabled)", "conflict_error"
+        return self.admission.apply(req)
 
     async def _control(self, receive: Receive, send: Send, endpoint: str) -> None:
         try:
@@ -226,12 +262,12 @@ class RouterApp:
             await _send_error(send, 400, "send a JSON object", "invalid_request_error")
             return
         setting = endpoint.rsplit("/", 1)[-1]
-        refused = self.router.instances.apply(setting, req)
+        refused = self.apply(setting, req)
         if refused is not None:
             await _send_error(send, *refused)
             return
         if self.cluster is None:
-            await _send(send, 200, json.dumps(self.router.instances.control_state()).encode())
+            await _send(send, 200, json.dumps(self.control_state()).encode())
             return
         # every worker has it before the answer (the parent's word on how many did)
         change = await self.cluster.changed(setting, req)
@@ -269,50 +305,18 @@ class RouterApp:
             await _send_error(send, 429, admitted.message, "rate_limit_error", admitted.headers())
             self.guard.limits.meter.refusal_s.observe(time.perf_counter() - t0, admitted.tenant)
             return
-        dispatcher = self.router.dispatcher
-        tl = Timeline.begin(
-            self.router.instances.mode,
-            endpoint,
-            bool(body.get("stream")),
-            self.router.tracer,
-            _header(scope, b"traceparent"),
-        )
-        handler = asyncio.current_task()
-        assert handler is not None
-        answered, gone = _Flag(), _Flag()
-        watcher = asyncio.create_task(_cancel_on_disconnect(receive, handler, answered, gone))
+        default_ms = self.router.settings.admission.default_deadline_ms
+        terms = terms_of(scope["headers"], body, default_ms)
+        tl: Timeline | None = None
+        if isinstance(terms, str):
+            admitted.settle(0.0)
+            await _send_error(send, 400, terms, "invalid_request_error")
+            return
+        pass_priority(body, terms.klass, self.priority_scheduling)
         try:
-            reply = await dispatcher.dispatch(endpoint, body, tl=tl)
-            if isinstance(reply, Reply):
-                answered.set()
-                await _send(send, reply.status, reply.body, _hdrs(reply.headers))
-                return
-            await self._stream(send, reply, answered)
-        except asyncio.CancelledError:
-            if not gone.is_set:
-                raise  # not the client's doing (the server is stopping)
-            # the client went away: the legs are cancelled and the request settled; there
-            # is no one to answer, and nothing went wrong (uvicorn would log a traceback)
-            handler.uncancel()
+            tl = await self.gate.serve(scope, receive, send, endpoint, body, terms, t0)
         finally:
-            watcher.cancel()
-            admitted.settle(_tokens_used(tl))
-
-    async def _stream(self, send: Send, reply: StreamReply, answered: _Flag) -> None:
-        try:
-            await send(
-                {
-                    "type": "http.response.start",
-                    "status": reply.status,
-                    "headers": _hdrs(reply.headers),
-                }
-            )
-            async for chunk in reply.chunks:
-                await send({"type": "http.response.body", "body": chunk, "more_body": True})
-            answered.set()
-            await send({"type": "http.response.body", "body": b"", "more_body": False})
-        finally:
-            await reply.aclose()
+            admitted.settle(0.0 if tl is None else _tokens_used(tl))
 
     async def _read_body(self, receive: Receive) -> bytes:
         parts: list[bytes] = []
@@ -367,7 +371,7 @@ class RouterApp:
         return body, ""
 
 
-_AUDITED_FIELDS = ("instance", "drain", "event", "mode", "policy")
+_AUDITED_FIELDS = ("instance", "drain", "event", "mode", "policy", *ADMISSION_SETTINGS)
 
 
 class _Exchange:
@@ -397,7 +401,8 @@ class _Exchange:
             return None
         if not isinstance(req, dict):
             return None
-        return {k: req[k] for k in _AUDITED_FIELDS if isinstance(req.get(k), str | bool)}
+        kinds = str | bool | int | float
+        return {k: req[k] for k in _AUDITED_FIELDS if isinstance(req.get(k), kinds)}
 
 
 def _tokens_used(tl: Timeline) -> float | None:
@@ -407,69 +412,3 @@ def _tokens_used(tl: Timeline) -> float | None:
     if known:
         return float(sum(known))
     return None if tl.outcome == "ok" else 0.0
-
-
-class _Flag:
-    __slots__ = ("is_set",)
-
-    def __init__(self) -> None:
-        self.is_set = False
-
-    def set(self) -> None:
-        self.is_set = True
-
-
-async def _cancel_on_disconnect(
-    receive: Receive, handler: asyncio.Task[Any], answered: _Flag, gone: _Flag
-) -> None:
-    """Cancel the request handler (and so both legs) when the client goes away before
-    its answer is complete, and say so in ``gone``. (Servers also report "disconnect"
-    once the answer is sent.)"""
-    while True:
-        msg = await receive()
-        if msg["type"] == "http.disconnect":
-            if not answered.is_set:
-                gone.set()
-                handler.cancel()
-            return
-
-
-def _header(scope: Scope, name: bytes) -> str | None:
-    """A request header's value (the first one), or None."""
-    for k, v in scope["headers"]:
-        if k == name:
-            return bytes(v).decode("latin-1")
-    return None
-
-
-def _hdrs(headers: list[tuple[str, str]]) -> list[tuple[bytes, bytes]]:
-    return [(k.lower().encode(), v.encode()) for k, v in headers]
-
-
-async def _send(
-    send: Send,
-    status: int,
-    body: bytes,
-    headers: list[tuple[bytes, bytes]] | None = None,
-) -> None:
-    hs = headers or [(b"content-type", b"application/json")]
-    with contextlib.suppress(OSError):
-        await send(
-            {
-                "type": "http.response.start",
-                "status": status,
-                "headers": [*hs, (b"content-length", str(len(body)).encode())],
-            }
-        )
-        await send({"type": "http.response.body", "body": body, "more_body": False})
-
-
-async def _send_error(
-    send: Send,
-    status: int,
-    message: str,
-    kind: str,
-    headers: list[tuple[bytes, bytes]] | None = None,
-) -> None:
-    hs = [(b"content-type", b"application/json"), *(headers or [])]
-    await _send(send, status, error_body(status, message, kind), hs)

@@ -64,6 +64,7 @@ class Router:
         health_interval_s: float = 2.0,
     ) -> None:
         self.spec = spec
+        self.plan = plan
         self.instances = InstanceSet(spec, plan, mode=mode, health_interval_s=health_interval_s)
         self.settings = self.instances.settings
         self.served_name = self.instances.served_name

@@ -79,11 +79,17 @@ class Refusal:
         )
 
     def headers(self) -> list[tuple[bytes, bytes]]:
-        return [
-            (b"retry-after", str(max(1, math.ceil(self.retry_after_s))).encode()),
-            (b"pdctl-retry-after-ms", str(math.ceil(self.retry_after_s * 1000)).encode()),
-            (b"pdctl-drop-reason", self.reason.encode()),
-        ]
+        return drop_headers(self.retry_after_s, self.reason)
+
+
+def drop_headers(retry_after_s: float, reason: str) -> list[tuple[bytes, bytes]]:
+    """The headers of a request the router did not serve: ``Retry-After`` (whole seconds,
+    at least 1), ``pdctl-retry-after-ms`` and ``pdctl-drop-reason``."""
+    return [
+        (b"retry-after", str(max(1, math.ceil(retry_after_s))).encode()),
+        (b"pdctl-retry-after-ms", str(math.ceil(retry_after_s * 1000)).encode()),
+        (b"pdctl-drop-reason", reason.encode()),
+    ]
 
 
 class Meter:

@@ -87,4 +87,8 @@ def merge_state(per_worker: list[dict[str, Any]]) -> dict[str, Any]:
             }
         )
     out["instances"] = instances
+    adm = [w["admission"] for w in per_worker if isinstance(w.get("admission"), dict)]
+    if adm and adm[0].get("enabled"):
+        counts = ("queued", "in_prefill", "in_flight")
+        out["admission"] = {**adm[0], **{k: sum(int(a.get(k, 0)) for a in adm) for k in counts}}
     return out

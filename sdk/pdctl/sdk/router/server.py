@@ -57,7 +57,7 @@ def build_app(
     router.dispatcher.relay.layout_note = refused_layout(report)
     router.dispatcher.recovery.link = SupervisorLink(supervisor_socket)
     guard = build_guard(spec, router, audit_path, host, share=1.0 / workers)
-    return RouterApp(router, max_body=max_body, guard=guard)
+    return RouterApp(router, max_body=max_body, guard=guard, share=1.0 / workers)
 
 
 def build_guard(

@@ -61,7 +61,7 @@ class WorkerLink:
             self.parent, {"op": "hello", "index": self.index, "pid": os.getpid()}, ASK_S
         )
         for setting, req in hello.get("changes", []):
-            refused = self.app.router.instances.apply(setting, req)
+            refused = self.app.apply(setting, req)
             if refused is not None:
                 log.warning(
                     "worker %d: cannot apply %s %s: %s", self.index, setting, req, refused[1]
@@ -82,7 +82,7 @@ class WorkerLink:
     async def _handle(self, req: dict[str, Any]) -> dict[str, Any]:
         op = req.get("op")
         if op == "apply":
-            refused = self.app.router.instances.apply(str(req["setting"]), req["req"])
+            refused = self.app.apply(str(req["setting"]), req["req"])
             if refused is not None:
                 raise PdctlError(refused[1])
             return {"ok": True}
@@ -96,7 +96,7 @@ class WorkerLink:
                 )
                 return {"ok": True, "requests": found}
             if what == "state":
-                return {"ok": True, "state": self.app.router.instances.control_state()}
+                return {"ok": True, "state": self.app.control_state()}
         raise PdctlError(f"unknown request {op!r}")
 
     # ------------------------------------------------------------------ Cluster

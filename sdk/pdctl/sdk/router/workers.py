@@ -202,6 +202,8 @@ class WorkerPool:
         async with self._lock:
             if setting != "instance":  # up/down is a moment's word, not a setting to keep
                 key = f"{setting}:{req.get('instance')}" if setting == "drain" else setting
+                if setting == "admission" and key in self.changes:  # each names some fields
+                    req = {**self.changes[key][1], **req}
                 self.changes[key] = (setting, req)
             self.version += 1
             live = [w for w in self.workers if w.registered]

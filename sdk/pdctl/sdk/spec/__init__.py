@@ -14,6 +14,7 @@ and a fix instead of a bare validation error.
 * :mod:`~pdctl.sdk.spec.fleetspec` — :class:`FleetSpec`, the whole.
 """
 
+from pdctl.sdk.spec.admission import AdmissionSpec
 from pdctl.sdk.spec.backend import (
     RAY_MANAGED_RESOURCES,
     RDMA_CAPABILITY,
@@ -66,6 +67,7 @@ __all__ = [
     "RAY_MANAGED_RESOURCES",
     "RDMA_CAPABILITY",
     "RESERVED_LABEL_PREFIXES",
+    "AdmissionSpec",
     "ApiKeySpec",
     "AuditSpec",
     "BackendKind",

@@ -7,6 +7,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
+from pdctl.sdk.spec.admission import AdmissionSpec
 from pdctl.sdk.spec.base import Port, RenderFallback, RouterPath, RouterPolicy, _Strict
 from pdctl.sdk.spec.security import (
     AuditSpec,
@@ -218,6 +219,12 @@ class RouterSpec(_Strict):
         description="The live output canary: a sampled share of greedy requests replayed "
         "on one instance alone and compared, divergence counted per P->D pair (off: "
         "rate = 0).",
+    )
+    admission: AdmissionSpec = Field(
+        default_factory=AdmissionSpec,
+        description="Admission control: bounded in-flight per stage, a priority queue, "
+        "saturation from the instances' gauges, a default first-byte deadline "
+        "(docs/router.md, 'Overload').",
     )
     release_kv_on_failure: bool = Field(
         default=True,

@@ -8,7 +8,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from rich.text import Text
 from textual import on, work
@@ -199,6 +199,10 @@ class MainScreen(Screen[None]):
         if mode:
             t.append("router ", style="bold")
             t.append(mode)
+        gate = admission_figures(u.router.admission if u.router else {})
+        if gate:
+            t.append("  admission ", style="bold")
+            t.append(gate, style="yellow" if "saturated" in gate else "")
         for note in u.notes[:1]:
             t.append(f"  {note}", style="yellow")
         return t
@@ -351,3 +355,16 @@ class MainScreen(Screen[None]):
         self.preflight = message.result
         if self.current == "preflight" and self.latest is not None:
             self.view.show(self.frame())
+
+
+def admission_figures(adm: dict[str, Any]) -> str:
+    """The router's admission control in a few words: its queue and stages, and the
+    instances their own gauges say are saturated ("" when it is off or unknown)."""
+    if not adm.get("enabled"):
+        return ""
+    out = (
+        f"queued {adm.get('queued', 0)}/{adm.get('max_queued', '?')}"
+        f" · prefill {adm.get('in_prefill', 0)} · decode {adm.get('in_flight', 0)}"
+    )
+    hot = adm.get("saturated") or []
+    return out + (f" · saturated: {', '.join(map(str, hot))}" if hot else "")

@@ -1,0 +1,87 @@
+"""Admission control and deadlines: ``[router.admission]`` (docs/router.md, "Overload")."""
+
+from __future__ import annotations
+
+from pydantic import Field, model_validator
+
+from pdctl.sdk.spec.base import _Strict
+
+
+class AdmissionSpec(_Strict):
+    """What the router lets into the fleet at once, how long the rest may queue, and when
+    an instance's own gauges say its stage is saturated.
+
+    Limits are the whole router's: a router of N workers gives each 1/N of them (at least
+    1), as it does the rate limits."""
+
+    enabled: bool = Field(
+        default=True,
+        description="Bound what the router sends the fleet and queue the rest; false "
+        "sends every request on at once (the fleet's own queues are the only ones).",
+    )
+    prefill_in_flight_per_instance: int = Field(
+        default=32,
+        ge=1,
+        description="Requests in their prefill stage (admitted, no first byte yet) per "
+        "healthy prefill instance; more wait in the router's queue.",
+    )
+    decode_in_flight_per_instance: int = Field(
+        default=256,
+        ge=1,
+        description="Requests admitted and not finished per healthy decode instance "
+        "(vLLM's default max_num_seqs on GPUs is 256); more wait in the router's queue.",
+    )
+    max_queued: int = Field(
+        default=512,
+        ge=0,
+        description="Requests waiting in the router's queue at most; one more is "
+        "answered 429 at once (a lower class queued is shed to make room for a higher "
+        "one). 0: never queue.",
+    )
+    max_queue_wait_s: float = Field(
+        default=10.0,
+        gt=0,
+        description="A queued request not admitted within this long is answered 503.",
+    )
+    max_waiting_per_instance: int = Field(
+        default=64,
+        ge=0,
+        description="An instance whose vllm:num_requests_waiting is at least this is "
+        "saturated; a stage is saturated when every healthy instance of it is. 0: off.",
+    )
+    max_kv_usage: float = Field(
+        default=0.98,
+        ge=0,
+        le=1,
+        description="An instance whose vllm:kv_cache_usage_perc (0-1) is at least this "
+        "is saturated. 0: off.",
+    )
+    scrape_interval_s: float = Field(
+        default=1.0,
+        ge=0,
+        description="How often the router reads every instance's /metrics for those "
+        "gauges; 0 never (the in-flight limits alone).",
+    )
+    stale_after_s: float = Field(
+        default=5.0,
+        gt=0,
+        description="Gauges older than this are unknown, and an unknown instance is never "
+        "taken for saturated.",
+    )
+    default_deadline_ms: int = Field(
+        default=0,
+        ge=0,
+        description="First-byte deadline of a request that sends no pdctl-deadline-ms or "
+        "pdctl-slo-ttft-ms header: past it without a first byte the request is cancelled "
+        "on both legs and answered 504. 0: none (router.request_timeout_s still applies).",
+    )
+
+    @model_validator(mode="after")
+    def _stale_after_scrape(self) -> AdmissionSpec:
+        if self.scrape_interval_s and self.stale_after_s <= self.scrape_interval_s:
+            raise ValueError(
+                f"router.admission.stale_after_s ({self.stale_after_s:g}) must be longer "
+                f"than router.admission.scrape_interval_s ({self.scrape_interval_s:g}), or "
+                "every reading would be stale before the next one; raise stale_after_s"
+            )
+        return self

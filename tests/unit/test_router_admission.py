@@ -1,0 +1,315 @@
+"""Admission control (router/admission.py) on its own: stage limits, the priority queue,
+shedding lower classes first, answers with reasons, run-time changes; and the gauges it
+reads (router/saturation.py), their names checked against the installed vLLM."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from pdctl.sdk.router.admission import CLASSES, Admission, Shed, Ticket
+from pdctl.sdk.router.instances import Upstream
+from pdctl.sdk.router.promreg import Registry
+from pdctl.sdk.router.saturation import GAUGES, Reading, reading_of
+from pdctl.sdk.spec import AdmissionSpec
+from pdctl.sdk.spec.router import RouterSpec
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 100.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def ups(role: str, n: int) -> list[Upstream]:
+    return [Upstream(f"{role}-{i}", role, f"http://127.0.0.1:{9000 + i}", None) for i in range(n)]  # type: ignore[arg-type]
+
+
+def make(
+    prefills: int = 1, decodes: int = 1, share: float = 1.0, **spec: Any
+) -> tuple[Admission, Registry, Clock]:
+    reg, clock = Registry(), Clock()
+    s = AdmissionSpec(scrape_interval_s=0, **spec)
+    p, d = ups("prefill", prefills), ups("decode", decodes)
+    a = Admission(s, p, d, reg, share=share, clock=clock)
+    return a, reg, clock
+
+
+def tl(prefill_done: float | None = None, first: float | None = None) -> Any:
+    return SimpleNamespace(prefill_done=prefill_done, decode_first_byte=first)
+
+
+def sample(reg: Registry, name: str, *labels: str) -> float:
+    for m in reg.metrics:
+        if m.name == name:
+            snap = m.snapshot()
+            for lv, v in snap["samples"]:
+                if tuple(lv) == labels:
+                    return float(v if not isinstance(v, list) else v[-1])
+    raise AssertionError(f"{name}{labels} not exported")
+
+
+async def test_admits_up_to_the_prefill_stage_limit_then_queues():
+    a, reg, _ = make(prefill_in_flight_per_instance=2, max_queue_wait_s=5)
+    t1, t2 = await a.enter("standard"), await a.enter("standard")
+    assert isinstance(t1, Ticket)
+    assert isinstance(t2, Ticket)
+    third = asyncio.create_task(a.enter("standard"))
+    await asyncio.sleep(0.05)
+    assert not third.done()
+    assert a.state()["queued"] == 1
+    t1.tl = tl(prefill_done=0.1)  # its prefill answered: its prefill-stage place is free
+    got = await asyncio.wait_for(third, 1)
+    assert isinstance(got, Ticket)
+    assert a.state()["in_flight"] == 3
+    assert a.state()["in_prefill"] == 2
+    assert sample(reg, "pdctl_router_admitted_total", "standard", "true") == 1
+    assert sample(reg, "pdctl_router_admitted_total", "standard", "false") == 2
+
+
+async def test_decode_stage_limit_frees_on_release_exactly_once():
+    a, _, _ = make(decode_in_flight_per_instance=1, max_queue_wait_s=5)
+    t1 = await a.enter("batch")
+    assert isinstance(t1, Ticket)
+    t1.tl = tl(first=0.1)
+    waiting = asyncio.create_task(a.enter("batch"))
+    await asyncio.sleep(0.02)
+    assert not waiting.done()
+    assert a.room() == "decode_saturated"
+    t1.release()
+    t1.release()  # a second release gives nothing back twice
+    t2 = await asyncio.wait_for(waiting, 1)
+    assert isinstance(t2, Ticket)
+    assert a.state()["in_flight"] == 1
+    with t2:
+        pass
+    assert a.state()["in_flight"] == 0
+
+
+async def test_full_queue_answers_429_at_once_with_reason_and_retry_after():
+    a, reg, _ = make(prefill_in_flight_per_instance=1, max_queued=1)
+    assert isinstance(await a.enter("standard"), Ticket)
+    queued = asyncio.create_task(a.enter("standard"))
+    await asyncio.sleep(0.01)
+    shed = await asyncio.wait_for(a.enter("standard"), 0.05)  # at once, not after a wait
+    assert isinstance(shed, Shed)
+    assert (shed.status, shed.reason) == (429, "prefill_saturated")
+    hs = dict(shed.headers())
+    assert hs[b"pdctl-drop-reason"] == b"prefill_saturated"
+    assert int(hs[b"retry-after"]) >= 1
+    assert int(hs[b"pdctl-retry-after-ms"]) > 0
+    assert "saturated" in shed.message
+    assert sample(reg, "pdctl_router_shed_total", "prefill_saturated", "standard") == 1
+    queued.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await queued
+    assert a.state()["queued"] == 0
+
+
+async def test_a_higher_class_sheds_a_lower_one_never_the_reverse():
+    a, reg, _ = make(prefill_in_flight_per_instance=1, max_queued=1)
+    held = await a.enter("interactive")
+    assert isinstance(held, Ticket)
+    batch = asyncio.create_task(a.enter("batch"))
+    await asyncio.sleep(0.01)
+    inter = asyncio.create_task(a.enter("interactive"))
+    out = await asyncio.wait_for(batch, 0.05)  # shed at once to make room
+    assert isinstance(out, Shed)
+    assert out.status == 429
+    assert sample(reg, "pdctl_router_shed_total", "prefill_saturated", "batch") == 1
+    # the queue holds the interactive request now: a batch one cannot push it out
+    late = await asyncio.wait_for(a.enter("batch"), 0.05)
+    assert isinstance(late, Shed)
+    assert not inter.done()
+    held.release()
+    assert isinstance(await asyncio.wait_for(inter, 1), Ticket)
+
+
+async def test_queue_admits_the_highest_class_first_then_the_oldest():
+    a, _, _ = make(decode_in_flight_per_instance=1, max_queue_wait_s=5)
+    held = await a.enter("standard")
+    assert isinstance(held, Ticket)
+    order: list[str] = []
+
+    async def one(k: str, tag: str) -> None:
+        t = await a.enter(k)
+        assert isinstance(t, Ticket)
+        order.append(tag)
+        await asyncio.sleep(0.01)
+        t.release()
+
+    tasks = []
+    for k, tag in (("batch", "b1"), ("standard", "s1"), ("interactive", "i1"), ("standard", "s2")):
+        tasks.append(asyncio.create_task(one(k, tag)))
+        await asyncio.sleep(0.005)
+    held.release()
+    await asyncio.wait_for(asyncio.gather(*tasks), 2)
+    assert order == ["i1", "s1", "s2", "b1"]
+
+
+async def test_queue_wait_and_deadline_answers():
+    a, reg, clock = make(decode_in_flight_per_instance=1, max_queue_wait_s=0.05)
+    assert isinstance(await a.enter("standard"), Ticket)
+    out = await a.enter("standard")
+    assert isinstance(out, Shed)
+    assert (out.status, out.reason) == (503, "decode_saturated")
+    # a deadline nearer than the queue wait: shed at it as slo_unreachable (504)
+    a.max_queue_wait_s = 10
+    out = await asyncio.wait_for(a.enter("interactive", deadline=clock.t + 0.03), 1)
+    assert isinstance(out, Shed)
+    assert (out.status, out.reason) == (504, "slo_unreachable")
+    assert sample(reg, "pdctl_router_shed_total", "slo_unreachable", "interactive") == 1
+    assert a.state()["queued"] == 0
+
+
+async def test_every_instance_of_a_stage_drained_is_draining():
+    a, _, _ = make(decodes=2)
+    for u in a.decodes:
+        u.drained = True
+    out = await a.enter("standard")
+    assert isinstance(out, Shed)
+    assert (out.status, out.reason) == (503, "draining")
+    a.decodes[0].drained = False
+    assert isinstance(await a.enter("standard"), Ticket)
+
+
+async def test_limits_are_per_worker_share_and_scale_with_healthy_instances():
+    a, _, _ = make(decodes=2, share=0.5, decode_in_flight_per_instance=3)
+    # 3 per decode x 2 decodes = 6 for the router; this worker of 2 holds 3
+    ts = [await a.enter("standard") for _ in range(3)]
+    assert all(isinstance(t, Ticket) for t in ts)
+    for t in ts:
+        assert isinstance(t, Ticket)
+        t.tl = tl(first=0.1)
+    assert a.room() == "decode_saturated"
+    a.decodes[1].healthy = False  # one decode down: half the room
+    a.limits["decode"] = 6  # changed at run time: 6 x 1 healthy x 0.5 = 3, all held
+    assert a.room() == "decode_saturated"
+    assert isinstance(ts[0], Ticket)
+    ts[0].release()
+    assert a.room() is None
+    a.decodes[1].healthy = True  # 6 x 2 x 0.5 = 6
+    assert a.state()["in_flight"] == 2
+    assert a.room() is None
+
+
+async def test_stale_gauges_are_unknown_never_overload():
+    a, _, clock = make(max_waiting_per_instance=4, max_kv_usage=0.9, stale_after_s=5)
+    sat = a.saturation
+    p, d = a.prefills[0], a.decodes[0]
+    sat.readings[d.name] = Reading(waiting=10, running=3, kv_usage=0.5, at=clock.t)
+    assert a.room() == "decode_saturated"
+    clock.t += 6  # the reading went stale: unknown, so not saturated
+    assert a.room() is None
+    assert d.name in a.state()["unknown"]
+    sat.readings[p.name] = Reading(waiting=0, running=1, kv_usage=0.95, at=clock.t)
+    assert a.room() == "prefill_saturated"
+    p.healthy = False  # an ineligible instance does not count: none left is not overload
+    assert a.room() is None
+
+
+async def test_one_instance_with_room_keeps_the_stage_open():
+    a, _, clock = make(decodes=2, max_waiting_per_instance=4)
+    d0, d1 = a.decodes
+    a.saturation.readings[d0.name] = Reading(9, 1, 0.1, clock.t)
+    a.saturation.readings[d1.name] = Reading(1, 1, 0.1, clock.t)
+    assert a.room() is None
+    a.saturation.readings[d1.name] = Reading(4, 1, 0.1, clock.t)
+    assert a.room() == "decode_saturated"
+
+
+async def test_run_time_changes_are_checked_and_applied():
+    a, _, _ = make()
+    assert a.apply({"max_queued": 3, "max_kv_usage": 0.5, "max_queue_wait_s": 2}) is None
+    st = a.state()
+    assert (st["max_queued"], st["max_kv_usage"], st["max_queue_wait_s"]) == (3, 0.5, 2.0)
+    assert a.apply({"decode_in_flight_per_instance": 7, "max_waiting_per_instance": 0}) is None
+    assert a.state()["decode_in_flight_per_instance"] == 7
+    for bad, word in (
+        ({"max_queued": -1}, "max_queued"),
+        ({"max_queued": True}, "max_queued"),
+        ({"max_kv_usage": 2}, "max_kv_usage"),
+        ({"max_kv_usage": "x"}, "max_kv_usage"),
+        ({"max_queue_wait_s": 0}, "max_queue_wait_s"),
+        ({"prefill_in_flight_per_instance": 0}, "prefill_in_flight_per_instance"),
+        ({"queue": 3}, "unknown admission setting"),
+        ({}, "none given"),
+    ):
+        refused = a.apply(bad)
+        assert refused is not None, bad
+        assert refused[0] == 400, bad
+        assert word in refused[1], bad
+    assert a.state()["max_queued"] == 3  # nothing of a refused change applied
+
+
+async def test_raising_a_limit_admits_the_queue_at_once():
+    a, _, _ = make(decode_in_flight_per_instance=1, max_queue_wait_s=5)
+    assert isinstance(await a.enter("standard"), Ticket)
+    w = asyncio.create_task(a.enter("standard"))
+    await asyncio.sleep(0.01)
+    assert a.apply({"decode_in_flight_per_instance": 2}) is None
+    assert isinstance(await asyncio.wait_for(w, 0.5), Ticket)
+
+
+def test_metrics_are_exported_from_zero():
+    _, reg, _ = make()
+    text = reg.expose().decode()
+    for k in CLASSES:
+        assert f'pdctl_router_shed_total{{reason="decode_saturated",class="{k}"}} 0.0' in text
+        assert f'pdctl_router_queue_depth{{class="{k}"}} 0.0' in text
+    assert 'pdctl_router_stage_in_flight{stage="prefill"} 0.0' in text
+
+
+def test_spec_defaults_and_errors_name_the_field():
+    s = RouterSpec()
+    assert s.admission.enabled
+    assert s.admission.max_queued == 512
+    with pytest.raises(ValueError, match="stale_after_s"):
+        AdmissionSpec(scrape_interval_s=5, stale_after_s=2)
+    with pytest.raises(ValueError, match="max_kv_usage"):
+        RouterSpec.model_validate({"admission": {"max_kv_usage": 1.5}})
+    with pytest.raises(ValueError, match="max_queud"):
+        RouterSpec.model_validate({"admission": {"max_queud": 1}})
+
+
+def test_reading_of_vllm_metrics_text():
+    text = (
+        "# TYPE vllm:num_requests_waiting gauge\n"
+        'vllm:num_requests_waiting{engine="0",model_name="m"} 3.0\n'
+        'vllm:num_requests_waiting{engine="1",model_name="m"} 2.0\n'
+        'vllm:num_requests_running{engine="0",model_name="m"} 7.0\n'
+        'vllm:kv_cache_usage_perc{engine="0",model_name="m"} 0.25\n'
+        'vllm:kv_cache_usage_perc{engine="1",model_name="m"} 0.75\n'
+        "garbage line here\n"
+    )
+    r = reading_of(text, 1.0)
+    assert (r.waiting, r.running, r.kv_usage, r.at) == (5.0, 7.0, 0.75, 1.0)
+    empty = reading_of("not prometheus at all", 2.0)
+    assert (empty.waiting, empty.kv_usage) == (None, None)
+
+
+def test_gauge_names_are_the_installed_vllms():
+    """vllm/v1/metrics/loggers.py (PrometheusStatLogger) names the gauges we read."""
+    spec = importlib.util.find_spec("vllm")
+    if spec is None or spec.origin is None:
+        pytest.fail("vllm is not installed in the test environment")
+    src = (Path(spec.origin).parent / "v1" / "metrics" / "loggers.py").read_text()
+    for name in GAUGES:
+        assert f'name="{name}"' in src, name
+
+
+async def test_a_stage_with_no_eligible_instance_is_not_overload():
+    a, _, _ = make(decode_in_flight_per_instance=1)
+    t = await a.enter("standard")
+    assert isinstance(t, Ticket)
+    assert a.room() == "decode_saturated"
+    a.decodes[0].healthy = False  # the instance set waits for one and answers 503 itself
+    assert a.room() is None
+    assert isinstance(await a.enter("standard"), Ticket)
