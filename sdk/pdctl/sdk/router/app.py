@@ -18,7 +18,8 @@ is; keys are compared in constant time and never logged; completions pass the te
 and key's rate limits (429 with ``Retry-After``); control actions and refused keys go to
 the audit log.
 Errors use OpenAI's shape. The request body is capped (413) and a client that
-disconnects cancels both legs.
+disconnects cancels both legs (told by the router's server through the scope's
+:data:`~pdctl.sdk.router.hardening.GONE` extension, else by the ASGI ``http.disconnect``).
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ from pdctl.sdk.router.auth import KeyRing, Principal
 from pdctl.sdk.router.core import Reply, Router, StreamReply, error_body
 from pdctl.sdk.router.flightrec import FlightRecorder
 from pdctl.sdk.router.guard import Guard
-from pdctl.sdk.router.hardening import json_too_deep
+from pdctl.sdk.router.hardening import GONE, json_too_deep
 from pdctl.sdk.router.limits import Refusal
 from pdctl.sdk.router.timeline import Timeline
 
@@ -280,7 +281,18 @@ class RouterApp:
         handler = asyncio.current_task()
         assert handler is not None
         answered, gone = _Flag(), _Flag()
-        watcher = asyncio.create_task(_cancel_on_disconnect(receive, handler, answered, gone))
+        told = scope.get("extensions", {}).get(GONE)
+        watcher: asyncio.Task[None] | None = None
+        if told is not None:  # the router's own server says when the client goes away
+
+            def client_gone() -> None:
+                if not answered.is_set:
+                    gone.set()
+                    handler.cancel()
+
+            told.callback = client_gone
+        else:  # any other ASGI server: wait for its http.disconnect
+            watcher = asyncio.create_task(_cancel_on_disconnect(receive, handler, answered, gone))
         try:
             reply = await dispatcher.dispatch(endpoint, body, tl=tl)
             if isinstance(reply, Reply):
@@ -295,7 +307,10 @@ class RouterApp:
             # is no one to answer, and nothing went wrong (uvicorn would log a traceback)
             handler.uncancel()
         finally:
-            watcher.cancel()
+            if watcher is not None:
+                watcher.cancel()
+            elif told is not None:
+                told.callback = None
             admitted.settle(_tokens_used(tl))
 
     async def _stream(self, send: Send, reply: StreamReply, answered: _Flag) -> None:
