@@ -7,7 +7,7 @@ import asyncio
 import contextlib
 import json
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, MutableMapping
 from typing import Any
 
 import httpx
@@ -285,6 +285,44 @@ async def test_client_disconnect_cancels_both_legs():
         assert (t.p.state.in_flight, t.d.state.in_flight) == (0, 0)
         assert t.router.recent()[0]["outcome"] == "cancelled"
         assert all(u.outstanding == 0 for u in t.router.upstreams)
+
+
+async def test_client_disconnect_cancels_both_legs_under_another_asgi_server():
+    """Without the router's own server (no ``GONE`` extension in the scope), the app learns
+    that its client went away from ``receive()``'s ``http.disconnect``."""
+    pcfg = MockConfig(role="prefill", delay_s=3)
+    dcfg = MockConfig(role="decode", delay_s=3)
+    async with rig("push", prefill=pcfg, decodes=[dcfg]) as t:
+        inbox: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+        inbox.put_nowait({"type": "http.request", "body": json.dumps(body()).encode()})
+        sent: list[dict[str, Any]] = []
+
+        async def send(message: MutableMapping[str, Any]) -> None:
+            sent.append(dict(message))
+
+        scope = {
+            "type": "http",
+            "method": "POST",
+            "path": "/v1/completions",
+            "headers": [(b"content-type", b"application/json")],
+            "query_string": b"",
+            "client": ("127.0.0.1", 40000),
+        }
+        call = asyncio.create_task(t.app(scope, inbox.get, send))
+        for _ in range(100):
+            if t.p.state.in_flight == 1 and t.d.state.in_flight == 1:
+                break
+            await asyncio.sleep(0.02)
+        assert (t.p.state.in_flight, t.d.state.in_flight) == (1, 1)
+        inbox.put_nowait({"type": "http.disconnect"})
+        await asyncio.wait_for(call, 2.0)
+        for _ in range(50):
+            if t.p.state.in_flight == 0 and t.d.state.in_flight == 0:
+                break
+            await asyncio.sleep(0.02)
+        assert (t.p.state.cancelled, t.d.state.cancelled) == (1, 1)
+        assert t.router.recent()[0]["outcome"] == "cancelled"
+        assert sent == []  # nobody to answer
 
 
 async def test_client_disconnect_is_not_logged_as_an_error(caplog):

@@ -21,7 +21,8 @@ priority queue; :mod:`.admission`, with the request's terms from :mod:`.terms`) 
 it has one, a first-byte deadline (:mod:`.deadline`); control actions and refused keys go
 to the audit log.
 Errors use OpenAI's shape. The request body is capped (413) and a client that
-disconnects cancels both legs.
+disconnects cancels both legs (told by the router's server through the scope's
+:data:`~pdctl.sdk.router.hardening.GONE` extension, else by the ASGI ``http.disconnect``).
 """
 
 from __future__ import annotations

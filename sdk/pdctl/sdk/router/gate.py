@@ -25,6 +25,7 @@ from pdctl.sdk.router.asgi import (
 )
 from pdctl.sdk.router.core import Reply, Router, StreamReply
 from pdctl.sdk.router.deadline import Deadline, first_chunk
+from pdctl.sdk.router.hardening import GONE
 from pdctl.sdk.router.limits import drop_headers
 from pdctl.sdk.router.terms import Terms
 from pdctl.sdk.router.timeline import Timeline
@@ -51,7 +52,18 @@ class Gate:
         handler = asyncio.current_task()
         assert handler is not None
         answered, gone = Flag(), Flag()
-        watcher = asyncio.create_task(cancel_on_disconnect(receive, handler, answered, gone))
+        told = scope.get("extensions", {}).get(GONE)
+        watcher: asyncio.Task[None] | None = None
+        if told is not None:  # the router's own server says when the client goes away
+
+            def client_gone() -> None:
+                if not answered.is_set:
+                    gone.set()
+                    handler.cancel()
+
+            told.callback = client_gone
+        else:  # any other ASGI server: wait for its http.disconnect
+            watcher = asyncio.create_task(cancel_on_disconnect(receive, handler, answered, gone))
         ticket: Ticket | None = None
         deadline: Deadline | None = None
         tl: Timeline | None = None
@@ -95,7 +107,10 @@ class Gate:
         finally:
             if deadline is not None:
                 deadline.disarm()
-            watcher.cancel()
+            if watcher is not None:
+                watcher.cancel()
+            elif told is not None:
+                told.callback = None
             if ticket is not None:
                 ticket.release()
         return tl

@@ -16,14 +16,17 @@ uvicorn's httptools protocol, which has none of them of its own) and the JSON de
 
 With TLS, the verified client certificate (if any) is put in the request's scope as
 ``scope["extensions"]["tls"]["client_cert_subject"]``, for mTLS on the control endpoints.
+Every request's scope also carries ``scope["extensions"][GONE]``, a :class:`Gone` through
+which the server tells the app at once that the client went away mid-request.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["Limits", "json_too_deep", "open_files_for"]
+__all__ = ["GONE", "Gone", "Limits", "json_too_deep", "open_files_for"]
 
 FDS_PER_CONNECTION = 3
 """File descriptors one client connection may hold in the router: its own socket, the
@@ -31,6 +34,29 @@ decode leg's and, in push mode, the prefill leg's while both are in flight."""
 FDS_SPARE = 256
 """Descriptors kept for everything else: the listening socket, the health checks, the
 metrics scrapes, KV-event subscriptions, log and audit files."""
+
+
+GONE = "pdctl.gone"
+"""The ASGI scope extension (``scope["extensions"][GONE]``) holding a request's
+:class:`Gone`."""
+
+
+class Gone:
+    """The server's word that a request's client went away before its answer was
+    complete: the app sets :attr:`callback`, the server calls it once when the connection
+    is lost with the answer unfinished. (Without it, an app learns of a disconnect only by
+    keeping a task waiting on ``receive()`` for ``http.disconnect``: a task, a future and
+    their wake-ups per request.)"""
+
+    __slots__ = ("callback",)
+
+    def __init__(self) -> None:
+        self.callback: Callable[[], None] | None = None
+
+    def fire(self) -> None:
+        callback, self.callback = self.callback, None
+        if callback is not None:
+            callback()
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ from typing import Any, ClassVar
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-from pdctl.sdk.router.hardening import Limits
+from pdctl.sdk.router.hardening import GONE, Gone, Limits
 
 __all__ = ["HardenedHttpTools", "hardened_protocol"]
 
@@ -125,8 +125,13 @@ class HardenedHttpTools(HttpToolsProtocol):
         self._pd_head_bytes = 0
         self._pd_arm(self.limits.body_timeout_s, 408, "request body too slow")
         super().on_headers_complete()
-        if self._pd_cert_subject is not None and self.scope is not None:
-            ext = self.scope.setdefault("extensions", {})
+        cycle: Any = self.cycle
+        if cycle is None:
+            return
+        cycle.transport = _HeadWithBody(self.transport, cycle, self.loop)
+        ext: dict[str, Any] = cycle.scope.setdefault("extensions", {})
+        ext[GONE] = Gone()
+        if self._pd_cert_subject is not None:
             ext["tls"] = {"client_cert_subject": self._pd_cert_subject}
 
     def on_body(self, body: bytes) -> None:
@@ -146,7 +151,51 @@ class HardenedHttpTools(HttpToolsProtocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self._pd_disarm()
         _idle(self.server_state).pop(id(self), None)
+        cycle: Any = self.cycle
         super().connection_lost(exc)
+        if cycle is not None and not cycle.response_complete:
+            gone: Gone | None = cycle.scope.get("extensions", {}).get(GONE)
+            if gone is not None:
+                gone.fire()
+
+
+class _HeadWithBody:
+    """A response's transport until its head has gone out with the first body bytes: one
+    write (one TCP segment) for an answer sent whole, where uvicorn writes the head and the
+    body apart. The head waits at most until the loop's next turn (a stream whose first
+    event is not ready yet still gets its head at once); after that write, the cycle
+    writes to the real transport again."""
+
+    __slots__ = ("_cycle", "_head", "_loop", "_transport")
+
+    def __init__(self, transport: asyncio.Transport, cycle: Any, loop: Any) -> None:
+        self._transport, self._cycle, self._loop = transport, cycle, loop
+        self._head: bytes | None = None
+
+    def write(self, data: bytes) -> None:
+        if self._head is None:
+            self._head = data
+            self._loop.call_soon(self._flush)
+            return
+        self._transport.writelines((self._head, data))
+        self._done()
+
+    def _flush(self) -> None:
+        if self._head is not None and not self._transport.is_closing():
+            self._transport.write(self._head)
+        self._done()
+
+    def _done(self) -> None:
+        self._head = None
+        if self._cycle.transport is self:
+            self._cycle.transport = self._transport
+
+    def close(self) -> None:
+        self._flush()
+        self._transport.close()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._transport, name)
 
 
 def _idle(state: Any) -> OrderedDict[int, Any]:

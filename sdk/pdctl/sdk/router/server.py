@@ -122,22 +122,44 @@ def server_config(app: RouterApp, host: str, port: int) -> Any:
     )
 
 
-GC_THRESHOLD = (20_000, 50, 100)
-"""The cyclic collector's thresholds while the router serves (CPython's default is 700,
-10, 10). A request's objects live as long as the request, so with many in flight most of
-them survive each young collection, are promoted and traversed again: collector time per
-request grew with concurrency (docs/router.md has the figures) although a routed request
-leaves no reference cycles behind. Cycles (an error path's) are still collected, just
-less often."""
+GC_CLOCK_S = 1.0
+"""While the router serves, its cyclic collector runs on this clock (a young collection each
+tick, the middle generation every 10th, the whole heap every 100th) instead of on
+CPython's allocation count. A proxy's objects live as long as their request: with
+a thousand requests in flight, their objects alone outnumber any young-generation
+threshold, so collections triggered by allocations came faster the more requests were
+in flight and each traversed the live requests again (at c=1024 about 13% of the router's
+CPU, none at c=64: docs/router.md has the figures). On a clock the collector's work per
+request shrinks as the rate grows, and the cycles an error path leaves are still freed
+within a second."""
+
+GC_MIDDLE_EVERY, GC_FULL_EVERY = 10, 100
+"""Ticks of :data:`GC_CLOCK_S` between collections of the middle generation and of the
+whole heap (CPython's own ratio between its generations' thresholds)."""
 
 
 def settle_heap() -> None:
     """Before serving: collect once, move everything built so far (modules, the app, the
-    spec) out of the collector's sight (:func:`gc.freeze`), and raise its thresholds to
-    :data:`GC_THRESHOLD`, so that what it traverses is only the requests in flight."""
+    spec) out of the collector's sight (:func:`gc.freeze`), and stop the collector's
+    allocation-driven runs: :func:`collect_on_clock` runs it instead."""
     gc.collect()
     gc.freeze()
-    gc.set_threshold(*GC_THRESHOLD)
+    gc.disable()
+
+
+async def collect_on_clock(period_s: float = GC_CLOCK_S) -> None:
+    """Run the cyclic collector every ``period_s`` (module constants say which generation);
+    until cancelled. Started by :func:`serve` beside the server."""
+    tick = 0
+    while True:
+        await asyncio.sleep(period_s)
+        tick += 1
+        if tick % GC_FULL_EVERY == 0:
+            gc.collect(2)
+        elif tick % GC_MIDDLE_EVERY == 0:
+            gc.collect(1)
+        else:
+            gc.collect(0)
 
 
 def loaded_config(app: RouterApp, host: str, port: int) -> Any:
@@ -164,8 +186,15 @@ def serve(app: RouterApp, host: str, port: int, worker: WorkerPlace | None = Non
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, lambda: setattr(server, "should_exit", True))
+        settle_heap()
+        collector = asyncio.create_task(collect_on_clock())
+        try:
+            await _serve(server, worker)
+        finally:
+            collector.cancel()
+
+    async def _serve(server: Any, worker: WorkerPlace | None) -> None:
         if worker is None:
-            settle_heap()
             await server.serve()
             return
         from pdctl.sdk.router.workerlink import WorkerLink
@@ -174,7 +203,6 @@ def serve(app: RouterApp, host: str, port: int, worker: WorkerPlace | None = Non
         await link.start()  # the control changes so far, before serving
         sock = reuseport_socket(host, port)
         watch = asyncio.create_task(_watch_parent(worker.parent_pid, server))
-        settle_heap()
         try:
             await server.serve(sockets=[sock])
         finally:
