@@ -132,6 +132,54 @@ def test_tokens_path_streams_the_same_text(fleet: Fleet):
             assert text == whole.json()["choices"][0]["text"]
 
 
+def placed_ids(c: httpx.Client, url: str, endpoint: str, req: dict[str, Any]) -> dict[str, Any]:
+    """Where an answer carries token ids: the prompt's (at the top, or in the choices;
+    in which chunk), every choice's tokens, the chunks that have text but no ids."""
+    if not req.get("stream"):
+        out = c.post(url + endpoint, json=req).json()
+        chunks = [out]
+    else:
+        with c.stream("POST", url + endpoint, json=req) as r:
+            assert r.status_code == 200
+            chunks = [json.loads(d) for d in data(r) if d != "[DONE]"]
+    prompt = [
+        (i, where, ids)
+        for i, ch in enumerate(chunks)
+        for where, ids in [("top", ch.get("prompt_token_ids"))]
+        + [("choice", x.get("prompt_token_ids")) for x in ch.get("choices") or []]
+        if ids is not None
+    ]
+    tokens = [t for ch in chunks for x in ch.get("choices") or [] for t in x.get("token_ids") or []]
+    bare = [
+        ch
+        for ch in chunks
+        for x in ch.get("choices") or []
+        if ((x.get("delta") or {}).get("content") or x.get("text")) and x.get("token_ids") is None
+    ]
+    return {"prompt": prompt, "tokens": tokens, "bare": bare}
+
+
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize("chat", [False, True], ids=["completions", "chat"])
+def test_token_ids_come_where_vllms_own_server_puts_them(fleet: Fleet, chat: bool, stream: bool):
+    """``return_token_ids`` through the tokens path (render, generate, derender) gives what
+    decode's own OpenAI server gives for the same request: the prompt's ids in the same
+    place (completions: the first chunk's choice; chat: the first chunk's top), every
+    token's id, no chunk with text and no ids."""
+    endpoint = "/v1/chat/completions" if chat else "/v1/completions"
+    req = body(LONG[3], max_tokens=16, return_token_ids=True, stream=stream)
+    if chat:
+        req["messages"] = [{"role": "user", "content": req.pop("prompt")}]
+    with httpx.Client(timeout=120) as c:
+        ours = placed_ids(c, router_url(fleet), endpoint, req)
+        theirs = placed_ids(c, url_of(fleet, "decode"), endpoint, req)
+    assert len(ours["tokens"]) == 16
+    assert ours["tokens"] == theirs["tokens"]
+    assert ours["prompt"] == theirs["prompt"]
+    assert [i for i, _, _ in ours["prompt"]] == [0]  # the first chunk only
+    assert ours["bare"] == theirs["bare"] == []
+
+
 def test_killed_render_server_is_a_clean_error_and_down(
     fleet: Fleet, state_root: Path, text_router: str
 ):

@@ -225,6 +225,25 @@ async def test_only_decode_alive_after_an_error_is_retried_when_its_prefill_died
         assert not t.router.instances.upstream("prefill-0").healthy
 
 
+async def test_a_prefill_that_dies_just_after_its_restart_is_seen_dead():
+    """The supervisor said prefill-0 is up moments ago (it had restarted) and its engine
+    dies at once: its ``/health`` 503 is an answer, not a slow start, so the grace for a
+    just-started instance does not hide it, and the decode's 5xx is retried on it."""
+    dcfg = MockConfig(role="decode", fail_first=1)
+    async with (
+        rig("push", decodes=[dcfg], health_interval_s=60) as t,
+        httpx.AsyncClient() as c,
+    ):
+        await linked(t, None)
+        t.router.instances.set_health("prefill-0", True)  # restarted and ready: trusted
+        t.p.config.healthy = False  # it answers this request, then its engine is dead
+        r = await c.post(t.url + "/v1/completions", json=body(max_tokens=3), timeout=10)
+        assert r.status_code == 200, r.text
+        tl = t.router.recent()[0]
+        assert [(m["from"], m["to"]) for m in tl["migrations"]] == [("decode-0", "decode-0")]
+        assert not t.router.instances.upstream("prefill-0").healthy
+
+
 async def test_only_decode_alive_with_its_prefill_alive_answers_the_error():
     """The same 5xx with both instances alive is the request's own failure: not retried on
     the same decode; the client gets decode's answer."""

@@ -136,19 +136,27 @@ def test_a_stream_without_ids_goes_through_as_it_came():
 
 
 def vllm_stream(
-    tokens: list[tuple[int, str]], stop: list[str], *, prompt: list[int] | None, chat: bool = False
+    tokens: list[tuple[int, str]],
+    stop: list[str],
+    *,
+    prompt: list[int] | None,
+    chat: bool = False,
+    include: bool = False,
 ) -> list[bytes]:
     """Events as vLLM's detokenizer sends them (``vllm/v1/engine/detokenizer.py``): the
     last ``max(len(stop)) - 1`` characters held back until the answer finishes, a stop
-    string found in the text cut off with everything after it (finish_reason stop)."""
-    hold = max(map(len, stop)) - 1 if stop else 0
+    string found in the text cut off with everything after it (finish_reason stop);
+    ``include`` (``include_stop_str_in_output``): nothing held back, the stop string
+    kept."""
+    hold = max(map(len, stop)) - 1 if stop and not include else 0
     out, text, sent = [], "", 0
     for k, (tok, piece) in enumerate(tokens):
         text += piece
-        found = [text.find(s) for s in stop if s in text]
+        found = [(text.find(s), len(s)) for s in stop if s in text]
         finish = None
         if found:
-            text, finish = text[: min(found)], "stop"
+            at, n = min(found)
+            text, finish = text[: at + n if include else at], "stop"
         elif k == len(tokens) - 1:
             finish = "length"
         end = len(text) if finish else max(sent, len(text) - hold)
@@ -205,6 +213,27 @@ def test_a_stop_string_spanning_the_migration_point_is_found_once():
     assert texts_of(got)[2][-1] == "stop"
     assert tr.finished
     assert tr.sent_ids == [1, 2, 3, 4, 5]
+
+
+def test_a_stop_string_spanning_the_migration_point_is_found_once_when_it_is_sent_too():
+    """``include_stop_str_in_output``: vLLM holds nothing back, so " E" and "N" reached
+    the client; the continuation still computes them again (vLLM checks stop strings on
+    the text it generates only) and finds "END" once."""
+    body = {"model": "m", "prompt": "p", "max_tokens": 7, "stop": ["END"], "stream": True,
+            "include_stop_str_in_output": True}  # fmt: skip
+    events = vllm_stream(ANSWER, ["END"], prompt=[9], include=True)
+    alone = texts_of(b"".join(events))
+    assert alone[:2] == (" a b END", [1, 2, 3, 4, 5])
+    tr = tracker_for("/v1/completions", {**body, "return_token_ids": True})
+    got = b"".join(tr.feed(e) for e in events[:4])
+    assert texts_of(got)[0] == " a b EN"
+    cont = tr.continuation(body)
+    assert cont is not None
+    assert cont[1]["prompt"] == [9, 1, 2]
+    rest = vllm_stream(ANSWER[2:], ["END"], prompt=None, include=True)
+    got += b"".join(tr.feed(e) for e in rest)
+    assert texts_of(got)[:2] == alone[:2]
+    assert texts_of(got)[2][-1] == "stop"
 
 
 def test_text_held_back_at_the_death_is_neither_lost_nor_sent_twice():

@@ -103,19 +103,20 @@ class InstanceSet:
 
     async def check(self, u: Upstream) -> None:
         """One health check of ``u`` (``GET /health``)."""
-        refused = False
+        decisive = False
         try:
             async with asyncio.timeout(2.0):
                 r = await u.pool.request("GET", "/health")
                 await r.read()
-            healthy = r.status == 200
+            healthy, decisive = r.status == 200, True
         except UpstreamError as e:
-            healthy, refused = False, e.connect
+            healthy, decisive = False, e.connect
         except (TimeoutError, OSError):
             healthy = False
-        if not healthy and not refused and time.monotonic() < u.trusted_until:
+        if not healthy and not decisive and time.monotonic() < u.trusted_until:
             # the supervisor said "up" moments ago: a slow answer from a server that has
-            # just started does not overrule it (a refused connection does)
+            # just started does not overrule it; a refused connection does, and so does
+            # an answer (vLLM's 503: its engine died, e.g. right after its restart)
             return
         self.mark(u, healthy)
 

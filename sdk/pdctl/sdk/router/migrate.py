@@ -17,10 +17,13 @@ itself (decode-only: no prefill, no KV transfer). Its events are rewritten into 
 original stream's shape (id, object, chat deltas), so the client sees one
 uninterrupted stream with no token lost or repeated.
 
-Limits: one choice (``n == 1``) and no ``echo``. A stop string vLLM held back when the
-decode died may be found again (the held-back text is recomputed). Recomputing the KV of
-already-sent tokens can make a greedy continuation differ numerically from what the dead
-decode would have produced.
+With stop strings, the tokens whose text a stop string not found yet may have begun in
+are computed again by the continuation (what the client has of them skipped), so that
+it is found once (:meth:`StreamTracker._kept`).
+
+Limits: one choice (``n == 1``) and no ``echo``. Recomputing the KV of already-sent
+tokens can make a greedy continuation differ numerically from what the dead decode
+would have produced.
 """
 
 from __future__ import annotations
@@ -117,6 +120,11 @@ class StreamTracker:
     """How many characters of its text vLLM may hold back behind the tokens it sent: a
     stop string's length less one (its detokenizer's ``stop_buffer_length``), 0 when
     the stop strings are sent too (``include_stop_str_in_output``) or there are none."""
+    lookback: int = 0
+    """How many characters before the end of the text a stop string not found yet may
+    have begun at: the longest stop string's length less one (0: none), whether or not
+    vLLM holds text back (``include_stop_str_in_output``): vLLM checks stop strings on
+    the text it generated, never on its prompt's (``check_stop_strings``)."""
     track_text: bool = False
     """Count the text sent, event by event (stop strings; completions' logprobs, whose
     text offsets a continuation shifts): such a stream is decoded event by event."""
@@ -338,30 +346,31 @@ class StreamTracker:
 
     def _kept(self) -> int:
         """How many of the tokens sent a continuation's prompt takes: all of them,
-        unless vLLM may have held back text of the last ones (:attr:`held_back`); then
-        only those whose text the client surely has. The rest are computed again, so
-        that a stop string that began in the held-back text is found, once, by the
-        decode that continues (vLLM never sends any part of a stop string: every
-        character before it was sent, every one from its start on was held back).
+        unless a stop string not found yet may have begun in the text of the last ones
+        (:attr:`lookback`); then only those whose text ends before any such start. The
+        rest are computed again, so that a stop string that began in them is found,
+        once, by the decode that continues (which checks only the text it generates).
 
         After an event, vLLM has sent all of its text but the last ``held_back``
-        characters: an event after which ``c > 0`` characters were sent had produced
-        ``c + held_back`` characters, so its tokens' text is all sent when that is no
-        more than what the client has now."""
-        if not self.held_back:
+        characters (none with ``include_stop_str_in_output``): an event after which
+        ``c`` characters were sent (``c > 0`` when text is held back) had produced
+        ``c + held_back``; a stop string not found yet begins no earlier than
+        ``lookback`` characters before the end of what was produced, ``self.chars +
+        held_back``: the event's tokens are kept when ``c + lookback <= self.chars``."""
+        if not self.lookback:
             return len(self.sent_ids)
         keep = 0
         for tokens, chars in self._marks:
-            if chars and chars + self.held_back <= self.chars:
+            if (chars or not self.held_back) and chars + self.lookback <= self.chars:
                 keep = tokens
         return keep
 
     def _text_at(self, keep: int) -> int:
         """How long the answer's text was once its first ``keep`` tokens were made."""
-        if keep == len(self.sent_ids) or not self.held_back:
+        if keep == len(self.sent_ids) or not self.lookback:
             return self.chars
         for tokens, chars in self._marks:
-            if tokens == keep and chars:
+            if tokens == keep and (chars or not self.held_back):
                 return chars + self.held_back
         return 0
 
@@ -411,13 +420,15 @@ def tracker_for(endpoint: str, body: dict[str, Any]) -> StreamTracker:
     opts = body.get("stream_options")
     chat = endpoint.endswith("/chat/completions")
     stops = _stop_strings(body)
-    held = 0 if body.get("include_stop_str_in_output") or not stops else max(map(len, stops)) - 1
+    lookback = max(map(len, stops)) - 1 if stops else 0
+    held = 0 if body.get("include_stop_str_in_output") else lookback
     top = body.get("top_logprobs")
     return StreamTracker(
         chat=chat,
         client_wants_ids=bool(body.get("return_token_ids")),
         include_usage=isinstance(opts, dict) and bool(opts.get("include_usage")),
         held_back=held,
+        lookback=lookback,
         track_text=bool(stops) or (not chat and body.get("logprobs") is not None),
         top_logprobs=top if isinstance(top, int) and not isinstance(top, bool) else 0,
     )

@@ -291,15 +291,19 @@ class MockServer:
                 prompts = prompt
             else:
                 prompts = [prompt if isinstance(prompt, str) else str(req.get("messages"))]
+            # like vLLM's render: a max_tokens equal to SamplingParams' default (16) is
+            # left out; stop strings become a list
+            sampling: dict[str, Any] = {}
+            if req.get("max_tokens") not in (None, 16):
+                sampling["max_tokens"] = req["max_tokens"]
+            stop = req.get("stop")
+            if stop:
+                sampling["stop"] = [stop] if isinstance(stop, str) else stop
             gens = [
                 {
                     "request_id": "cmpl-render",
                     "token_ids": list(range(10, 10 + max(1, len(p.split())))),
-                    # like vLLM's render: a value equal to SamplingParams' default
-                    # (16) is left out
-                    "sampling_params": {"max_tokens": req["max_tokens"]}
-                    if req.get("max_tokens") not in (None, 16)
-                    else {},
+                    "sampling_params": sampling,
                     "model": self.config.served_name,
                     "stream": bool(req.get("stream")),
                 }
@@ -310,9 +314,12 @@ class MockServer:
             chunk = req.get("generate_chunk") or {}
             ids = [t for c in chunk.get("choices") or [] for t in c.get("token_ids") or []]
             seen = int((req.get("stream_state") or {}).get("prefix_offset") or 0) + 1
+            finish = next((c.get("finish_reason") for c in chunk.get("choices") or []), None)
             return json.dumps(
                 {
-                    "chunk": {"choices": [{"index": 0, "text": f" <{ids}>"}]},
+                    "chunk": {
+                        "choices": [{"index": 0, "text": f" <{ids}>", "finish_reason": finish}]
+                    },
                     "stream_state": {"prefix_offset": seen},
                 }
             ).encode()
@@ -374,8 +381,12 @@ class MockServer:
         generate = "token_ids" in req  # /inference/v1/generate: token ids in, token ids out
         context = _prompt_ids(req.get("prompt")) if ids else list(req.get("token_ids") or [])
         n = int(req.get("max_tokens") or self.config.chunks) if ids else self.config.chunks
+        stops: list[str] = []
+        out_text = ""
         if generate:
-            n = int((req.get("sampling_params") or {}).get("max_tokens") or self.config.chunks)
+            sampling = req.get("sampling_params") or {}
+            n = int(sampling.get("max_tokens") or self.config.chunks)
+            stops = [s for s in sampling.get("stop") or [] if isinstance(s, str) and s]
         for i in range(n):
             if i == self.config.die_after_chunks and conn.transport is not None:
                 conn.transport.abort()
@@ -395,6 +406,13 @@ class MockServer:
             if generate:
                 choice = {"index": 0, "token_ids": [tok]}
                 choice["finish_reason"] = "length" if i == n - 1 else None
+                # stop strings as vLLM's engine checks them: on the text it generated
+                # (a token k reads " <[k]>", as the mock derender writes it), never
+                # on its prompt's
+                out_text += f" <[{tok}]>"
+                hit = next((s for s in stops if s in out_text), None)
+                if hit is not None:
+                    choice.update(finish_reason="stop", stop_reason=hit)
             elif ids:
                 choice = {"index": 0, "text": f" t{tok}", "token_ids": [tok]}
                 choice["finish_reason"] = "length" if i == n - 1 else None
@@ -408,6 +426,8 @@ class MockServer:
             ev = b"data: " + json.dumps({"id": "cmpl-mock", "choices": [choice]}).encode()
             ev += b"\n\n"
             conn.write(b"%x\r\n%s\r\n" % (len(ev), ev))
+            if choice.get("finish_reason") == "stop":
+                break
         done = b"data: [DONE]\n\n"
         conn.write(b"%x\r\n%s\r\n0\r\n\r\n" % (len(done), done))
 

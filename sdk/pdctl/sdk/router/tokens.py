@@ -19,12 +19,13 @@ With no render server answering, the request fails with 503, or — with
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator
 from typing import Any, Protocol
 
 from pdctl.sdk.pd import prefill_generate_body
 from pdctl.sdk.router import tracing
-from pdctl.sdk.router.httpclient import Response, UpstreamError
+from pdctl.sdk.router.derendered import TokenIds
+from pdctl.sdk.router.httpclient import UpstreamError
 from pdctl.sdk.router.instances import Upstream
 from pdctl.sdk.router.instanceset import InstanceSet
 from pdctl.sdk.router.lease import Lease
@@ -34,7 +35,7 @@ from pdctl.sdk.router.recovery import LegFailed, Recovery
 from pdctl.sdk.router.relay import Relay
 from pdctl.sdk.router.replies import Reply, RouteError, StreamReply, server_failed
 from pdctl.sdk.router.timeline import RouterMetrics, Timeline
-from pdctl.sdk.sse import DONE, EventParser
+from pdctl.sdk.router.tokenresume import Resume, generated
 
 GENERATE_ENDPOINT = "/inference/v1/generate"
 """The engines' token-in/token-out endpoint."""
@@ -85,15 +86,6 @@ def _derender_payload(ctx: dict[str, Any], generated: dict[str, Any]) -> dict[st
         "prompt_token_ids": ids,
         "chat_request": body,
     }
-
-
-async def _sse_events(r: Response) -> AsyncIterator[str]:
-    """The data of each event of an SSE stream, whatever its chunking (lines end at CR, LF
-    or CRLF only: :mod:`pdctl.sdk.sse`)."""
-    parser = EventParser()
-    async for chunk in r.iter_chunks():
-        for event in parser.feed(chunk):
-            yield event.data
 
 
 class TokensPath:
@@ -209,12 +201,13 @@ class TokensPath:
             "path": endpoint,
             "render": rs,
             "gen": gen,
+            "ids": TokenIds(endpoint, body, ids),
         }
         leg, raw, tried = await self.relay.whole(
             leg, tl, GENERATE_ENDPOINT, gen if migrates else None, tried, stream=stream, sent=gen
         )
         if raw is None:
-            resume = _Resume(gen, tried) if migrates else None
+            resume = Resume(gen, tried, body) if migrates else None
             return self.relay.stream(leg, self._derender_stream(leg, tl, context, resume))
         return await self._derender_whole(leg, raw, tl, context)
 
@@ -241,16 +234,18 @@ class TokensPath:
             raise RouteError(502, f"derender on {rs.name} failed: {e}") from None
         if status != 200:
             raise RouteError(502, f"derender on {rs.name} answered {status}: {out}")
+        if isinstance(out, dict) and isinstance(generated, dict):
+            out = ctx["ids"].whole(out, generated)
         self.ledger.finish(tl, "ok", 200)
         return Reply(200, json.dumps(out).encode())
 
     async def _derender_stream(
-        self, leg: Lease, tl: Timeline, ctx: dict[str, Any], resume: _Resume | None
+        self, leg: Lease, tl: Timeline, ctx: dict[str, Any], resume: Resume | None
     ) -> AsyncGenerator[bytes, None]:
         """Decode's token chunks in, derendered OpenAI chunks out (one derender call per
         chunk, carrying vLLM's detokenizer state between them). A decode that fails
         mid-stream (the connection lost, a 5xx error event) is continued on another
-        with ``resume`` (:class:`_Resume`): the derender state goes on as if nothing
+        with ``resume`` (:class:`Resume`): the derender state goes on as if nothing
         happened, since it only ever sees token ids."""
         ids: list[int] = ctx["prompt_token_ids"]
         key = "completion_request" if ctx["path"] == "/v1/completions" else "chat_request"
@@ -261,7 +256,7 @@ class TokensPath:
             while current is not None:
                 assert current.response is not None
                 try:
-                    async for chunk in _generated(current.response, resume):
+                    async for chunk in generated(current.response, resume):
                         if not events:
                             tl.decode_first_byte = tl.mark()
                         if chunk.get("choices"):
@@ -284,7 +279,12 @@ class TokensPath:
                         if status != 200 or not isinstance(out, dict):
                             raise DerenderFailed(f"derender answered {status}: {str(out)[:300]}")
                         state = out.get("stream_state")
-                        yield b"data: " + json.dumps(out.get("chunk")).encode() + b"\n\n"
+                        sent = out.get("chunk")
+                        if isinstance(sent, dict):
+                            sent = ctx["ids"].chunk(sent, chunk)
+                        if resume is not None:
+                            resume.derendered(sent)
+                        yield b"data: " + json.dumps(sent).encode() + b"\n\n"
                     break
                 except UpstreamError as e:
                     if resume is None or resume.finished:
@@ -302,9 +302,7 @@ class TokensPath:
             if current is not None:
                 self.relay.closed(current, tl, events)
 
-    async def _continue(
-        self, resume: _Resume, d: Upstream, e: UpstreamError, tl: Timeline
-    ) -> Lease:
+    async def _continue(self, resume: Resume, d: Upstream, e: UpstreamError, tl: Timeline) -> Lease:
         """The decode the stream goes on from, after ``d`` failed it with ``e``: one that
         answers 5xx is passed over as failed; :class:`RouteError` once
         ``router.migration_limit`` is reached or no decode is left."""
@@ -338,75 +336,3 @@ class TokensPath:
 
 class DerenderFailed(Exception):
     """The render server failed to derender a chunk (not decode's failure)."""
-
-
-class _Resume:
-    """What the tokens path keeps of a stream to continue it on another decode: the
-    token ids the client has (every chunk carries its ids), whether it finished, the
-    decodes that failed it; :meth:`continuation` is the ``GenerateRequest`` that goes
-    on from there (the prompt's ids and the ids generated, ``max_tokens`` less as many;
-    decode-only)."""
-
-    def __init__(self, gen: dict[str, Any], tried: tuple[Upstream, ...]) -> None:
-        self.gen, self.tried = gen, tried
-        self.ids: list[int] = []
-        self.finished = False
-        self.error: str | None = None
-        """The 5xx error event decode sent (None: its connection was lost)."""
-        self.sent_before = 0
-        """Tokens generated before the continuation under way (for its usage)."""
-
-    def seen(self, chunk: dict[str, Any]) -> None:
-        for ch in chunk.get("choices") or []:
-            if not isinstance(ch, dict):
-                continue
-            got = ch.get("token_ids")
-            if isinstance(got, list):
-                self.ids.extend(t for t in got if isinstance(t, int))
-            if ch.get("finish_reason") is not None:
-                self.finished = True
-        usage = chunk.get("usage")
-        if isinstance(usage, dict) and self.sent_before:
-            done = int(usage.get("completion_tokens") or 0) + self.sent_before
-            prompt = len(self.gen.get("token_ids") or [])
-            chunk["usage"] = {**usage, "prompt_tokens": prompt, "completion_tokens": done,
-                              "total_tokens": prompt + done}  # fmt: skip
-
-    def continuation(self) -> dict[str, Any] | None:
-        sampling = dict(self.gen.get("sampling_params") or {})
-        limit = sampling.get("max_tokens")
-        if isinstance(limit, int):
-            if limit - len(self.ids) <= 0:
-                return None
-            sampling["max_tokens"] = limit - len(self.ids)
-        if isinstance(sampling.get("min_tokens"), int):
-            sampling["min_tokens"] = max(0, sampling["min_tokens"] - len(self.ids))
-        self.sent_before = len(self.ids)
-        self.error = None
-        prompt = list(self.gen.get("token_ids") or [])
-        body = {k: v for k, v in self.gen.items() if k != "kv_transfer_params"}
-        return {**body, "token_ids": prompt + self.ids, "sampling_params": sampling}
-
-
-async def _generated(r: Response, resume: _Resume | None) -> AsyncIterator[dict[str, Any]]:
-    """The chunks of a ``/inference/v1/generate`` stream, to its ``[DONE]``; a 5xx error
-    event (an engine that died under the stream) or a stream that ends before its last
-    chunk raises :class:`UpstreamError` (noted on ``resume``)."""
-    async for data in _sse_events(r):
-        if data == DONE:
-            return
-        chunk = json.loads(data)
-        if not isinstance(chunk, dict):
-            raise ValueError(f"decode sent a chunk that is not an object: {data[:100]}")
-        err = chunk.get("error")
-        if err is not None and "choices" not in chunk:
-            code = err.get("code") if isinstance(err, dict) else None
-            if not isinstance(code, int) or code >= 500:
-                if resume is not None:
-                    resume.error = json.dumps(err)[:300]
-                raise UpstreamError(f"decode sent an error event: {json.dumps(err)[:300]}")
-        if resume is not None:
-            resume.seen(chunk)
-        yield chunk
-    if resume is not None and not resume.finished:
-        raise UpstreamError("the stream ended before its last event")
