@@ -3,6 +3,8 @@ the DataTable draws is the rows given, in their order, with the cursor on its ke
 
 from __future__ import annotations
 
+from typing import Any
+
 from textual.app import App, ComposeResult
 
 from pdctl.tui.widgets import Column, SyncTable
@@ -15,7 +17,7 @@ class One(App[None]):
         yield SyncTable(COLUMNS)
 
 
-def drawn(t: SyncTable) -> list[tuple[str, list[object]]]:
+def drawn(t: SyncTable) -> list[tuple[str, list[Any]]]:
     return [(str(r.key.value), t.get_row(r.key)) for r in t.ordered_rows]
 
 
