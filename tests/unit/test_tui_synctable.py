@@ -1,4 +1,4 @@
-"""SyncTable: rows that come, go and move are added, dropped and reordered in place; what
+"""SyncTable: rows that come, go and move; what
 the DataTable draws is the rows given, in their order, with the cursor on its key."""
 
 from __future__ import annotations

@@ -8,9 +8,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from rich.text import Text
-from textual._two_way_dict import TwoWayDict
 from textual.widgets import DataTable, Static
-from textual.widgets.data_table import ColumnKey, Row, RowDoesNotExist, RowKey
+from textual.widgets.data_table import ColumnKey, RowDoesNotExist, RowKey
 
 from pdctl.sdk.metrics.monitor import Alert
 
@@ -31,11 +30,7 @@ class Column:
 
 class SyncTable(DataTable[Cell]):
     """A table updated in place by row key: unchanged cells are not touched, the cursor
-    stays on its row, and when the set or order of keys changes (a group opened, a new
-    sort) only the rows that came or went are added or dropped and the order is set in
-    one pass, as ``DataTable.sort`` sets it. Every column has a fixed width, so no cell
-    is measured (``add_row`` measures each new row's cells on the next idle: at 512 rows
-    that was most of a key's cost, benchmarks/tui_update.py)."""
+    stays on its row, and rows are rebuilt only when the set or order of keys changes."""
 
     def __init__(self, columns: Sequence[Column], **kw: object) -> None:
         super().__init__(cursor_type="row", zebra_stripes=False, **kw)  # type: ignore[arg-type]
@@ -106,47 +101,18 @@ class SyncTable(DataTable[Cell]):
     def _rebuild(
         self, rows: Sequence[tuple[str, Sequence[Cell]]], index: list[int], selected: str | None
     ) -> None:
-        """The rows ``rows`` in their order: the kept ones updated in place, the new ones
-        added, the others dropped; the cursor on ``selected`` (or its fallback)."""
-        keys = [k for k, _ in rows]
-        if len(set(keys)) != len(keys):
-            raise ValueError("SyncTable.sync: row keys must be unique")
-        cols = [ColumnKey(c.key) for c in self._shown]
-        live = set(keys)
-        for key in self._order:
-            if key not in live:
-                rk = RowKey(key)
-                del self._data[rk]
-                del self.rows[rk]
-                del self._rows[key]
+        self.clear()
+        self._rows = {}
         for key, cells in rows:
             new = tuple(cells[i] for i in index)
-            old = self._rows.get(key)
-            rk = RowKey(key)
-            if old is None:
-                self._data[rk] = dict(zip(cols, new, strict=True))
-                self.rows[rk] = Row(rk, 1)
-            elif old != new:
-                data = self._data[rk]
-                for col, a, b in zip(cols, old, new, strict=True):
-                    if a != b:
-                        data[col] = b
+            self.add_row(*new, key=key)
             self._rows[key] = new
-        # what DataTable.sort does to reorder: one index per key, the caches (keyed by
-        # the update count) invalidated, the virtual size recomputed on idle
-        self._row_locations = TwoWayDict({RowKey(k): n for n, k in enumerate(keys)})
-        self._order = keys
-        self._require_update_dimensions = True
-        self._update_count += 1
-        self.check_idle()
-        self.refresh()
+        self._order = [k for k, _ in rows]
         if selected is not None and selected not in self._rows:
             selected = self._fallback.get(selected)
         if selected is not None and selected in self._rows:
             with contextlib.suppress(RowDoesNotExist):
                 self.move_cursor(row=self.get_row_index(selected), animate=False)
-        else:
-            self.cursor_coordinate = self.cursor_coordinate  # clamped to the rows left
 
     def selected_key(self) -> str | None:
         if not self._order or self.cursor_row < 0 or self.cursor_row >= len(self._order):
