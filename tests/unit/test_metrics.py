@@ -391,7 +391,7 @@ def test_lifecycle_watch_times_idle_kv_and_counts_downs():
 
 def test_prefix_hit_rate_over_the_window():
     from pdctl.sdk.metrics.derive import Scrape
-    from pdctl.sdk.metrics.monitor import _hit_rate
+    from pdctl.sdk.metrics.instance import hit_rate as _hit_rate
     from pdctl.sdk.metrics.promtext import parse
 
     def scrape(q: float, h: float, at: float) -> Scrape:

@@ -71,11 +71,11 @@ def run(args: argparse.Namespace) -> int:
 
 
 async def _stream(mon: FleetMonitor, args: argparse.Namespace, watch: PlanWatch | None) -> int:
-    from pdctl.cli.metricsview import snapshot_view
+    from pdctl.cli.metricsview import snapshot_doc, snapshot_view
 
     if not human(args):
         async for snap in mon.snapshots(args.count):
-            doc = snap.as_dict()
+            doc = snapshot_doc(snap)
             if watch is not None:
                 doc["plan"] = watch.check(snap)
             emit_record(args, doc)

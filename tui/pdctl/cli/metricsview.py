@@ -4,7 +4,7 @@ and the rich rendering of a snapshot (one-shot table and live view)."""
 from __future__ import annotations
 
 import argparse
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from pdctl.cli.args import emit, k8s_source, spec_free_source
 from pdctl.cli.common import STATE_STYLE, console, load
@@ -70,9 +70,17 @@ def print_snapshot(args: argparse.Namespace) -> int:
             await mon.aclose()
 
     snap = asyncio.run(once())
-    if not emit(args, snap.as_dict()):
+    if not emit(args, snapshot_doc(snap)):
         console().print(snapshot_view(snap))
     return 1 if snap.alerts else 0
+
+
+def snapshot_doc(snap: Snapshot) -> dict[str, Any]:
+    """The snapshot as JSON, with every panel's figures shown or said why not
+    (``panels``: :func:`pdctl.sdk.metrics.panels_doc`)."""
+    from pdctl.sdk.metrics import panels_doc
+
+    return {**snap.as_dict(), "panels": panels_doc(snap)}
 
 
 _HEALTH = {"UP": STATE_STYLE["ready"], "DOWN": STATE_STYLE["exited"], "STALE": "magenta"}
@@ -102,7 +110,7 @@ def snapshot_view(snap: Snapshot) -> RenderableType:
     from rich.table import Table
     from rich.text import Text
 
-    from pdctl.sdk.metrics import coverage_of
+    from pdctl.sdk.metrics import panels_of
 
     t = Table(
         box=box.SIMPLE_HEAD,
@@ -154,9 +162,12 @@ def snapshot_view(snap: Snapshot) -> RenderableType:
     for a in snap.alerts:
         style = "bold red" if a.severity == "critical" else "yellow"
         lines.append(Text.from_markup(f"[{style}]{a.code} {a.subject}[/]: ") + Text(a.message))
-    gaps = coverage_of(snap)
-    for figure in gaps.missing:  # what the stock connector cannot show, and the fix
-        lines.append(Text(f"not shown: {gaps.note(figure)}", style="yellow"))
+    whys: dict[str, list[str]] = {}  # every blank figure, under why it is blank
+    for panel in panels_of(snap):
+        for figure, why in panel.missing.items():
+            whys.setdefault(why, []).append(f"{panel.name}.{figure}")
+    for why, figures in whys.items():
+        lines.append(Text(f"no data for {', '.join(figures)}: {why}", style="yellow"))
     return Group(*parts, *lines)
 
 

@@ -2,6 +2,7 @@
 
 from pdctl.sdk.metrics.coverage import ENABLE, Coverage, coverage_of
 from pdctl.sdk.metrics.derive import Histogram, Scrape, counter_delta
+from pdctl.sdk.metrics.panels import Panel, panels_doc, panels_of
 from pdctl.sdk.metrics.promql import Trends
 from pdctl.sdk.metrics.promtext import MetricsParseError, Sample, parse, parse_text, total
 
@@ -10,11 +11,14 @@ __all__ = [
     "Coverage",
     "Histogram",
     "MetricsParseError",
+    "Panel",
     "Sample",
     "Scrape",
     "Trends",
     "counter_delta",
     "coverage_of",
+    "panels_doc",
+    "panels_of",
     "parse",
     "parse_text",
     "total",

@@ -48,9 +48,12 @@ class Coverage:
         """Why ``figure`` is missing and how to get it; None when it is not."""
         if figure not in self.missing:
             return None
-        who = "every engine" if self.connector == "stock" else ", ".join(self.stock)
+        if self.connector == "stock":
+            who = "no engine runs"
+        else:
+            who = f"{', '.join(self.stock)} {'does' if len(self.stock) == 1 else 'do'} not run"
         return (
-            f"{NEEDS_CONNECTOR[figure]} needs pdctl's connector, which {who} does not run "
+            f"{NEEDS_CONNECTOR[figure]} needs pdctl's connector, which {who} "
             f"(vLLM's own connector exports nothing about it): {ENABLE}"
         )
 

@@ -13,7 +13,7 @@ import asyncio
 import contextlib
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import AsyncIterator, Iterable
 from typing import Any
 
 import httpx
@@ -22,20 +22,23 @@ from pdctl.sdk.fleetplan import FleetPlan
 from pdctl.sdk.kube import PodDiscovery
 from pdctl.sdk.metrics.alerts import ALERTS as ALERTS  # re-exported: the alert listing
 from pdctl.sdk.metrics.alerts import evaluate_alerts
-from pdctl.sdk.metrics.derive import (
-    Latency,
-    Lengths,
-    Scrape,
-    Window,
-    counter_delta,
-    window_of,
+from pdctl.sdk.metrics.derive import Scrape
+from pdctl.sdk.metrics.instance import (
+    instance_of,
+    kv_index_of,
+    roles_of,
+    router_canary_of,
+    router_window,
+    summary_of,
 )
-from pdctl.sdk.metrics.pairs import canary_of, canary_window, pairs_of
+from pdctl.sdk.metrics.pairs import canary_window, pairs_of
 from pdctl.sdk.metrics.promql import Trends
 from pdctl.sdk.metrics.promsource import PrometheusSource, PromRound, scrapes
 from pdctl.sdk.metrics.promtext import Sample, parse_text
-from pdctl.sdk.metrics.rendezvous import METRICS as RENDEZVOUS_METRICS
-from pdctl.sdk.metrics.rendezvous import present, rendezvous_of
+from pdctl.sdk.metrics.series import HISTOGRAMS as HISTOGRAMS  # re-exported: the series read
+from pdctl.sdk.metrics.series import LENGTHS as LENGTHS
+from pdctl.sdk.metrics.series import WANTED as WANTED
+from pdctl.sdk.metrics.series import V
 from pdctl.sdk.metrics.snapshot import (
     Alert,
     InstanceMetrics,
@@ -69,47 +72,6 @@ __all__ = [
     "targets_for",
     "targets_from_urls",
 ]
-
-V = "vllm:"
-WANTED = (
-    V + "time_to_first_token_seconds",
-    V + "inter_token_latency_seconds",
-    V + "request_time_per_output_token_seconds",
-    V + "e2e_request_latency_seconds",
-    V + "nixl_",
-    V + "num_requests_running",
-    V + "num_requests_waiting",
-    V + "num_requests_kv_fetch_by_stage",
-    V + "kv_cache_usage_perc",
-    V + "prompt_tokens_by_source_total",
-    V + "request_success_total",
-    V + "prefix_cache_",
-    V + "request_prompt_tokens",
-    V + "request_generation_tokens",
-    "pdctl",
-)
-"""The series the monitor reads (router: pdctl_router_*, connector: pdctl:*); the
-parser skips every other line of a ~60 KB payload without looking inside it."""
-QUANTILES = (0.5, 0.9, 0.99)
-LENGTHS = (V + "request_prompt_tokens", V + "request_generation_tokens")
-"""The token-length histograms (:class:`Lengths`: a mean and a p95, not latencies)."""
-ROUTER_TTFT = "pdctl_router_ttft_seconds"
-"""The router's time to the answer's first byte, every request (router/timeline.py)."""
-ROUTER_E2E = "pdctl_router_e2e_seconds"
-HISTOGRAMS = (
-    V + "time_to_first_token_seconds",
-    V + "inter_token_latency_seconds",
-    V + "request_time_per_output_token_seconds",
-    V + "e2e_request_latency_seconds",
-    V + "nixl_xfer_time_seconds",
-    V + "nixl_post_time_seconds",
-    ROUTER_TTFT,
-    ROUTER_E2E,
-    *(m.name for m in RENDEZVOUS_METRICS if m.kind == "histogram"),
-)
-"""The histograms whose quantiles the snapshot shows (:class:`Latency`); of the others
-(NIXL's bytes and descriptors, :data:`LENGTHS`) it reads the sum and count, or one
-quantile."""
 
 
 class FleetMonitor:
@@ -372,167 +334,19 @@ class FleetMonitor:
             "error": self._errors.get(t.name),
             "down_since": None if down is None else time.time() - (now - down),
             "malformed_lines": self._malformed.get(t.name, 0),
+            "kv_index": self._kv_states.get(t.name),
         }
-        if hist and t.role != "router":
-            base["prefix_hit_rate"] = _hit_rate(hist[-1], hist[0] if len(hist) > 1 else None)
-        base["kv_index"] = self._kv_states.get(t.name)
-        if not hist:
-            return InstanceMetrics(**base)
-        new, old = hist[-1], (hist[0] if len(hist) > 1 else None)
-        dt = new.at - old.at if old is not None else 0.0
+        return instance_of(t, hist, base)
 
-        def window(name: str, prefix: str = V) -> Window | None:
-            return window_of(new, old, prefix + name)
-
-        if t.role == "router":  # what the router measured of every request it answered
-            e2e = window(ROUTER_E2E, "")
-            return InstanceMetrics(
-                **base,
-                ttft=Latency.of(window(ROUTER_TTFT, "")),
-                e2e=Latency.of(e2e),
-                request_rate=(e2e.count / dt) if (e2e is not None and dt > 0) else None,
-                span_s=dt if old is not None else None,
-            )
-
-        done = counter_delta(
-            new.total(V + "request_success_total"),
-            old.total(V + "request_success_total") if old else None,
-        )
-        src_new = new.by_label(V + "prompt_tokens_by_source_total", "source")
-        src_old = old.by_label(V + "prompt_tokens_by_source_total", "source") if old else {}
-        return InstanceMetrics(
-            **base,
-            request_rate=(done / dt) if (done is not None and dt > 0) else None,
-            ttft=Latency.of(window("time_to_first_token_seconds")),
-            itl=Latency.of(window("inter_token_latency_seconds")),
-            tpot=Latency.of(window("request_time_per_output_token_seconds")),
-            e2e=Latency.of(window("e2e_request_latency_seconds")),
-            running=new.total(V + "num_requests_running"),
-            waiting=new.total(V + "num_requests_waiting"),
-            kv_usage=new.total(V + "kv_cache_usage_perc"),
-            transfers=self._transfers(t, new, old, dt, window),
-            kv_fetch_by_stage=new.by_label(V + "num_requests_kv_fetch_by_stage", "stage"),
-            prompt_tokens_by_source=src_new,
-            prompt_tokens_by_source_window={
-                k: counter_delta(v, src_old.get(k)) or 0.0 for k, v in src_new.items()
-            }
-            if old
-            else {},
-            rendezvous=rendezvous_of(new, old, t.role),
-            pdctl_series=present(new),
-            prompt_tokens=Lengths.of(window("request_prompt_tokens")),
-            output_tokens=Lengths.of(window("request_generation_tokens")),
-            span_s=dt if old is not None else None,
-        )
-
-    def _kv_index(self) -> dict[str, str]:
-        """The router's index state per instance, from its latest scrape (read once per
-        snapshot, not once per instance)."""
-        out: dict[str, str] = {}
-        for t in self.targets:
-            hist = self._history.get(t.name) if t.role == "router" else None
-            if hist:
-                for s in hist[-1].by_name.get("pdctl_router_kv_index_state", ()):
-                    if s.value == 1:
-                        out.setdefault(s.label("instance"), s.label("state"))
-        return out
-
-    def _transfers(
-        self, t: Target, new: Scrape, old: Scrape | None, dt: float, window: Any
-    ) -> Transfers:
-        total_bytes = new.total(V + "nixl_bytes_transferred_sum")
-        if total_bytes is None:
-            return Transfers()
-        bytes_h: Window | None = window("nixl_bytes_transferred")
-        desc_h: Window | None = window("nixl_num_descriptors")
-        bw = bytes_h.sum if (bytes_h is not None and old is not None) else None
-        handles = bytes_h.count if bytes_h is not None else 0.0
-
-        def dcount(name: str) -> float:
-            return counter_delta(new.total(V + name), old.total(V + name) if old else None) or 0.0
-
-        # One NIXL sample per WRITE handle (request x initiator rank x target rank), pooled
-        # across ranks: with equal TP on both sides there is one handle per rank.
-        per_req: float | None = None
-        note = "pooled over ranks; not normalised (no transfers in the window)"
-        if bw is not None and handles > 0:
-            per_req = bw / handles * t.tp
-            note = f"bytes per handle x {t.tp} initiator rank(s), assuming equal P/D TP"
-        return Transfers(
-            bytes_total=total_bytes,
-            bytes_window=bw,
-            throughput_bps=(bw / dt) if (bw is not None and dt > 0) else None,
-            transfers_window=handles,
-            bytes_per_request=per_req,
-            per_request_note=note,
-            xfer_time=Latency.of(window("nixl_xfer_time_seconds")),
-            post_time=Latency.of(window("nixl_post_time_seconds")),
-            descriptors_per_transfer=desc_h.mean if desc_h is not None else None,
-            failed_transfers=new.total(V + "nixl_num_failed_transfers_total"),
-            failed_notifications=new.total(V + "nixl_num_failed_notifications_total"),
-            expired_leases=new.total(V + "nixl_num_kv_expired_reqs_total"),
-            failed_window=dcount("nixl_num_failed_transfers_total")
-            + dcount("nixl_num_failed_notifications_total"),
-            expired_window=dcount("nixl_num_kv_expired_reqs_total"),
-        )
-
-    def _router_scrapes(self) -> tuple[Scrape, Scrape | None] | None:
-        """The router's latest scrape and the oldest of the window (None without one)."""
-        for t in self.targets:
-            hist = self._history.get(t.name) if t.role == "router" else None
-            if hist:
-                return hist[-1], (hist[0] if len(hist) > 1 else None)
-        return None
-
-    def _canary(self) -> dict[tuple[str, str], dict[str, float]]:
-        """The router's canary results per P->D pair since it started (its latest
-        scrape); pairs with none yet are left out."""
-        got = self._router_scrapes()
-        out = canary_of(got[0]) if got else {}
-        return {k: v for k, v in out.items() if any(v.values())}
+    def _histories(self) -> list[tuple[Target, deque[Scrape]]]:
+        return [(t, self._history[t.name]) for t in self.targets if t.name in self._history]
 
     def snapshot(self) -> Snapshot:
         now = time.monotonic()
-        self._kv_states = self._kv_index()
+        self._kv_states = kv_index_of(self._histories())
         insts = tuple(self._instance(t, now) for t in self.targets)
-        roles: dict[str, dict[str, Any]] = {}
-        for i in insts:
-            r = roles.setdefault(
-                i.role,
-                {
-                    "instances": 0,
-                    "up": 0,
-                    "request_rate": 0.0,
-                    "running": 0.0,
-                    "waiting": 0.0,
-                    "kv_bytes_window": 0.0,
-                },
-            )
-            r["instances"] += 1
-            r["up"] += i.health == "UP"
-            r["request_rate"] += i.request_rate or 0.0
-            r["running"] += i.running or 0.0
-            r["waiting"] += i.waiting or 0.0
-            r["kv_bytes_window"] += i.transfers.bytes_window or 0.0
-        front = [i for i in insts if i.role in ("decode", "colocated")]
-
-        def slowest(of: Callable[[InstanceMetrics], float | None]) -> float | None:
-            return max((v for v in map(of, front) if v is not None), default=None)
-
-        summary = Summary(
-            request_rate=sum(i.request_rate or 0.0 for i in front),
-            ttft_p50_s=slowest(lambda i: i.ttft.p50),
-            ttft_p99_s=slowest(lambda i: i.ttft.p99),
-            itl_p50_s=slowest(lambda i: i.itl.p50),
-            itl_p99_s=slowest(lambda i: i.itl.p99),
-            e2e_p50_s=slowest(lambda i: i.e2e.p50),
-            kv_bytes_moved=sum(i.transfers.bytes_total or 0.0 for i in insts),
-            transfer_bps=sum(i.transfers.throughput_bps or 0.0 for i in insts),
-            requests_running=sum(i.running or 0.0 for i in front),
-            requests_waiting=sum(i.waiting or 0.0 for i in front),
-            instances_up=sum(i.health == "UP" for i in insts),
-            instances=len(insts),
-        )
+        roles = roles_of(insts)
+        summary = summary_of(insts)
         router = None
         if self.router_url is not None or any(t.role == "router" for t in self.targets):
             router = {"mode": self._router_mode, "recent_requests": len(self._recent)}
@@ -545,7 +359,7 @@ class FleetMonitor:
             pairs_of(
                 self._recent,
                 (self._window_end or time.time()) - self.window_s,
-                self._canary(),
+                router_canary_of(self._histories()),
             ),
             router,
             alerts,
@@ -556,7 +370,7 @@ class FleetMonitor:
 
     def _alerts(self, insts: tuple[InstanceMetrics, ...]) -> tuple[Alert, ...]:
         kv_idle_s, down_count = self._watch.update(insts, time.monotonic())
-        got = self._router_scrapes()
+        got = router_window(self._histories())
         raised = evaluate_alerts(
             insts,
             mode=self.mode,
@@ -576,13 +390,3 @@ class FleetMonitor:
             Alert(code, sev, subj, msg, self._alert_since.setdefault((code, subj), now))
             for code, sev, subj, msg in raised
         )
-
-
-def _hit_rate(new: Scrape, old: Scrape | None) -> float | None:
-    q, h = new.total(V + "prefix_cache_queries_total"), new.total(V + "prefix_cache_hits_total")
-    if q is None or h is None:
-        return None
-    if old is not None:
-        q = counter_delta(q, old.total(V + "prefix_cache_queries_total")) or 0.0
-        h = counter_delta(h, old.total(V + "prefix_cache_hits_total")) or 0.0
-    return h / q if q > 0 else None

@@ -7,10 +7,9 @@ from typing import Any
 
 from pdctl.sdk.metrics.derive import Scrape, counter_delta
 from pdctl.sdk.metrics.flight import segment_stats
+from pdctl.sdk.metrics.series import CANARY
 from pdctl.sdk.metrics.snapshot import PairMetrics
 
-CANARY = "pdctl_router_canary_total"
-"""The router's output canary results, by prefill, decode and result (router/canary.py)."""
 Pair = tuple[str, str]
 
 

@@ -59,6 +59,12 @@ ABSENT = (
     "prompt tokens by source). For live queues, arrival order and match waits: " + ENABLE
 )
 
+NOT_PUSH = (
+    "a {mode} fleet has no push rendezvous: the decode reads the KV itself, whichever the "
+    "connector. Showing what vLLM offers (decode's kv_fetch_by_stage and prompt tokens by "
+    "source)."
+)
+
 
 class RendezvousView(View):
     NAME = "rendezvous"
@@ -84,7 +90,10 @@ class RendezvousView(View):
         have = [i for i in insts if i.rendezvous is not None]
         missing = [i.name for i in insts if i.rendezvous is None and i.health == "UP"]
         note = self.query_one("#rdv-note", Static)
-        if not have:
+        mode = str((snap.router or {}).get("mode") or "push")
+        if not have and not mode.startswith("push"):
+            note.update(Text(NOT_PUSH.format(mode=mode), style="yellow"))
+        elif not have:
             note.update(Text(ABSENT, style="yellow"))
         elif missing:
             note.update(

@@ -1,0 +1,68 @@
+"""SyncTable: rows that come, go and move; what
+the DataTable draws is the rows given, in their order, with the cursor on its key."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from textual.app import App, ComposeResult
+
+from pdctl.tui.widgets import Column, SyncTable
+
+COLUMNS = (Column("a", "a", 6), Column("b", "b", 6))
+
+
+class One(App[None]):
+    def compose(self) -> ComposeResult:
+        yield SyncTable(COLUMNS)
+
+
+def drawn(t: SyncTable) -> list[tuple[str, list[Any]]]:
+    return [(str(r.key.value), t.get_row(r.key)) for r in t.ordered_rows]
+
+
+async def test_rows_added_dropped_moved_and_the_cursor_kept():
+    app = One()
+    async with app.run_test(size=(40, 20)) as pilot:
+        t = app.query_one(SyncTable)
+        t.sync([(k, (k, "0")) for k in "abcdef"])
+        await pilot.pause()
+        t.move_cursor(row=3)
+        assert t.selected_key() == "d"
+        rows = [("f", ("f", "1")), ("d", ("d", "0")), ("x", ("x", "9")), ("a", ("a", "0"))]
+        t.sync(rows)
+        await pilot.pause()
+        assert drawn(t) == [(k, list(c)) for k, c in rows]
+        assert t.row_count == 4
+        assert t.selected_key() == "d"
+        assert t.cursor_row == 1
+        # the cursor's row gone: to its fallback, else clamped to the rows left
+        t.sync([("a", ("a", "0")), ("x", ("x", "9"))], fallback={"d": "x"})
+        await pilot.pause()
+        assert t.selected_key() == "x"
+        t.move_cursor(row=1)
+        t.sync([("a", ("a", "2"))])
+        await pilot.pause()
+        assert drawn(t) == [("a", ["a", "2"])]
+        assert t.selected_key() == "a"
+        assert t.virtual_size.height == 1 + 1  # header + one row
+
+
+async def test_a_long_table_keeps_its_scroll_when_rows_open_above_the_end():
+    app = One()
+    async with app.run_test(size=(40, 12)) as pilot:
+        t = app.query_one(SyncTable)
+        keys = [f"r{n:03}" for n in range(200)]
+        t.sync([(k, (k, "")) for k in keys])
+        await pilot.pause()
+        t.move_cursor(row=150, animate=False)
+        await pilot.pause()
+        y = t.scroll_y
+        assert y > 100
+        more = [*keys[:150], "new-1", "new-2", *keys[150:]]
+        t.sync([(k, (k, "")) for k in more])
+        await pilot.pause()
+        assert [str(r.key.value) for r in t.ordered_rows] == more
+        assert t.selected_key() == "r150"
+        assert t.scroll_y >= y
+        assert t.virtual_size.height == 1 + len(more)
