@@ -135,14 +135,21 @@ def test_spec_errors_name_the_field_and_the_fix():
 # ---------------------------------------------------------------------- on the router
 
 
-async def test_off_by_default_no_replay_and_no_series():
+async def test_off_by_default_no_replay_and_its_series_at_zero():
+    """Off, nothing is replayed; its counters still read 0 for every pair and reason (the
+    dashboard's canary panel and alert PA013 read series on every fleet)."""
     dcfg = [MockConfig(role="decode", text=ANSWER)]
     async with rig("push", decodes=dcfg) as t, httpx.AsyncClient() as c:
         r = await c.post(t.url + "/v1/completions", json=greedy_body(), timeout=10)
         assert r.status_code == 200
         await asyncio.sleep(0.1)
         assert len(t.d.state.requests) == 1
-        assert "pdctl_router_canary" not in (await c.get(t.url + "/metrics")).text
+        text = (await c.get(t.url + "/metrics")).text
+        for result in ("match", "diverged", "tied", "error"):
+            assert canary_total(text, result, prefill="prefill-0", decode="decode-0") == 0
+        for reason in ("full", "busy", "shutdown"):
+            assert total(parse(text), "pdctl_router_canary_dropped_total", {"reason": reason}) == 0
+        assert "pdctl_router_canary_replay_seconds" not in text
 
 
 async def test_a_matching_replay_is_counted_per_pair_and_exported_at_zero_before():

@@ -173,7 +173,7 @@ def split_key(key: str) -> list[str | int]:
     for part in key.replace("[", ".").replace("]", "").split("."):
         if part == "":
             continue
-        parts.append(int(part) if part.isdigit() else part)
+        parts.append(int(part) if part.isdecimal() else part)
     return parts
 
 

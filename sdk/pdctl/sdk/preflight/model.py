@@ -97,7 +97,7 @@ class Topology:
         cell = self.link(a, b)
         if cell is None or cell == "X":
             return None
-        if cell.startswith("NV") and cell[2:].isdigit():
+        if cell.startswith("NV") and cell[2:].isdecimal():
             return int(cell[2:])
         return 0
 

@@ -61,7 +61,7 @@ def parse_numa(text: str | None) -> int | None:
     if text is None:
         return None
     t = text.strip()
-    return int(t) if t.isdigit() and len(t) < 6 else None
+    return int(t) if t.isdecimal() and len(t) < 6 else None
 
 
 def _listdir(path: Path) -> list[str]:
@@ -132,7 +132,7 @@ def dump_sysfs(root: Path = LIVE_SYSFS) -> str:
                 d.file(f"{base}/{name}")
             d.file(f"{base}/current_link_width")
     for node in _listdir(root / "devices" / "system" / "node"):
-        if node.startswith("node") and node[4:].isdigit():
+        if node.startswith("node") and node[4:].isdecimal():
             d.lines.append(f"devices/system/node/{node}/")
             d.file(f"devices/system/node/{node}/cpulist")
     if root == LIVE_SYSFS and Path("/dev/gdrdrv").exists():
@@ -264,7 +264,7 @@ def netdev_speeds(src: Path | Sysfs = LIVE_SYSFS) -> dict[str, int]:
     out: dict[str, int] = {}
     for iface in fs.listdir("class/net"):
         text = fs.read(f"class/net/{iface}/speed")
-        if iface != "lo" and text and text.isdigit() and 0 < int(text) < 10_000_000:
+        if iface != "lo" and text and text.isdecimal() and 0 < int(text) < 10_000_000:
             out[iface] = int(text)
     return out
 
@@ -274,7 +274,7 @@ def numa_nodes(src: Path | Sysfs = LIVE_SYSFS) -> dict[int, str]:
     fs = _view(src)
     out: dict[int, str] = {}
     for node in fs.listdir("devices/system/node"):
-        if node.startswith("node") and node[4:].isdigit():
+        if node.startswith("node") and node[4:].isdecimal():
             out[int(node[4:])] = fs.read(f"devices/system/node/{node}/cpulist") or ""
     return out
 

@@ -121,7 +121,7 @@ def parse_ibv_devinfo(text: str) -> list[IbvDevice]:
 
     def close_port() -> None:
         nonlocal port
-        if port is not None and devices and port.get("port", "").isdigit():
+        if port is not None and devices and port.get("port", "").isdecimal():
             devices[-1].ports.append(
                 IbvPort(
                     int(port["port"]),
@@ -250,12 +250,12 @@ def parse_nvidia_smi_q(text: str) -> SmiQuery:
         if key == "Product Name":
             gpu.name = value
         elif where == "PCIe Generation" and key in ("Max", "Device Max", "Host Max"):
-            if value.isdigit():
+            if value.isdecimal():
                 gen = int(value)
                 gpu.pcie_gen = gen if gpu.pcie_gen is None else min(gpu.pcie_gen, gen)
         elif where == "Link Width" and key in ("Max", "Device Max", "Host Max"):
             width = value.rstrip("xX")
-            if width.isdigit():
+            if width.isdecimal():
                 w = int(width)
                 gpu.pcie_width = w if gpu.pcie_width is None else min(gpu.pcie_width, w)
     return q
@@ -266,7 +266,7 @@ def parse_lsmod(text: str) -> dict[str, tuple[str, ...]]:
     out: dict[str, tuple[str, ...]] = {}
     for line in text.splitlines():
         parts = line.split()
-        if len(parts) < 3 or not parts[1].isdigit() or not parts[2].isdigit():
+        if len(parts) < 3 or not parts[1].isdecimal() or not parts[2].isdecimal():
             continue
         used = tuple(u for u in parts[3].split(",") if u) if len(parts) > 3 else ()
         out[parts[0]] = used

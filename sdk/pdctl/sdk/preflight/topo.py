@@ -135,7 +135,7 @@ def _topo_row(
     if row_gpu:
         idx = int(row_gpu.group(1))
         cpus[idx] = rest[0] if rest and _CPU_LIST.match(rest[0]) else None
-        numa[idx] = int(rest[1]) if len(rest) > 1 and rest[1].isdigit() else None
+        numa[idx] = int(rest[1]) if len(rest) > 1 and rest[1].isdecimal() else None
 
 
 def _p2p_row(topo: Topology, tokens: list[str], cols: list[str], mode: str) -> None:

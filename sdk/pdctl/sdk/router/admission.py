@@ -124,7 +124,7 @@ class Admission:
         self.spec, self.share, self.clock = spec, share, clock
         self.prefills, self.decodes = list(prefills), list(decodes)
         th = Thresholds(spec.max_waiting_per_instance, spec.max_kv_usage, spec.stale_after_s)
-        self.saturation = Saturation(th, spec.scrape_interval_s, clock=clock)
+        self.saturation = Saturation(th, spec.scrape_interval_s, clock=clock, busy=self._busy)
         self.limits = {
             "prefill": spec.prefill_in_flight_per_instance,
             "decode": spec.decode_in_flight_per_instance,
@@ -170,6 +170,10 @@ class Admission:
         )
         self.admitted.prime(CLASSES, ("false", "true"))
         self.shed.prime(REASONS, CLASSES)
+
+    def _busy(self) -> bool:
+        """Requests admitted or queued (the saturation reads are wanted only then)."""
+        return bool(self._in_flight or self._queue)
 
     # ------------------------------------------------------------------ limits
 

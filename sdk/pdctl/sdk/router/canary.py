@@ -52,7 +52,7 @@ from pdctl.sdk.router.canaryverdict import first_difference as first_difference
 from pdctl.sdk.router.httpclient import Pool, UpstreamError
 from pdctl.sdk.router.instances import Upstream
 from pdctl.sdk.router.lease import Lease
-from pdctl.sdk.router.promreg import Registry
+from pdctl.sdk.router.promreg import Counter, Registry
 from pdctl.sdk.router.replies import Reply, StreamReply
 from pdctl.sdk.router.timeline import MAX_PRIMED_PAIRS, Timeline
 from pdctl.sdk.spec import CanarySpec
@@ -144,6 +144,35 @@ class Sample:
         return self.canary.watch(self, reply)
 
 
+def canary_counters(registry: Registry, upstreams: list[Upstream]) -> tuple[Counter, Counter]:
+    """The canary's result and drop counters, at 0 for every pair and reason from the
+    start; registered with the canary off too, so its dashboard panel and alert PA013 read
+    series (all 0) on every fleet."""
+    results = registry.counter(
+        "pdctl_router_canary_total",
+        "Greedy requests replayed on one instance alone (router.canary) and compared "
+        "with their disaggregated answer, by the P->D pair that answered and result: "
+        "match, diverged (the pair's answer differs: its KV was not the prompt's), "
+        "tied (a heterogeneous-TP pair's first difference is at a near-tie within "
+        "router.canary.tie_tolerance), error (no comparable answer).",
+        ("prefill", "decode", "result"),
+    )
+    p = [u.name for u in upstreams if u.role == "prefill"]
+    d = [u.name for u in upstreams if u.role == "decode"]
+    if len(p) * len(d) <= MAX_PRIMED_PAIRS:
+        results.prime(p, d, RESULTS)
+    dropped = registry.counter(
+        "pdctl_router_canary_dropped_total",
+        "Requests drawn for the canary but not replayed, by reason: full "
+        "(router.canary.concurrency replays running), busy (the instance had "
+        "router.canary.busy_outstanding legs in flight or was out of rotation), "
+        "shutdown.",
+        ("reason",),
+    )
+    dropped.prime(DROPS)
+    return results, dropped
+
+
 class Canary:
     """Draws greedy requests, replays them in the background, counts the results."""
 
@@ -171,28 +200,7 @@ class Canary:
         if settings.target == "reference" and settings.reference_url:
             url = settings.reference_url
             self.reference = Upstream("reference", "reference", url, Pool(url))
-        self.results = registry.counter(
-            "pdctl_router_canary_total",
-            "Greedy requests replayed on one instance alone (router.canary) and compared "
-            "with their disaggregated answer, by the P->D pair that answered and result: "
-            "match, diverged (the pair's answer differs: its KV was not the prompt's), "
-            "tied (a heterogeneous-TP pair's first difference is at a near-tie within "
-            "router.canary.tie_tolerance), error (no comparable answer).",
-            ("prefill", "decode", "result"),
-        )
-        p = [u.name for u in upstreams if u.role == "prefill"]
-        d = [u.name for u in upstreams if u.role == "decode"]
-        if len(p) * len(d) <= MAX_PRIMED_PAIRS:
-            self.results.prime(p, d, RESULTS)
-        self.dropped = registry.counter(
-            "pdctl_router_canary_dropped_total",
-            "Requests drawn for the canary but not replayed, by reason: full "
-            "(router.canary.concurrency replays running), busy (the instance had "
-            "router.canary.busy_outstanding legs in flight or was out of rotation), "
-            "shutdown.",
-            ("reason",),
-        )
-        self.dropped.prime(DROPS)
+        self.results, self.dropped = canary_counters(registry, upstreams)
         self.replay_s = registry.histogram(
             "pdctl_router_canary_replay_seconds",
             "Duration of a canary replay (the extra work one sampled request costs).",

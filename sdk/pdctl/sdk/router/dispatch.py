@@ -24,7 +24,7 @@ import asyncio
 from typing import Any, Protocol
 
 from pdctl.sdk.router import tracing
-from pdctl.sdk.router.canary import Canary
+from pdctl.sdk.router.canary import Canary, canary_counters
 from pdctl.sdk.router.instanceset import InstanceSet
 from pdctl.sdk.router.ledger import Ledger
 from pdctl.sdk.router.legs import LegSender
@@ -76,6 +76,8 @@ class Dispatcher:
                 connect_timeout_s=timeout,
                 tp=instances.tp,
             )
+        elif instances.prefills:  # off: its counters still read 0, for the panel and PA013
+            canary_counters(metrics.registry, instances.upstreams)
 
     def strategy(self) -> Strategy:
         """The strategy for the router's path."""

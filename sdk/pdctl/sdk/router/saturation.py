@@ -64,9 +64,14 @@ class Saturation:
         interval_s: float,
         timeout_s: float = 2.0,
         clock: Clock = time.monotonic,
+        busy: Callable[[], bool] = lambda: True,
     ) -> None:
         self.thresholds = thresholds
         self.interval_s, self.timeout_s, self.clock = interval_s, timeout_s, clock
+        self.busy = busy
+        """Whether the router has requests in flight or queued: an idle router reads
+        nothing (its instances' readings go stale, which is unknown, never overload),
+        so an idle fleet is not woken every second to render its metrics."""
         self.readings: dict[str, Reading] = {}
         self.pools = Pools()
         """Connections of its own: a scrape never holds a connection a leg could use."""
@@ -108,7 +113,8 @@ class Saturation:
 
     async def _loop(self, ups: list[Upstream]) -> None:
         while True:
-            await asyncio.gather(*(self.scrape(u) for u in ups))
+            if self.busy():
+                await asyncio.gather(*(self.scrape(u) for u in ups))
             await asyncio.sleep(self.interval_s)
 
     async def scrape(self, u: Upstream) -> None:
