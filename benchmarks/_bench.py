@@ -5,8 +5,11 @@ from __future__ import annotations
 import json
 import shutil
 import sys
+import time
 from pathlib import Path
 from typing import Any
+
+import httpx
 
 from pdctl.sdk.chaos import completion
 from pdctl.sdk.freeports import free_port as free_port
@@ -80,3 +83,16 @@ def write_record(path: str | Path, record: Any) -> None:
     """The run's JSON record to ``path``, and a line saying where it went."""
     Path(path).write_text(json.dumps(record, indent=1) + "\n")
     print(f"\nrecord: {path}")
+
+
+def wait_health(url: str, timeout: float = 60) -> None:
+    """Wait until ``url``'s ``/health`` answers 200 (RuntimeError after ``timeout`` s)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(url + "/health", timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.2)
+    raise RuntimeError(f"{url} never became healthy")

@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from _bench import free_port, greedy_body, write_record
+from _bench import free_port, greedy_body, wait_health, write_record
 
 from pdctl.cli.cmd_demo import DEMO_WORDS
 from pdctl.sdk import chaos
@@ -168,18 +168,6 @@ def start_router(spec: Any, admission: dict[str, Any], folder: Path) -> tuple[st
     f.write_text(s.model_dump_json())
     argv = [sys.executable, "-m", "pdctl.sdk.router.server", "--spec-json", str(f)]
     return router_url(s), subprocess.Popen(argv)
-
-
-def wait_health(url: str, timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(url + "/health", timeout=2).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.2)
-    raise RuntimeError(f"{url} never became healthy")
 
 
 async def run(args: argparse.Namespace, fleet: Fleet, arms: dict[str, str]) -> dict[str, Any]:

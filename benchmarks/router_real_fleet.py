@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from _bench import find_vllm_router, free_port, greedy_body, vllm_router_argv
+from _bench import find_vllm_router, free_port, greedy_body, vllm_router_argv, wait_health
 
 from pdctl.cli.cmd_demo import DEMO_WORDS
 from pdctl.sdk.demo import load_demo_spec
@@ -33,18 +33,6 @@ from pdctl.sdk.fleet import Fleet
 from pdctl.sdk.paths import tiny_model_dir
 from pdctl.sdk.sse import DONE, EventParser
 from pdctl.sdk.urls import router_url
-
-
-def wait_health(url: str, timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(url + "/health", timeout=2).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.2)
-    raise RuntimeError(f"{url} never became healthy")
 
 
 def one(c: httpx.Client, url: str, prompt: str, max_tokens: int) -> tuple[float, float, str]:
