@@ -377,6 +377,20 @@ def _new_fault_summary(faults: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
+async def _failed_timelines(c: httpx.AsyncClient, router: str) -> list[dict[str, Any]]:
+    """The router's own record of the requests it did not answer 200 (their legs, retries,
+    migrations and notes), newest first: why each failure happened."""
+    r = await c.get(router + "/v1/pdctl/requests", params={"limit": 500})
+    if r.status_code != 200:
+        return [{"error": f"/v1/pdctl/requests answered {r.status_code}"}]
+    keep = ("id", "status", "outcome", "prefill", "decode", "retries", "migrations", "notes")
+    return [
+        {k: t.get(k) for k in keep}
+        for t in r.json().get("requests", [])
+        if t.get("status") != 200
+    ]
+
+
 async def engine_kills(kind: str, args: argparse.Namespace) -> dict[str, Any]:
     """``--kill-runs`` engine-core kills of ``kind`` (decode: 1P2D, prefill: 2P1D) under
     the mix, after one run of the mix with no kill (the baseline)."""
@@ -418,6 +432,8 @@ async def engine_kills(kind: str, args: argparse.Namespace) -> dict[str, Any]:
                     min_streams=4 if kind == "decode" else 0,
                     after_s=1.5 if kind == "decode" else 0.5,
                 )  # fmt: skip
+                failed = got.failures(want)
+                timelines = await _failed_timelines(c, router) if failed else []
                 live = {u: base[u] for nm, u in urls.items() if nm != name}
                 back, _ = await chaos.kv_back_to_idle(c, live, wait_s=15)
                 t0 = time.perf_counter()
@@ -435,7 +451,8 @@ async def engine_kills(kind: str, args: argparse.Namespace) -> dict[str, Any]:
                     "streams_mid_answer": got.streams_mid_answer,
                     "complete": got.complete(want),
                     "identical": got.identical(want),
-                    "failures": got.failures(want)[:10],
+                    "failures": failed[:10],
+                    "failed_timelines": timelines[:10],
                     "p50_s": statistics.median(a.seconds for a in got.answers),
                     "kv_back_s": back,
                     "restarted_after_answers_s": restarted_s,
@@ -450,6 +467,8 @@ async def engine_kills(kind: str, args: argparse.Namespace) -> dict[str, Any]:
                     f"{restarted_s} s after",
                     flush=True,
                 )
+                for t in timelines[:3]:
+                    print(f"    failed: {json.dumps(t)[:1500]}", flush=True)
     finally:
         await fleet.down()
     killed = [r for r in runs if r["killed"]]

@@ -116,20 +116,28 @@ async def test_full_router_sheds_at_once_with_a_reason(fleet, baseline, stall_sw
                 a = await c.post(router + "/v1/completions", json=prompt(f"shed{i}"))
                 return a.status_code, time.perf_counter() - t, a.headers.get("pdctl-drop-reason")
 
+            # one request per worker first; which worker accepts a connection is the
+            # kernel's choice, so two of them may meet on one worker (one then shed)
             first = [asyncio.create_task(one(i)) for i in range(workers)]
-            await asyncio.sleep(1.0)  # those are in flight (stalled) on every worker
+            await asyncio.sleep(1.0)  # those admitted are in flight (stalled)
             rest = await asyncio.gather(*(one(i) for i in range(workers, n)))
             shed = [x for x in rest if x[0] == 429]
             slowest = max(x[1] for x in shed) if shed else None
             print(f"{len(shed)} of {len(rest)} shed, slowest answer {slowest}")
             assert len(shed) >= len(rest) - workers, rest
-            assert {x[2] for x in shed} == {"decode_saturated"}
             assert slowest is not None
             assert slowest <= 0.5
         finally:
             stall_switch.unlink(missing_ok=True)
         done = await asyncio.gather(*first)
-        assert {x[0] for x in done} == {200}, done
+        every = done + rest
+        admitted = [x for x in every if x[0] == 200]
+        # each worker holds at most one (its share of the limit of 1) and at least the
+        # very first request was admitted; every other answer is the shed, with its reason
+        assert 1 <= len(admitted) <= workers, every
+        assert {x[0] for x in every} <= {200, 429}, every
+        assert {x[2] for x in every if x[0] == 429} == {"decode_saturated"}, every
+        assert max(x[1] for x in every if x[0] == 429) <= 0.5, every
         back = {"decode_in_flight_per_instance": 256, "max_queued": 512}
         assert (await c.post(router + "/v1/pdctl/admission", json=back)).status_code == 200
         text = (await c.get(router + "/metrics")).text
