@@ -377,17 +377,17 @@ def _new_fault_summary(faults: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
-async def _failed_timelines(c: httpx.AsyncClient, router: str) -> list[dict[str, Any]]:
-    """The router's own record of the requests it did not answer 200 (their legs, retries,
-    migrations and notes), newest first: why each failure happened."""
-    r = await c.get(router + "/v1/pdctl/requests", params={"limit": 500})
+async def _failed_timelines(c: httpx.AsyncClient, router: str, limit: int) -> list[dict[str, Any]]:
+    """The router's own record of the requests it did not answer 200 or moved (their
+    legs, retries, migrations and notes), newest first: why each failure happened."""
+    r = await c.get(router + "/v1/pdctl/requests", params={"limit": limit})
     if r.status_code != 200:
         return [{"error": f"/v1/pdctl/requests answered {r.status_code}"}]
     keep = ("id", "status", "outcome", "prefill", "decode", "retries", "migrations", "notes")
     return [
         {k: t.get(k) for k in keep}
         for t in r.json().get("requests", [])
-        if t.get("status") != 200
+        if t.get("status") != 200 or t.get("migrations") or t.get("retries")
     ]
 
 
@@ -433,7 +433,7 @@ async def engine_kills(kind: str, args: argparse.Namespace) -> dict[str, Any]:
                     after_s=1.5 if kind == "decode" else 0.5,
                 )  # fmt: skip
                 failed = got.failures(want)
-                timelines = await _failed_timelines(c, router) if failed else []
+                timelines = await _failed_timelines(c, router, len(reqs)) if n else []
                 live = {u: base[u] for nm, u in urls.items() if nm != name}
                 back, _ = await chaos.kv_back_to_idle(c, live, wait_s=15)
                 t0 = time.perf_counter()
@@ -452,7 +452,7 @@ async def engine_kills(kind: str, args: argparse.Namespace) -> dict[str, Any]:
                     "complete": got.complete(want),
                     "identical": got.identical(want),
                     "failures": failed[:10],
-                    "failed_timelines": timelines[:10],
+                    "failed_or_moved": timelines[:20],
                     "p50_s": statistics.median(a.seconds for a in got.answers),
                     "kv_back_s": back,
                     "restarted_after_answers_s": restarted_s,
@@ -467,7 +467,7 @@ async def engine_kills(kind: str, args: argparse.Namespace) -> dict[str, Any]:
                     f"{restarted_s} s after",
                     flush=True,
                 )
-                for t in timelines[:3]:
+                for t in [t for t in timelines if t.get("status") != 200][:3]:
                     print(f"    failed: {json.dumps(t)[:1500]}", flush=True)
     finally:
         await fleet.down()

@@ -22,6 +22,8 @@ from pdctl.sdk.spec import FleetSpec, RouterSpec
 UP_GRACE_S = 5.0
 """After the supervisor says an instance is up, failed health checks (other than a refused
 connection) do not mark it down for this long."""
+PROBE_TIMEOUT_S = 2.0
+"""How long a health check waits for ``/health`` to answer."""
 
 
 class InstanceSet:
@@ -101,18 +103,23 @@ class InstanceSet:
             self.check_rounds += 1
             await asyncio.sleep(self.health_interval_s)
 
-    async def check(self, u: Upstream) -> None:
-        """One health check of ``u`` (``GET /health``)."""
-        decisive = False
+    async def probe(self, u: Upstream) -> tuple[bool, bool]:
+        """``u``'s ``GET /health`` now: (healthy, decisive). Decisive is an answer or a
+        refused connection (vLLM answers 503 once its engine is dead); no answer within
+        :data:`PROBE_TIMEOUT_S` (a busy server) is not."""
         try:
-            async with asyncio.timeout(2.0):
+            async with asyncio.timeout(PROBE_TIMEOUT_S):
                 r = await u.pool.request("GET", "/health")
                 await r.read()
-            healthy, decisive = r.status == 200, True
+            return r.status == 200, True
         except UpstreamError as e:
-            healthy, decisive = False, e.connect
+            return False, e.connect
         except (TimeoutError, OSError):
-            healthy = False
+            return False, False
+
+    async def check(self, u: Upstream) -> None:
+        """One health check of ``u`` (``GET /health``), recorded."""
+        healthy, decisive = await self.probe(u)
         if not healthy and not decisive and time.monotonic() < u.trusted_until:
             # the supervisor said "up" moments ago: a slow answer from a server that has
             # just started does not overrule it; a refused connection does, and so does
