@@ -360,3 +360,17 @@ async def test_slo_routing_off_neither_steers_nor_sheds():
         assert {q["decode"] for q in t.router.recent()} == {d.name for d in t.router.decodes}
         text = (await c.get(t.url + "/metrics")).text
         assert 'pdctl_router_ttft_predictions_total{result="known"} 2.0' in text  # measured
+
+
+async def test_with_admission_off_it_steers_but_never_sheds():
+    router = {**RR, "admission": {"enabled": False}}
+    async with rig("push", decodes=TWO_DECODES, router=router) as t, httpx.AsyncClient() as c:
+        pred = t.router.instances.predictor
+        (p,) = t.router.prefills
+        fast, slow = t.router.decodes
+        trained(pred, (p.name, fast.name), 30.0)
+        trained(pred, (p.name, slow.name), 60.0)
+        hs = {"pdctl-slo-ttft-ms": "2000", "pdctl-priority": "batch"}
+        for _ in range(2):
+            assert (await c.post(t.url + URL, json=body(), headers=hs)).status_code == 200
+        assert [q["decode"] for q in t.router.recent()] == [fast.name] * 2
