@@ -14,7 +14,9 @@ Reported per arm (medians of rounds): goodput (requests whose first token came w
 their SLO, per second of offered load), answers by status, the slowest and p99 time to a
 shed answer (429/503/504 with ``pdctl-drop-reason``), p99 TTFT of admitted interactive
 requests, requests lost (no answer and no error), and seconds until both instances' KV is
-back at its idle value. Prints the ratio of goodputs and writes a JSON record.
+back at its idle value, and the router's TTFT predictions against the TTFTs it measured
+(median and p90 of the relative error, :func:`~pdctl.sdk.router.predictor.error_summary`).
+Prints the ratio of goodputs and writes a JSON record.
 
     python benchmarks/overload.py [--load 4] [--duration 60] [--rounds 1]
         [--out overload.json]
@@ -43,6 +45,7 @@ from pdctl.sdk import chaos
 from pdctl.sdk.demo import load_demo_spec
 from pdctl.sdk.fleet import Fleet
 from pdctl.sdk.paths import tiny_model_dir
+from pdctl.sdk.router.predictor import error_summary
 from pdctl.sdk.urls import router_url
 
 MIX = (("interactive", 1500, 0.2), ("standard", 3000, 0.5), ("batch", 10000, 0.3))
@@ -190,7 +193,10 @@ async def run(args: argparse.Namespace, fleet: Fleet, arms: dict[str, str]) -> d
             s = summary(outs, args.duration)
             async with httpx.AsyncClient() as c:
                 back, _ = await chaos.kv_back_to_idle(c, idle, wait_s=60)
+                reqs = (await c.get(url + "/v1/pdctl/requests?limit=10000")).json()["requests"]
             s["kv_idle_after_s"] = back
+            # the router's TTFT predictions against what it measured (its last 1,000)
+            s["ttft_prediction"] = error_summary(reqs)
             rounds[name].append(s)
             print(f"round {r + 1} {name}: {s}", flush=True)
     med = {k: statistics.median(x["goodput_rps"] for x in v) for k, v in rounds.items() if v}
@@ -243,6 +249,9 @@ def main() -> int:
                 p.terminate()
                 p.wait(15)
     print(f"goodput with/without admission: {record['goodput_ratio']}")
+    for name, rs in record["rounds"].items():  # the goal: a median error within 0.25
+        errs = [r["ttft_prediction"]["error_p50"] for r in rs]
+        print(f"{name}: TTFT prediction |error| p50 per round: {errs}")
     write_record(args.out, record)
     return 0
 

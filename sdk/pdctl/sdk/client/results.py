@@ -138,6 +138,8 @@ class RequestTimeline:
     segments: tuple[Segment, ...]
     notes: tuple[str, ...]
     raw: dict[str, Any] = field(repr=False)
+    predicted_ttft_ms: float | None = None
+    """The router's TTFT prediction for its P->D pair when it was placed (None: unknown)."""
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> RequestTimeline:
@@ -177,6 +179,7 @@ class RequestTimeline:
             ),
             notes=tuple(str(n) for n in d.get("notes") or ()),
             raw=d,
+            predicted_ttft_ms=_ms(d.get("predicted_ttft_ms")),
         )
 
 

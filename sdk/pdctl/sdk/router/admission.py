@@ -14,6 +14,8 @@ that finds no room is answered at once:
 * ``429`` + ``prefill_saturated`` / ``decode_saturated``: the queue is full (slow down);
 * ``503`` + the same reasons: it waited ``max_queue_wait_s`` in the queue;
 * ``504`` + ``slo_unreachable``: its first-byte deadline passed while it was queued;
+* ``503`` + ``slo_unreachable``: no P->D pair is predicted to answer within it
+  (:mod:`.predictor`; standard and batch requests only, asked by the gate);
 * ``503`` + ``draining``: every instance of a stage is drained by an operator.
 
 Every answer has ``Retry-After`` (whole seconds) and ``pdctl-retry-after-ms``. What a
@@ -268,6 +270,11 @@ class Admission:
             "slo_unreachable": f"request shed: {why}",
         }.get(reason, f"the fleet's {stage} stage is saturated: {why}")
         return Shed(status, reason, f"{msg}; retry in {retry:.1f} s", retry)
+
+    def unreachable(self, klass: str, why: str) -> Shed:
+        """Shed a request no P->D pair is predicted to serve within its SLO or deadline
+        (:mod:`.predictor`): 503 ``slo_unreachable``, before it queues."""
+        return self._refuse(503, "slo_unreachable", klass, why)
 
     def retry_after_s(self) -> float:
         """When a place may be free: the queue ahead drained at the recent pace."""

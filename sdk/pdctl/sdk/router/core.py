@@ -80,7 +80,9 @@ class Router:
         self.releases = releases
         fleet = {"pdctl.fleet": spec.fleet.name}
         self.tracer = tracing.Tracer(self.settings.otlp_traces_url, **fleet)
-        self.ledger = Ledger(self.metrics, self.instances, releases, history)
+        self.ledger = Ledger(
+            self.metrics, self.instances, releases, history, self.instances.predictor
+        )
         self.dispatcher = Dispatcher(self.instances, self.ledger, self.metrics, self.tracer)
         # what readers of the router look at most, under their own names
         self.upstreams = self.instances.upstreams

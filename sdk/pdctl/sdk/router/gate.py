@@ -27,6 +27,7 @@ from pdctl.sdk.router.core import Reply, Router, StreamReply
 from pdctl.sdk.router.deadline import Deadline, first_chunk
 from pdctl.sdk.router.hardening import GONE
 from pdctl.sdk.router.limits import drop_headers
+from pdctl.sdk.router.predictor import Size, size_of
 from pdctl.sdk.router.terms import Terms
 from pdctl.sdk.router.timeline import Timeline
 
@@ -67,9 +68,10 @@ class Gate:
         ticket: Ticket | None = None
         deadline: Deadline | None = None
         tl: Timeline | None = None
+        size = size_of(body)
         try:
             if self.admission is not None:
-                entered = await self.admit(terms, t0)
+                entered = await self.admit(terms, t0, size)
                 if isinstance(entered, Shed):
                     answered.set()
                     kind = "overloaded_error" if entered.status != 504 else "timeout_error"
@@ -85,6 +87,7 @@ class Gate:
             )
             if ticket is not None:
                 ticket.tl = tl
+            _predictable(tl, size, terms, t0)
             if terms.deadline_s is not None:
                 left = terms.deadline_s - (time.perf_counter() - t0)
                 deadline = Deadline(left, handler, _expire(self.router, tl, terms))
@@ -137,15 +140,35 @@ class Gate:
             return
         await stream_reply(send, reply, answered)
 
-    async def admit(self, terms: Terms, t0: float) -> Ticket | Shed:
+    async def admit(self, terms: Terms, t0: float, size: Size | None = None) -> Ticket | Shed:
         """A place in the fleet for a request read at ``t0`` (perf_counter), within its
-        terms' queue limit."""
+        terms' queue limit; a standard or batch request that no P->D pair is predicted to
+        answer within it is shed at once (SLO routing, :mod:`.predictor`)."""
         assert self.admission is not None
         limit = terms.queue_limit_s
         at = None
         if limit is not None:
-            at = self.admission.clock() + limit - (time.perf_counter() - t0)
+            left = limit - (time.perf_counter() - t0)
+            instances = self.router.instances
+            predictor = instances.predictor
+            if predictor.routing and size is not None and terms.klass != "interactive":
+                best = predictor.unreachable(size, left, instances.pairs())
+                if best is not None:
+                    return self.admission.unreachable(
+                        terms.klass,
+                        f"no P->D pair is predicted to answer within {left * 1000:.0f} ms "
+                        f"(the fastest: {best * 1000:.0f} ms)",
+                    )
+            at = self.admission.clock() + left
         return await self.admission.enter(terms.klass, at)
+
+
+def _predictable(tl: Timeline, size: Size, terms: Terms, t0: float) -> None:
+    """What SLO routing reads on the timeline: the request's size, and when its first
+    byte is wanted (``t0``: when it was read)."""
+    tl.size = size
+    if terms.queue_limit_s is not None:
+        tl.ttft_due = t0 + terms.queue_limit_s
 
 
 def _expire(router: Router, tl: Timeline, terms: Terms) -> Callable[[], None]:

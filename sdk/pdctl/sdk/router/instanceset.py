@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from collections.abc import Collection, Iterator
 from typing import Any
 
 from pdctl.sdk.fleetplan import FleetPlan, InstancePlan
@@ -15,6 +16,7 @@ from pdctl.sdk.router.httpclient import Pools, UpstreamError
 from pdctl.sdk.router.instances import Breaker, Upstream
 from pdctl.sdk.router.policies import Policy, make_policy
 from pdctl.sdk.router.policies.cache_aware import CacheAware
+from pdctl.sdk.router.predictor import Predictor
 from pdctl.sdk.router.replies import RouteError, RouterMode, mode_of
 from pdctl.sdk.router.timeline import RouterMetrics, Timeline
 from pdctl.sdk.spec import FleetSpec, RouterSpec
@@ -63,6 +65,8 @@ class InstanceSet:
             ("tokens", "text-fallback") if self.settings.path == "tokens" else ("text",),
         )
         self.policy: Policy = make_policy(self.settings.policy)
+        self.predictor = Predictor(self.settings.admission, self.metrics.registry)
+        """Each P->D pair's TTFT model, and SLO routing (:mod:`.predictor`)."""
         self.cache: CacheAware | None = None
         """The prefix index, made when the router starts with ``cache_aware``."""
         if self.settings.policy == "cache_aware":
@@ -248,6 +252,9 @@ class InstanceSet:
             p = None
             if not alone and d.name not in uncached:
                 p = await self.acquire(self.prefills, tl, scores=p_scores)
+        if tl.ttft_due is not None and (alone or p is not None):
+            d, p = self.predictor.steer(tl, (d, p), self.pairs(alone, uncached))
+        self.predictor.record(tl, d, p)
         tl.decode = d.name
         if self.mode == "colocated":
             tl.decision = "colocated"
@@ -264,6 +271,18 @@ class InstanceSet:
         if cache is not None and keys is not None:
             cache.routed(d if p is None else p, keys, tl)  # where the prompt is computed
         return d, p
+
+    def pairs(
+        self, alone: bool = False, skip: Collection[str] = ()
+    ) -> Iterator[tuple[Upstream, Upstream | None]]:
+        """The (decode, prefill) pairs a request could be placed on now: every eligible,
+        undrained decode (not in ``skip``) with every such prefill, or alone."""
+        decodes = [u for u in self.decodes if u.eligible() and not u.drained and u.name not in skip]
+        if alone or self.mode == "colocated":
+            yield from ((d, None) for d in decodes)
+            return
+        prefills = [u for u in self.prefills if u.eligible() and not u.drained]
+        yield from ((d, p) for d in decodes for p in prefills)
 
     # ------------------------------------------------------------------ operator control
 
@@ -361,6 +380,7 @@ class InstanceSet:
             **extra,
             "policy": self.policy.name,
             "mode": self.mode,
+            "predictor": self.predictor.state(),
             "modes": list(self.modes()),
             "instances": [
                 {

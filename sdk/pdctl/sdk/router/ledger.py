@@ -9,6 +9,7 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from pdctl.sdk.router import tracing
+from pdctl.sdk.router.predictor import Predictor
 from pdctl.sdk.router.release import KvReleases
 from pdctl.sdk.router.replies import RouterMode
 from pdctl.sdk.router.timeline import RouterMetrics, Timeline
@@ -29,8 +30,11 @@ class Ledger:
         instances: HasMode,
         releases: KvReleases | None = None,
         history: int = 1000,
+        predictor: Predictor | None = None,
     ) -> None:
+        """``predictor``: learns each pair's TTFT from the requests that end well."""
         self.metrics, self.instances, self.releases = metrics, instances, releases
+        self.predictor = predictor
         self.history: deque[Timeline] = deque(maxlen=history)
 
     def finish(self, tl: Timeline, outcome: str, status: int, error: str | None = None) -> None:
@@ -43,6 +47,8 @@ class Ledger:
         if error:
             tl.error = error
         self.metrics.finished(tl, self.instances.mode, outcome)
+        if self.predictor is not None:
+            self.predictor.observe(tl)
         tracing.finished(tl)
         self.history.append(tl)
         if outcome != "ok":

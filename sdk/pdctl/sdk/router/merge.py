@@ -87,6 +87,9 @@ def merge_state(per_worker: list[dict[str, Any]]) -> dict[str, Any]:
             }
         )
     out["instances"] = instances
+    preds = [w["predictor"] for w in per_worker if isinstance(w.get("predictor"), dict)]
+    if preds:  # each worker learns its own models: all of them, the first's as "pairs"
+        out["predictor"] = {**preds[0], "workers": [p.get("pairs", []) for p in preds]}
     adm = [w["admission"] for w in per_worker if isinstance(w.get("admission"), dict)]
     if adm and adm[0].get("enabled"):
         counts = ("queued", "in_prefill", "in_flight")

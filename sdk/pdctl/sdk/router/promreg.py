@@ -119,6 +119,15 @@ class Histogram:
         s[-2] += value
         s[-1] += 1
 
+    def prime(self, *label_values: Iterable[str]) -> None:
+        """Export every combination of the known label values as an empty histogram
+        (one iterable per label; none for a histogram without labels), as
+        :meth:`Counter.prime` does for counters."""
+        if len(label_values) != len(self.labelnames):
+            raise ValueError(f"{self.name}: {len(self.labelnames)} label(s) to prime")
+        for combo in itertools.product(*(tuple(v) for v in label_values)):
+            self.series.setdefault(combo, [0.0] * (len(self.bounds) + 3))
+
     def expose(self) -> list[str]:
         return expose_family(self.snapshot())
 

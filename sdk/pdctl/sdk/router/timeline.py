@@ -84,6 +84,13 @@ class Timeline:
     canary: dict[str, Any] | None = None
     """The live output canary's word on this request (:mod:`pdctl.sdk.router.canary`):
     result (match, diverged, error, dropped), the instance it was replayed on, detail."""
+    ttft_due: float | None = None
+    """``time.perf_counter()`` by which its first byte is wanted (the nearer of its SLO and
+    deadline; None: neither), for SLO routing (:mod:`pdctl.sdk.router.predictor`)."""
+    size: Any = None
+    """What the TTFT predictor reads of its body (:class:`~.predictor.Size`)."""
+    prediction: Any = None
+    """Its pair's predicted TTFT when placed (:class:`~.predictor.Prediction`)."""
 
     def mark(self) -> float:
         return time.perf_counter() - self.t0
@@ -122,8 +129,14 @@ class Timeline:
             "notes": list(self.notes),
             "migrations": list(self.migrations),
             "canary": self.canary,
+            "predicted_ttft_ms": _predicted_ms(self),
             **_flight_fields(self),
         }
+
+
+def _predicted_ms(tl: Timeline) -> float | None:
+    ttft = None if tl.prediction is None else tl.prediction.ttft_s
+    return None if ttft is None else round(ttft * 1000, 3)
 
 
 def _flight_fields(tl: Timeline) -> dict[str, Any]:

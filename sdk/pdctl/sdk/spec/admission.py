@@ -76,6 +76,30 @@ class AdmissionSpec(_Strict):
         "on both legs and answered 504. 0: none (router.request_timeout_s still applies).",
     )
 
+    slo_routing: bool = Field(
+        default=True,
+        description="Route a request with an SLO (pdctl-slo-ttft-ms) or deadline to a "
+        "P->D pair whose TTFT is predicted to meet it, and shed a standard or batch one "
+        "(503 slo_unreachable) when every pair is predicted to miss it; interactive "
+        "requests and pairs without a prediction yet are never shed. The predictions "
+        "and their error are measured either way.",
+    )
+    slo_margin: float = Field(
+        default=0.1,
+        ge=0,
+        le=1,
+        description="The predictions' error allowance: a pair meets an SLO when its "
+        "predicted TTFT times (1 + slo_margin) is within the time left; a request is "
+        "shed only when every pair's exceeds the time left times (1 + slo_margin).",
+    )
+    predictor_min_observations: int = Field(
+        default=16,
+        ge=2,
+        le=10000,
+        description="Requests a P->D pair must have answered before its TTFT is "
+        "predicted; until then it is unknown (never shed for, never avoided).",
+    )
+
     @model_validator(mode="after")
     def _stale_after_scrape(self) -> AdmissionSpec:
         if self.scrape_interval_s and self.stale_after_s <= self.scrape_interval_s:
