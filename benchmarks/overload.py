@@ -19,7 +19,10 @@ back at its idle value, and the router's TTFT predictions against the TTFTs it m
 Prints the ratio of goodputs and writes a JSON record.
 
     python benchmarks/overload.py [--load 4] [--duration 60] [--rounds 1]
-        [--out overload.json]
+        [--set decode.0.count=2] [--out overload.json]
+
+``--set`` overrides the demo spec (repeatable): ``decode.0.count=2`` is 1P2D,
+``prefill.0.count=2`` 2P1D.
 """
 
 from __future__ import annotations
@@ -223,12 +226,19 @@ def main() -> int:
     ap.add_argument("--give-up", type=float, default=20.0, help="client timeout (s)")
     ap.add_argument("--decode-in-flight", type=int, default=4)
     ap.add_argument("--prefill-in-flight", type=int, default=2)
+    ap.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a demo spec override, repeatable (1P2D: --set decode.0.count=2)",
+    )
     ap.add_argument("--out", default="overload.json")
     args = ap.parse_args()
     os.environ.setdefault("PDCTL_STATE_DIR", tempfile.mkdtemp(prefix="pdctl-bench-"))
     folder = Path(os.environ["PDCTL_STATE_DIR"])
     spec = load_demo_spec(
-        tiny_model_dir(), ["fleet.name=bench-overload", f"router.port={free_port()}"]
+        tiny_model_dir(), ["fleet.name=bench-overload", f"router.port={free_port()}", *args.set]
     ).spec
     assert spec.router is not None
     with Fleet(spec, ready_timeout=400, grace=5) as fleet:
