@@ -237,9 +237,11 @@ def window_of(new: Scrape, old: Scrape | None, base: str) -> Window | None:
     if count is None:
         return None
     total = new.total(base + "_sum") or 0.0
-    if old is not None and not whole_window(new, old, base):
-        count -= old.total(base + "_count") or 0.0
-        total -= old.total(base + "_sum") or 0.0
+    if old is not None:
+        before = old.total(base + "_count")
+        if before is not None and not count < before:  # not whole_window(new, old, base)
+            count -= before
+            total -= old.total(base + "_sum") or 0.0
     return Digest(
         new.quantiles.get(base, {}),
         total,

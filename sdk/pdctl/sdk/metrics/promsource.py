@@ -413,7 +413,8 @@ class PrometheusSource:
             )
         if self.buckets:
             return rnd
-        need = [n for n in rnd.new if _whole(rnd, n, (*histograms, *lengths))]
+        counts = [h + "_count" for h in (*histograms, *lengths)]
+        need = [n for n in rnd.new if _whole(rnd, n, counts)]
         if not need:
             return rnd
         expr = whole_query(need, self.selector, inst, histograms, lengths)
@@ -451,16 +452,17 @@ def _count(got: Answers | None, name: str) -> float | None:
     return None if not found else sum(s.value for s in found)
 
 
-def _whole(rnd: PromRound, name: str, histograms: Sequence[str]) -> bool:
-    """Whether one of the instance's ``histograms`` has its whole as its window (the
-    rule of :func:`~pdctl.sdk.metrics.derive.whole_window`, on the answers' counts)."""
+def _whole(rnd: PromRound, name: str, counts: Sequence[str]) -> bool:
+    """Whether one of the instance's histograms (``counts``: their ``_count`` names)
+    has its whole as its window (the rule of
+    :func:`~pdctl.sdk.metrics.derive.whole_window`, on the answers' counts)."""
     new = rnd.new.get(name)
     old = rnd.old.get(name)
-    for h in histograms:
-        c = _count(new, h + "_count")
+    for h in counts:
+        c = _count(new, h)
         if c is None:
             continue
-        before = _count(old, h + "_count")
+        before = _count(old, h)
         if before is None or c < before:
             return True
     return False
