@@ -15,7 +15,7 @@ import httpx
 import pytest
 
 from pdctl.sdk.errors import PdctlError
-from pdctl.sdk.metrics.derive import Digest, Histogram, Lengths, window_of
+from pdctl.sdk.metrics.derive import Digest, Histogram, Lengths, Scrape, window_of
 from pdctl.sdk.metrics.monitor import HISTOGRAMS, LENGTHS, WANTED, FleetMonitor
 from pdctl.sdk.metrics.promql import (
     PrometheusError,
@@ -24,7 +24,8 @@ from pdctl.sdk.metrics.promql import (
     trends_query,
     whole_query,
 )
-from pdctl.sdk.metrics.promsource import PromRound, round_of, scrapes, trends_of
+from pdctl.sdk.metrics.promsource import Answers, PromRound, round_of, scrapes, trends_of
+from pdctl.sdk.metrics.promtext import Sample
 from pdctl.sdk.metrics.targets import base_url, targets_from_urls
 from pdctl.sdk.router.mock import MockConfig, MockServer
 from pdctl.tui.history import FLEET, History
@@ -128,11 +129,16 @@ def test_round_reads_instances_health_and_the_routers_own_labels():
         ("router", "router"),
     ]
     assert rnd.down == {"p0": "Prometheus cannot scrape it (up == 0)"}
-    d0 = {s.name: s for s in rnd.new["d0"]}
-    assert d0["vllm:num_requests_running"].value == 3
-    assert d0["vllm:x_bucket"].label("le") == "+Inf"
-    assert "vllm:bad" not in d0
-    (state,) = rnd.new["router"]
+    d0 = rnd.new["d0"]
+    assert d0.values == {"vllm:num_requests_running": 3}  # no labels: a bare value
+    ((name, (bucket,)),) = d0.samples.items()
+    assert name == bucket.name == "vllm:x_bucket"
+    assert bucket.label("le") == "+Inf"
+    assert "vllm:bad" not in d0.values
+    assert "vllm:bad" not in d0.samples
+    assert rnd.new["router"].values == {}
+    ((name, (state,)),) = rnd.new["router"].samples.items()
+    assert name == state.name == "pdctl_router_kv_index_state"
     assert state.label("instance") == "d0"  # exported_instance, read under its own name
     assert state.label("state") == "EXACT"
     assert rnd.old == {}
@@ -273,8 +279,41 @@ async def test_metrics_once_on_endpoints_without_a_spec(capsys, tmp_path, monkey
     assert by["prefill-0"]["transfers"]["bytes_total"] > 0
 
 
+def test_answers_read_as_the_same_scrape_as_their_samples():
+    # bare values for the series of one sample without labels; a name answered twice
+    # (a server that does not sum per instance) keeps both samples, in their order
+    run, kv, hist = "vllm:num_requests_running", "vllm:num_requests_kv_fetch_by_stage", "vllm:x"
+    samples = [
+        Sample(run, "", 2.0),
+        Sample(hist + "_count", "", 7.0),
+        Sample(run, "", 3.0),
+        Sample(kv, 'stage="wait"', 1.0),
+        Sample(kv, "", 4.0),
+        Sample(hist + "_bucket", 'le="+Inf"', 7.0),
+        Sample(hist + "_bucket", 'le="1.0"', 5.0),
+    ]
+    rows = [
+        ({"__name__": s.name, "instance": "d0"} | dict(s.labels), repr(s.value)) for s in samples
+    ]
+    rnd = round_of(UP, vector(*rows), at=100.0, url="u", exprs=queries(WANTED, buckets=True))
+    assert rnd.new["d0"].values == {hist + "_count": 7}
+    assert rnd.new["d0"].samples[run] == [Sample(run, "", 2.0), Sample(run, "", 3.0)]
+    (got,) = scrapes(rnd, "d0", 60)
+    want = Scrape(samples, 100.0)
+    for name in (run, kv, hist + "_count", hist + "_bucket", "vllm:none"):
+        assert got.has(name) == want.has(name)
+        assert got.total(name) == want.total(name)
+        assert got.total(name, {"stage": "wait"}) == want.total(name, {"stage": "wait"})
+        assert got.by_label(name, "stage") == want.by_label(name, "stage")
+    assert got.total(run) == 5
+    assert got.histogram(hist) == want.histogram(hist)
+    assert got.histogram(hist) is not None
+    assert sorted(got.names()) == sorted(want.by_name)
+    assert got.by_name == want.by_name  # the bare values made samples when asked for
+
+
 def test_a_round_without_old_answers_has_no_window():
-    rnd = PromRound(5.0, (), {"a": []}, {}, {}, 4)
+    rnd = PromRound(5.0, (), {"a": Answers({}, {})}, {}, {}, 4)
     assert scrapes(rnd, "a", 60) == []
 
 

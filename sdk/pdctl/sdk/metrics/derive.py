@@ -8,7 +8,7 @@ the increase since then), as Prometheus' ``rate`` does.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from pdctl.sdk.metrics.promtext import Sample, total
@@ -23,9 +23,13 @@ class Scrape:
     ``histogram_quantile``, see :mod:`~pdctl.sdk.metrics.promsource`), histogram base
     name → {q: value} for the window ending at this scrape; the payload then holds each
     histogram's ``_sum``/``_count`` but no buckets, and ``bounds`` gives the finite bucket
-    bounds of the histograms whose bucket matters (:class:`Lengths`)."""
+    bounds of the histograms whose bucket matters (:class:`Lengths`).
 
-    __slots__ = ("_hists", "_totals", "at", "bounds", "by_name", "quantiles")
+    A scrape made by :meth:`grouped` keeps its series of one unlabelled sample as bare
+    values (most of what Prometheus answers: one sum per instance and name) and makes
+    their :class:`Sample` s only if :attr:`by_name` is read."""
+
+    __slots__ = ("_by_name", "_hists", "_totals", "_values", "at", "bounds", "quantiles")
 
     def __init__(
         self,
@@ -37,34 +41,73 @@ class Scrape:
         self.at = at
         self.quantiles = quantiles
         self.bounds = bounds
-        self.by_name: dict[str, list[Sample]] = {}
+        self._by_name: dict[str, list[Sample]] = {}
+        self._values: dict[str, float] = {}
         self._hists: dict[str, Histogram | None] = {}
         self._totals: dict[str, float | None] = {}
+        by_name = self._by_name
         for s in samples:
-            lst = self.by_name.get(s.name)
+            lst = by_name.get(s.name)
             if lst is None:
-                self.by_name[s.name] = [s]
+                by_name[s.name] = [s]
             else:
                 lst.append(s)
 
+    @classmethod
+    def grouped(
+        cls,
+        values: dict[str, float],
+        samples: dict[str, list[Sample]],
+        at: float,
+        quantiles: Mapping[str, Mapping[float, float]] | None = None,
+        bounds: Mapping[str, tuple[float, ...]] | None = None,
+    ) -> Scrape:
+        """A scrape of series already grouped by name: ``values``, those of one sample
+        without labels (name → value); ``samples``, the others (name → its samples, in
+        their order). No name in both; both taken as they are, never changed."""
+        self = cls((), at, quantiles, bounds)
+        self._values = values
+        self._by_name = samples
+        return self
+
+    @property
+    def by_name(self) -> dict[str, list[Sample]]:
+        """Every sample, by name."""
+        if self._values:  # the bare values become samples, once
+            merged = {n: [Sample(n, "", v)] for n, v in self._values.items()}
+            merged.update(self._by_name)
+            self._by_name, self._values = merged, {}
+        return self._by_name
+
+    def names(self) -> list[str]:
+        """The names of the scrape's series (without making samples)."""
+        return [*self._values, *self._by_name]
+
+    def _samples(self, name: str) -> Sequence[Sample]:
+        v = self._values.get(name)
+        return self._by_name.get(name, ()) if v is None else (Sample(name, "", v),)
+
     def has(self, name: str) -> bool:
-        return name in self.by_name
+        return name in self._values or name in self._by_name
 
     def total(self, name: str, match: Mapping[str, str] | None = None) -> float | None:
         """Sum of the matching series (summing pools ranks/engines); None if absent.
         Sums over every series of a name are memoised (a scrape does not change)."""
         if match:
-            return total(self.by_name.get(name, ()), name, match)
+            return total(self._samples(name), name, match)
+        v = self._values.get(name)
+        if v is not None:
+            return v
         if name in self._totals:
             return self._totals[name]
-        found = self.by_name.get(name)
+        found = self._by_name.get(name)
         v = None if not found else (found[0].value if len(found) == 1 else total(found, name))
         self._totals[name] = v
         return v
 
     def by_label(self, name: str, key: str) -> dict[str, float]:
         out: dict[str, float] = {}
-        for s in self.by_name.get(name, ()):
+        for s in self._samples(name):
             k = s.label(key)
             out[k] = out.get(k, 0.0) + s.value
         return out
@@ -76,7 +119,7 @@ class Scrape:
         return self._hists[base]
 
     def _histogram(self, base: str) -> Histogram | None:
-        buckets = self.by_name.get(base + "_bucket")
+        buckets = self._samples(base + "_bucket")
         if not buckets:
             return None
         cum: dict[float, float] = {}
@@ -194,9 +237,11 @@ def window_of(new: Scrape, old: Scrape | None, base: str) -> Window | None:
     if count is None:
         return None
     total = new.total(base + "_sum") or 0.0
-    if old is not None and not whole_window(new, old, base):
-        count -= old.total(base + "_count") or 0.0
-        total -= old.total(base + "_sum") or 0.0
+    if old is not None:
+        before = old.total(base + "_count")
+        if before is not None and not count < before:  # not whole_window(new, old, base)
+            count -= before
+            total -= old.total(base + "_sum") or 0.0
     return Digest(
         new.quantiles.get(base, {}),
         total,

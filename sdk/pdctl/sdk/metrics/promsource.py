@@ -43,7 +43,7 @@ import math
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, NamedTuple
 
 import httpx
 
@@ -71,6 +71,15 @@ Quantiles = dict[str, dict[float, float]]
 """Histogram base name → {q: value}, for one instance's window."""
 
 
+class Answers(NamedTuple):
+    """One instance's series at one instant, by name (a :meth:`Scrape.grouped`)."""
+
+    values: dict[str, float]
+    """The series of one sample without labels: their values (most series)."""
+    samples: dict[str, list[Sample]]
+    """The others: their samples, in the answer's order."""
+
+
 @dataclass(frozen=True)
 class PromRound:
     """One update's worth of answers, per instance."""
@@ -78,8 +87,10 @@ class PromRound:
     at: float
     """Unix time the newest answers were evaluated at."""
     targets: tuple[Target, ...]
-    new: dict[str, list[Sample]] = field(default_factory=dict)
-    old: dict[str, list[Sample]] = field(default_factory=dict)
+    new: dict[str, Answers] = field(default_factory=dict)
+    """Instance → its series now."""
+    old: dict[str, Answers] = field(default_factory=dict)
+    """Instance → its cumulative series a window ago."""
     down: dict[str, str] = field(default_factory=dict)
     """Instance → why it has no data (Prometheus cannot scrape it)."""
     queries: int = 0
@@ -147,29 +158,41 @@ def _value(r: Mapping[str, Any]) -> float | None:
 
 def _samples(
     result: list[dict[str, Any]], instance_label: str
-) -> tuple[dict[str, list[Sample]], dict[str, list[Sample]]]:
-    """(now, a window ago): each instance's samples, by the :data:`AT` label."""
-    new: dict[str, list[Sample]] = {}
-    old: dict[str, list[Sample]] = {}
+) -> tuple[dict[str, Answers], dict[str, Answers]]:
+    """(now, a window ago): each instance's series, by the :data:`AT` label, grouped by
+    name as they are read (the scrapes index them as they are)."""
+    new: dict[str, Answers] = {}
+    old: dict[str, Answers] = {}
     read = _READ
     for r in result:
-        metric = r.get("metric") or {}
-        name, inst = metric.get("__name__"), metric.get(instance_label)
+        try:
+            metric = r["metric"]
+            name, inst = metric["__name__"], metric[instance_label]
+            value = float(r["value"][1])
+        except (KeyError, IndexError, TypeError, ValueError):
+            continue
         if not name or not inst:
             continue
-        value = _value(r)
-        if value is None:
-            continue
-        at_old = metric.get(AT) == "old"
-        # most series carry only their name and instance (and the mark): no labels
-        if len(metric) <= 2 + at_old:
+        n = len(metric)
+        at_old = n > 2 and metric.get(AT) == "old"
+        # most series carry only their name and instance (and the mark): a bare value
+        if n <= 2 + at_old:
             raw = ""
         else:
             raw = ",".join(f'{read[k]}="{escape(v)}"' for k, v in metric.items() if k in read and v)
         out = old if at_old else new
-        lst = out.get(inst)
+        got = out.get(inst)
+        if got is None:
+            out[inst] = got = Answers({}, {})
+        values, samples = got
+        if not raw and name not in values and name not in samples:
+            values[name] = value
+            continue
+        lst = samples.get(name)
         if lst is None:
-            out[inst] = lst = []
+            samples[name] = lst = []
+            if name in values:  # a second series of the name: both become samples
+                lst.append(Sample(name, "", values.pop(name)))
         lst.append(Sample(name, raw, value))
     return new, old
 
@@ -178,13 +201,16 @@ def _quantiles(result: list[dict[str, Any]], instance_label: str) -> dict[str, Q
     out: dict[str, Quantiles] = {}
     qs: dict[str, float | None] = {}  # the few quantile labels, parsed once
     for r in result:
-        metric = r.get("metric") or {}
-        inst, hist, q = metric.get(instance_label), metric.get(HIST), metric.get(QLABEL)
+        try:
+            metric = r["metric"]
+            inst, hist, q = metric[instance_label], metric[HIST], metric[QLABEL]
+            value = float(r["value"][1])
+        except (KeyError, IndexError, TypeError, ValueError):
+            continue
         if not inst or not hist or not q:
             continue
-        qf = qs.get(q, 0.0) if q in qs else qs.setdefault(q, _float(q))
-        value = _value(r)
-        if qf is None or value is None:
+        qf = qs[q] if q in qs else qs.setdefault(q, _float(q))
+        if qf is None:
             continue
         per = out.get(inst)
         if per is None:
@@ -290,7 +316,8 @@ class PrometheusSource:
         self.bytes_received = 0
         """The answers' bodies, in bytes (what an update costs to decode)."""
 
-    async def _query(self, client: httpx.AsyncClient, expr: str, at: float) -> Any:
+    async def _query(self, client: httpx.AsyncClient, expr: str, at: float) -> httpx.Response:
+        """The instant query's answer, not decoded yet (:meth:`_json`)."""
         self.queries_sent += 1
         try:
             r = await client.post(
@@ -302,9 +329,12 @@ class PrometheusSource:
         except httpx.HTTPError as e:
             raise PrometheusError(f"Prometheus at {self.url} did not answer: {e}") from e
         self.bytes_received += len(r.content)
+        return r
+
+    def _json(self, r: httpx.Response) -> Any:
+        """An answer's JSON body (decode it with the collector paused: :func:`_gc_paused`)."""
         try:
-            with _gc_paused():
-                return r.json()
+            return r.json()
         except ValueError:
             raise PrometheusError(
                 f"Prometheus at {self.url} answered {r.status_code} with no JSON "
@@ -364,10 +394,12 @@ class PrometheusSource:
 
         inst = self.instance_label
         qs = queries(prefixes, self.selector, inst, window_s, histograms, lengths, self.buckets)
-        bodies = await asyncio.gather(*(self._query(client, q, at) for q in qs if q))
-        with _gc_paused():  # tens of thousands of samples, none cyclic
+        answers = await asyncio.gather(*(self._query(client, q, at) for q in qs if q))
+        # decoded and read with the collector off, the decoded bodies dropped before it
+        # resumes: it never walks their hundreds of thousands of dicts and lists
+        with _gc_paused():
             rnd = round_of(
-                *bodies,
+                *(self._json(r) for r in answers),
                 at=at,
                 url=self.url,
                 instance_label=inst,
@@ -381,21 +413,26 @@ class PrometheusSource:
             )
         if self.buckets:
             return rnd
-        need = [n for n in rnd.new if _whole(rnd, n, (*histograms, *lengths))]
+        counts = [h + "_count" for h in (*histograms, *lengths)]
+        need = [n for n in rnd.new if _whole(rnd, n, counts)]
         if not need:
             return rnd
         expr = whole_query(need, self.selector, inst, histograms, lengths)
-        whole = _quantiles(_vector(await self._query(client, expr, at), expr), inst)
+        answer = await self._query(client, expr, at)
+        with _gc_paused():
+            whole = _quantiles(_vector(self._json(answer), expr), inst)
         return replace(rnd, whole=whole, queries=rnd.queries + 1)
 
 
 @contextmanager
 def _gc_paused() -> Iterator[None]:
-    """The cyclic collector held off while a large answer is decoded: decoding builds
-    hundreds of thousands of dicts and lists, none of them cyclic, and each collection
-    the allocations trigger walks all of them (at 512 instances that tripled the
-    decoding's CPU time, benchmarks/promsource_scale.py). Reference counting still frees
-    everything; the collector resumes, if it ran, right after."""
+    """The cyclic collector held off while large answers are decoded and read: decoding
+    builds hundreds of thousands of dicts and lists, none of them cyclic, and each
+    collection the allocations trigger walks all of them (at 512 instances that tripled
+    the decoding's CPU time, benchmarks/promsource_scale.py); a collection right after,
+    with the bodies still held, would walk them once more. Held off over synchronous code
+    only (never across an ``await``); reference counting still frees everything; the
+    collector resumes, if it ran, right after."""
     was = gc.isenabled()
     gc.disable()
     try:
@@ -405,22 +442,28 @@ def _gc_paused() -> Iterator[None]:
             gc.enable()
 
 
-def _counts(samples: Sequence[Sample]) -> dict[str, float]:
-    out: dict[str, float] = {}
-    for s in samples:
-        if s.name.endswith("_count"):
-            out[s.name] = out.get(s.name, 0.0) + s.value
-    return out
+def _count(got: Answers | None, name: str) -> float | None:
+    if got is None:
+        return None
+    v = got.values.get(name)
+    if v is not None:
+        return v
+    found = got.samples.get(name)
+    return None if not found else sum(s.value for s in found)
 
 
-def _whole(rnd: PromRound, name: str, histograms: Sequence[str]) -> bool:
-    """Whether one of the instance's ``histograms`` has its whole as its window (the
-    rule of :func:`~pdctl.sdk.metrics.derive.whole_window`, on the answers' counts)."""
-    new = _counts(rnd.new.get(name, ()))
-    old = _counts(rnd.old[name]) if name in rnd.old else {}
-    for h in histograms:
-        c = new.get(h + "_count")
-        if c is not None and (h + "_count" not in old or c < old[h + "_count"]):
+def _whole(rnd: PromRound, name: str, counts: Sequence[str]) -> bool:
+    """Whether one of the instance's histograms (``counts``: their ``_count`` names)
+    has its whole as its window (the rule of
+    :func:`~pdctl.sdk.metrics.derive.whole_window`, on the answers' counts)."""
+    new = rnd.new.get(name)
+    old = rnd.old.get(name)
+    for h in counts:
+        c = _count(new, h)
+        if c is None:
+            continue
+        before = _count(old, h)
+        if before is None or c < before:
             return True
     return False
 
@@ -429,19 +472,19 @@ def scrapes(rnd: PromRound, name: str, window_s: float) -> list[Scrape]:
     """The instance's scrapes for the monitor's window: [old, new], or [new] when
     Prometheus held nothing of it a window ago; [] when it has no data now."""
     new = rnd.new.get(name)
-    if not new:
+    if new is None or not (new.values or new.samples):
         return []
     old = rnd.old.get(name)
-    out = [Scrape(old, rnd.at - window_s)] if old else []
+    out = [Scrape.grouped(*old, rnd.at - window_s)] if old and (old.values or old.samples) else []
     if rnd.buckets:
-        out.append(Scrape(new, rnd.at))
+        out.append(Scrape.grouped(*new, rnd.at))
         return out
     quantiles = dict(rnd.quantiles.get(name, {}))
     whole = rnd.whole.get(name, {})
-    now = Scrape(new, rnd.at, quantiles, rnd.bounds)
+    now = Scrape.grouped(*new, rnd.at, quantiles, rnd.bounds)
     before = out[0] if out else None
-    for h in {h[: -len("_count")] for h in now.by_name if h.endswith("_count")}:
-        if whole_window(now, before, h):
+    for n in now.names():  # each histogram once (no name twice)
+        if n.endswith("_count") and whole_window(now, before, h := n[: -len("_count")]):
             quantiles[h] = whole.get(h, {})  # the difference means nothing: the whole
     out.append(now)
     return out

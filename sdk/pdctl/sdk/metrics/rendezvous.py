@@ -218,7 +218,7 @@ class Rendezvous:
 
 def present(scrape: Scrape) -> bool:
     """Whether a payload carries the connector's series at all."""
-    return any(name.startswith(PREFIX) for name in scrape.by_name)
+    return any(name.startswith(PREFIX) for name in scrape.names())
 
 
 def rendezvous_of(new: Scrape, old: Scrape | None, role: str) -> Rendezvous | None:
