@@ -345,3 +345,35 @@ async def test_link_is_quiet_when_nobody_listens_and_when_told_moments_ago(super
     await gone.close()
     assert (gone.sent, gone.failures) == (0, 1)
     assert not SupervisorLink(None).suspect("decode-0", "x")
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_only_decode_alive_is_disaggregated_again_through_another_prefill(stream):
+    """2P1D: the only decode answers a 5xx on the request's P/D attempt and is alive: the
+    request runs again through the other prefill (P/D, a fresh registration), not
+    decode-only, and completes."""
+    prefills = [
+        MockConfig(role="prefill", engine_id="prefill-0", side_channel_port=5600),
+        MockConfig(role="prefill", engine_id="prefill1-0", side_channel_port=5601),
+    ]
+    dcfg = MockConfig(role="decode", fail_first=1)
+    async with (
+        rig("push", prefills=prefills, decodes=[dcfg], health_interval_s=60) as t,
+        httpx.AsyncClient() as c,
+    ):
+        b = body(max_tokens=3, stream=stream)
+        r = await c.post(t.url + "/v1/completions", json=b, timeout=10)
+        assert r.status_code == 200, r.text
+        tl = t.router.recent()[0]
+        (m,) = tl["migrations"]
+        first = m["from"], m["to"]
+        assert first == ("decode-0", "decode-0")
+        again = m["through_prefill"]
+        served = {n: len(s.state.requests) for n, s in t.mocks.items() if "prefill" in n}
+        assert sorted(served.values()) == [1, 1], served  # one leg on each prefill
+        assert tl["prefill"] == again
+        last = t.d.state.requests[-1]
+        assert "kv_transfer_params" in last["body"]  # P/D again, not decode-only
+        assert last["request_id"].endswith("-kv1")
+        assert any(f"through prefill {again}" in n for n in tl["notes"]), tl["notes"]
+        assert all(u.outstanding == 0 for u in t.router.upstreams)

@@ -212,17 +212,30 @@ class LegSender:
         again: bool = False,
     ) -> Lease:
         """Continue (or restart) a request on another decode, decode-only (``again``: on
-        ``exclude[-1]`` if no other: :meth:`Recovery.migration_target`)."""
+        ``exclude[-1]`` if no other: :meth:`Recovery.migration_target`). ``again`` means
+        the KV path may be what failed it: where another prefill is in service the
+        request is disaggregated again through that one instead of decode-only."""
         d = await self.recovery.migration_target(tl, exclude, why, sent_tokens, again=again)
-        return await self.decode(d, endpoint, body, tl.id, tl, first=False)
+        p = self.recovery.another_prefill(tl) if again and self.instances.mode == "push" else None
+        if p is None or tl.prefill_leg is None:
+            return await self.decode(d, endpoint, body, tl.id, tl, first=False)
+        tl.migrations[-1]["through_prefill"] = p.name
+        rid = f"{tl.id}-kv{len(tl.migrations)}"
+        return await self.push(p, d, endpoint, body, rid, tl, tl.prefill_leg, first=False)
 
     def _decode_task(
-        self, d: Upstream, p: Upstream, endpoint: str, body: dict[str, Any], rid: str, tl: Timeline
+        self,
+        d: Upstream,
+        p: Upstream,
+        endpoint: str,
+        body: dict[str, Any],
+        rid: str,
+        tl: Timeline,
+        first: bool = True,
     ) -> asyncio.Task[Lease]:
         assert p.identity is not None
-        return asyncio.create_task(
-            self.decode(d, endpoint, push_decode_body(body, p.identity, rid), rid, tl)
-        )
+        decode_body = push_decode_body(body, p.identity, rid)
+        return asyncio.create_task(self.decode(d, endpoint, decode_body, rid, tl, first=first))
 
     async def push(
         self,
@@ -233,12 +246,16 @@ class LegSender:
         rid: str,
         tl: Timeline,
         make: MakeBody,
+        *,
+        first: bool = True,
     ) -> Lease:
         """Both legs at once; re-send decode if prefill's identity turns out different.
         A decode that refuses the request (4xx) before prefill is done cancels prefill at
         once (so prefill never holds KV nobody will read); a prefill that fails before
-        answering is retried on another prefill with a fresh decode registration."""
-        d_task = self._decode_task(d, p, endpoint, body, rid, tl)
+        answering is retried on another prefill with a fresh decode registration.
+        ``first`` False: a retry (the request's own send and first-byte times stay)."""
+        tl.prefill_leg = make
+        d_task = self._decode_task(d, p, endpoint, body, rid, tl, first)
         tried: tuple[Upstream, ...] = ()
         try:
             while True:
@@ -256,7 +273,7 @@ class LegSender:
                     p = self.recovery.next_prefill(e, tried, tl)
                     await _cancel(d_task)
                     rid = f"{tl.id}-retry{len(tried)}"
-                    d_task = self._decode_task(d, p, endpoint, body, rid, tl)
+                    d_task = self._decode_task(d, p, endpoint, body, rid, tl, first)
                 finally:
                     if not p_task.done():
                         await _cancel_prefill(p_task)
@@ -265,7 +282,7 @@ class LegSender:
                 await _cancel(d_task)
                 tl.redispatched = True
                 tracing.migrated(tl, "prefill identity changed")
-                d_task = self._decode_task(d, used_p, endpoint, body, rid, tl)
+                d_task = self._decode_task(d, used_p, endpoint, body, rid, tl, first)
             return await d_task
         except BaseException:
             await _cancel(d_task)

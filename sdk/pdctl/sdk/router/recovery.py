@@ -118,6 +118,18 @@ class Recovery:
         tl.note(f"{u.role} {u.name} answered an error; prefill {p.name} /health: {verdict}")
         return True
 
+    def another_prefill(self, tl: Timeline) -> Upstream | None:
+        """A prefill in service other than the one the request's failed P/D attempt
+        used (recorded on the timeline as the request's prefill from now on), or None."""
+        failed = (self.instances.upstream(tl.prefill),) if tl.prefill else ()
+        try:
+            p = self.instances.select(self.instances.prefills, exclude=failed)
+        except (RouteError, KeyError):
+            return None
+        tl.note(f"disaggregated again through prefill {p.name}")
+        tl.prefill = p.name
+        return p
+
     def prepare(self, body: dict[str, Any]) -> tuple[bool, dict[str, Any]]:
         """Before a request is sent: whether a decode failing on it continues it elsewhere
         (:meth:`migrates`) and the request as decode gets it (:meth:`as_sent`)."""

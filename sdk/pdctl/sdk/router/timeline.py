@@ -46,7 +46,8 @@ class Timeline:
     notes: list[str] = field(default_factory=list)
     """What the router did beyond the plain path: waits, retries, cancellations."""
     migrations: list[dict[str, Any]] = field(default_factory=list)
-    """Decode migrations: from, to, at_ms, tokens_sent, why."""
+    """Decode migrations: from, to, at_ms, tokens_sent, why (and through_prefill: the
+    prefill a request was disaggregated again through, where it was)."""
 
     @classmethod
     def begin(
@@ -75,6 +76,10 @@ class Timeline:
 
     kv_on: tuple[Upstream, str] | None = None
     """The prefill that may hold KV for this request (push) and the id its leg carried."""
+
+    prefill_leg: Any = None
+    """How the request's P/D attempt made its prefill leg from its body (push mode), so
+    that a retry can make one for another prefill; None: no P/D attempt."""
 
     trace: RequestTrace | None = None
     """The request's spans (W3C trace context); None for timelines made elsewhere."""
