@@ -453,7 +453,14 @@ async def engine_kills(kind: str, args: argparse.Namespace) -> dict[str, Any]:
                     "identical": got.identical(want),
                     "failures": failed[:10],
                     "retried_on_another_prefill": sum(bool(t.get("retries")) for t in timelines),
-                    "moved_decode_only": sum(bool(t.get("migrations")) for t in timelines),
+                    "moved_decode_only": sum(
+                        any("through_prefill" not in m for m in t.get("migrations") or ())
+                        for t in timelines
+                    ),
+                    "disaggregated_again": sum(
+                        any("through_prefill" in m for m in t.get("migrations") or ())
+                        for t in timelines
+                    ),
                     "failed_or_moved": timelines[:20],
                     "p50_s": statistics.median(a.seconds for a in got.answers),
                     "kv_back_s": back,
@@ -467,7 +474,8 @@ async def engine_kills(kind: str, args: argparse.Namespace) -> dict[str, Any]:
                     f"{row['complete']}/{len(reqs)} complete, {row['identical']}/{len(reqs)} "
                     f"identical, p50 {row['p50_s']:.1f} s, KV back {back}, restarted "
                     f"{restarted_s} s after; {row['retried_on_another_prefill']} retried on "
-                    f"another prefill, {row['moved_decode_only']} moved decode-only",
+                    f"another prefill, {row['moved_decode_only']} moved decode-only, "
+                    f"{row['disaggregated_again']} disaggregated again",
                     flush=True,
                 )
                 for t in [t for t in timelines if t.get("status") != 200][:3]:
