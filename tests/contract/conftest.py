@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from tests.contract import commands, grid, hooks, names
+from tests.contract import commands, grid, hooks, logprobs, names
 from tests.contract.wheel import VERSIONS, ask
 
 RENAMED = "_pop_matching_registration_renamed_upstream"
@@ -28,6 +28,7 @@ def requests() -> dict[str, Any]:
         "argv": argvs,
         "hooks": items,
         "metrics": sorted(names.metric_names()),
+        "logprobs": logprobs.cases(),
     }
 
 

