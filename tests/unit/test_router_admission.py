@@ -313,3 +313,59 @@ async def test_a_stage_with_no_eligible_instance_is_not_overload():
     a.decodes[0].healthy = False  # the instance set waits for one and answers 503 itself
     assert a.room() is None
     assert isinstance(await a.enter("standard"), Ticket)
+
+
+async def test_a_predicted_queue_wait_past_the_deadline_is_shed_at_once():
+    """Once the queue's pace is seen (one place in 2 s), a standard or batch request
+    whose wait alone would pass its deadline is shed at once (503 slo_unreachable, the
+    predicted wait named), an interactive one still queues, and one with time queues."""
+    a, reg, clock = make(decode_in_flight_per_instance=1, max_queue_wait_s=10)
+    held = await a.enter("standard")
+    assert isinstance(held, Ticket)
+    # before the pace is known nothing is shed for it: this one queues
+    queued = asyncio.create_task(a.enter("standard", deadline=clock.t + 0.5))
+    await asyncio.sleep(0)
+    assert a.state()["queued"] == 1
+    clock.t += 2.0
+    held.release()
+    got = await asyncio.wait_for(queued, 1)
+    assert isinstance(got, Ticket)  # one place moved in 2 s of the clock
+    for klass in ("standard", "batch"):
+        out = await a.enter(klass, deadline=clock.t + 1.0)
+        assert isinstance(out, Shed), klass
+        assert (out.status, out.reason) == (503, "slo_unreachable")
+        assert "predicted queue wait" in out.message
+    assert sample(reg, "pdctl_router_shed_total", "slo_unreachable", "batch") == 1
+    assert a.state()["queued"] == 0
+    waits = [
+        asyncio.create_task(a.enter("interactive", deadline=clock.t + 1.0)),
+        asyncio.create_task(a.enter("batch", deadline=clock.t + 30.0)),
+    ]
+    await asyncio.sleep(0)
+    assert a.state()["queued"] == 2
+    got.release()
+    first = await asyncio.wait_for(waits[0], 1)
+    assert isinstance(first, Ticket)
+    first.release()
+    second = await asyncio.wait_for(waits[1], 1)
+    assert isinstance(second, Ticket)
+    second.release()
+
+
+async def test_slo_routing_off_queues_whatever_the_predicted_wait():
+    a, _, clock = make(decode_in_flight_per_instance=1, max_queue_wait_s=10, slo_routing=False)
+    held = await a.enter("standard")
+    assert isinstance(held, Ticket)
+    queued = asyncio.create_task(a.enter("standard"))
+    await asyncio.sleep(0)
+    clock.t += 2.0
+    held.release()
+    got = await asyncio.wait_for(queued, 1)
+    assert isinstance(got, Ticket)
+    late = asyncio.create_task(a.enter("batch", deadline=clock.t + 1.0))
+    await asyncio.sleep(0)
+    assert a.state()["queued"] == 1  # queued, not shed
+    got.release()
+    out = await asyncio.wait_for(late, 1)
+    assert isinstance(out, Ticket)
+    out.release()

@@ -103,10 +103,12 @@ class Ticket:
 
 
 class _Waiter:
-    __slots__ = ("future", "klass", "rank", "since")
+    __slots__ = ("ahead", "future", "klass", "rank", "since")
 
-    def __init__(self, klass: str, since: float) -> None:
+    def __init__(self, klass: str, since: float, ahead: int = 0) -> None:
         self.klass, self.rank, self.since = klass, CLASSES.index(klass), since
+        self.ahead = ahead
+        """Requests queued before it that are admitted first (its class or higher)."""
         self.future: asyncio.Future[Ticket | Shed] = asyncio.get_running_loop().create_future()
 
 
@@ -142,6 +144,9 @@ class Admission:
         self._pump: asyncio.Task[None] | None = None
         self._hold_s = 1.0
         """Mean time an admitted request holds its decode place (for Retry-After)."""
+        self._place_s: float | None = None
+        """Seconds the queue has recently taken to move one place (None: not seen yet):
+        a request's predicted wait is that times the places ahead of it."""
         self.admitted = registry.counter(
             "pdctl_router_admitted_total",
             "Requests admitted to the fleet, per class and whether they queued first.",
@@ -219,12 +224,19 @@ class Admission:
             return self._refuse(503, "draining", klass, "every instance of a stage is drained")
         full = self.room()
         if full is None and not self._queue:
+            if self._place_s is not None:  # a place free at once: the queue moves
+                self._place_s *= 0.9
             return self._admit(klass, now, queued=False)
         cap = self._cap(self.limits["queue"]) if self.limits["queue"] else 0
         if len(self._queue) >= cap and not self._evict_below(klass, full):
             what = full or "prefill_saturated"
             return self._refuse(429, what, klass, f"the router's queue is full ({cap} waiting)")
-        w = _Waiter(klass, now)
+        rank = CLASSES.index(klass)
+        ahead = sum(1 for r, _, _ in self._queue if r <= rank)
+        late = self._predicted_late(klass, ahead, deadline, now)
+        if late is not None:
+            return self._refuse(503, "slo_unreachable", klass, late)
+        w = _Waiter(klass, now, ahead)
         heapq.heappush(self._queue, (w.rank, next(self._order), w))
         self._kick()
         wait = self.max_queue_wait_s
@@ -250,6 +262,24 @@ class Admission:
             if isinstance(got, Ticket):
                 got.release()
             raise
+
+    def _predicted_late(
+        self, klass: str, ahead: int, deadline: float | None, now: float
+    ) -> str | None:
+        """Why a standard or batch request with a deadline is shed at once instead of
+        queued (its predicted queue wait alone passes it, beyond ``slo_margin``), or
+        None. Interactive requests, and a queue whose pace is not known yet, wait."""
+        if deadline is None or klass == "interactive" or self._place_s is None:
+            return None
+        if not self.spec.slo_routing:
+            return None
+        wait, left = (ahead + 1) * self._place_s, deadline - now
+        if wait <= left * (1 + self.spec.slo_margin):
+            return None
+        return (
+            f"its predicted queue wait ({ahead} ahead: {wait * 1000:.0f} ms) passes the "
+            f"{max(0.0, left) * 1000:.0f} ms it has left"
+        )
 
     def _admit(self, klass: str, since: float, *, queued: bool) -> Ticket:
         self._in_flight += 1
@@ -317,6 +347,9 @@ class Admission:
         while self._queue and self.room() is None:
             _, _, w = heapq.heappop(self._queue)
             if not w.future.done():
+                place = (self.clock() - w.since) / (w.ahead + 1)
+                old = self._place_s
+                self._place_s = place if old is None else old + 0.2 * (place - old)
                 w.future.set_result(self._admit(w.klass, w.since, queued=True))
         if self._queue and self._pump is None:
             self._pump = asyncio.get_running_loop().create_task(self._recheck())

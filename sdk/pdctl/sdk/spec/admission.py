@@ -80,7 +80,9 @@ class AdmissionSpec(_Strict):
         default=True,
         description="Route a request with an SLO (pdctl-slo-ttft-ms) or deadline to a "
         "P->D pair whose TTFT is predicted to meet it, and shed a standard or batch one "
-        "(503 slo_unreachable) when every pair is predicted to miss it; interactive "
+        "(503 slo_unreachable) when every pair is predicted to miss it, or when its "
+        "predicted queue wait alone (the queue's recent pace times the places ahead) "
+        "passes it, at once instead of queued; interactive "
         "requests and pairs without a prediction yet are never shed. The predictions "
         "and their error are measured either way.",
     )
