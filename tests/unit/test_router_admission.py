@@ -316,9 +316,10 @@ async def test_a_stage_with_no_eligible_instance_is_not_overload():
 
 
 async def test_a_predicted_queue_wait_past_the_deadline_is_shed_at_once():
-    """Once the queue's pace is seen (one place in 2 s), a standard or batch request
-    whose wait alone would pass its deadline is shed at once (503 slo_unreachable, the
-    predicted wait named), an interactive one still queues, and one with time queues."""
+    """Once its class's queue pace is seen (one place in 2 s), a standard request whose
+    wait alone would pass its deadline is shed at once (503 slo_unreachable, the
+    predicted wait named); an interactive one still queues, and so does a batch one,
+    its class's pace not seen yet."""
     a, reg, clock = make(decode_in_flight_per_instance=1, max_queue_wait_s=10)
     held = await a.enter("standard")
     assert isinstance(held, Ticket)
@@ -330,26 +331,42 @@ async def test_a_predicted_queue_wait_past_the_deadline_is_shed_at_once():
     held.release()
     got = await asyncio.wait_for(queued, 1)
     assert isinstance(got, Ticket)  # one place moved in 2 s of the clock
-    for klass in ("standard", "batch"):
-        out = await a.enter(klass, deadline=clock.t + 1.0)
-        assert isinstance(out, Shed), klass
-        assert (out.status, out.reason) == (503, "slo_unreachable")
-        assert "predicted queue wait" in out.message
-    assert sample(reg, "pdctl_router_shed_total", "slo_unreachable", "batch") == 1
+    out = await a.enter("standard", deadline=clock.t + 1.0)
+    assert isinstance(out, Shed)
+    assert (out.status, out.reason) == (503, "slo_unreachable")
+    assert "predicted queue wait" in out.message
+    assert sample(reg, "pdctl_router_shed_total", "slo_unreachable", "standard") == 1
     assert a.state()["queued"] == 0
     waits = [
         asyncio.create_task(a.enter("interactive", deadline=clock.t + 1.0)),
-        asyncio.create_task(a.enter("batch", deadline=clock.t + 30.0)),
+        asyncio.create_task(a.enter("batch", deadline=clock.t + 1.0)),
+        asyncio.create_task(a.enter("standard", deadline=clock.t + 30.0)),
     ]
     await asyncio.sleep(0)
-    assert a.state()["queued"] == 2
+    assert a.state()["queued"] == 3
     got.release()
-    first = await asyncio.wait_for(waits[0], 1)
-    assert isinstance(first, Ticket)
-    first.release()
-    second = await asyncio.wait_for(waits[1], 1)
-    assert isinstance(second, Ticket)
-    second.release()
+    for w in (waits[0], waits[2], waits[1]):  # admitted highest class first
+        t = await asyncio.wait_for(w, 1)
+        assert isinstance(t, Ticket)
+        t.release()
+
+
+async def test_a_request_given_up_on_teaches_its_class_pace():
+    """A batch request that waited out its deadline in the queue (504) is evidence of
+    its class's pace: the next batch request with as little time is shed at once."""
+    a, _, clock = make(decode_in_flight_per_instance=1, max_queue_wait_s=10)
+    held = await a.enter("standard")
+    assert isinstance(held, Ticket)
+    waiting = asyncio.create_task(a.enter("batch", deadline=clock.t + 0.05))
+    await asyncio.sleep(0)
+    clock.t += 5.0  # the admission's clock: it waited 5 s for its place
+    out = await asyncio.wait_for(waiting, 1)
+    assert isinstance(out, Shed)
+    assert out.status == 504  # waited its deadline out
+    nxt = await a.enter("batch", deadline=clock.t + 1.0)
+    assert isinstance(nxt, Shed)
+    assert (nxt.status, nxt.reason) == (503, "slo_unreachable")
+    held.release()
 
 
 async def test_slo_routing_off_queues_whatever_the_predicted_wait():

@@ -144,9 +144,11 @@ class Admission:
         self._pump: asyncio.Task[None] | None = None
         self._hold_s = 1.0
         """Mean time an admitted request holds its decode place (for Retry-After)."""
-        self._place_s: float | None = None
-        """Seconds the queue has recently taken to move one place (None: not seen yet):
-        a request's predicted wait is that times the places ahead of it."""
+        self._place_s: dict[str, float] = {}
+        """Per class, the seconds its requests have recently waited per place ahead of
+        them (absent: not seen yet); a request's predicted wait is that times the places
+        ahead of it. Per class, because higher classes arriving later go first: a batch
+        request's place moves slower than an interactive one's under pressure."""
         self.admitted = registry.counter(
             "pdctl_router_admitted_total",
             "Requests admitted to the fleet, per class and whether they queued first.",
@@ -224,8 +226,8 @@ class Admission:
             return self._refuse(503, "draining", klass, "every instance of a stage is drained")
         full = self.room()
         if full is None and not self._queue:
-            if self._place_s is not None:  # a place free at once: the queue moves
-                self._place_s *= 0.9
+            for k in self._place_s:  # a place free at once: the queue moves
+                self._place_s[k] *= 0.9
             return self._admit(klass, now, queued=False)
         cap = self._cap(self.limits["queue"]) if self.limits["queue"] else 0
         if len(self._queue) >= cap and not self._evict_below(klass, full):
@@ -250,6 +252,7 @@ class Admission:
             if w.future.done():  # admitted in the same instant
                 return w.future.result()
             self._drop(w)
+            self._paced(w)
             if by_deadline:
                 return self._refuse(
                     504, "slo_unreachable", klass, "its deadline passed while it was queued"
@@ -269,17 +272,25 @@ class Admission:
         """Why a standard or batch request with a deadline is shed at once instead of
         queued (its predicted queue wait alone passes it, beyond ``slo_margin``), or
         None. Interactive requests, and a queue whose pace is not known yet, wait."""
-        if deadline is None or klass == "interactive" or self._place_s is None:
+        pace = self._place_s.get(klass)
+        if deadline is None or klass == "interactive" or pace is None:
             return None
         if not self.spec.slo_routing:
             return None
-        wait, left = (ahead + 1) * self._place_s, deadline - now
+        wait, left = (ahead + 1) * pace, deadline - now
         if wait <= left * (1 + self.spec.slo_margin):
             return None
         return (
             f"its predicted queue wait ({ahead} ahead: {wait * 1000:.0f} ms) passes the "
             f"{max(0.0, left) * 1000:.0f} ms it has left"
         )
+
+    def _paced(self, w: _Waiter) -> None:
+        """Learn the queue's pace for ``w``'s class from its wait, admitted or given up
+        on (then a lower bound: it would have waited longer)."""
+        place = (self.clock() - w.since) / (w.ahead + 1)
+        old = self._place_s.get(w.klass)
+        self._place_s[w.klass] = place if old is None else old + 0.2 * (place - old)
 
     def _admit(self, klass: str, since: float, *, queued: bool) -> Ticket:
         self._in_flight += 1
@@ -347,9 +358,7 @@ class Admission:
         while self._queue and self.room() is None:
             _, _, w = heapq.heappop(self._queue)
             if not w.future.done():
-                place = (self.clock() - w.since) / (w.ahead + 1)
-                old = self._place_s
-                self._place_s = place if old is None else old + 0.2 * (place - old)
+                self._paced(w)
                 w.future.set_result(self._admit(w.klass, w.since, queued=True))
         if self._queue and self._pump is None:
             self._pump = asyncio.get_running_loop().create_task(self._recheck())
