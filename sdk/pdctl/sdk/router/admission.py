@@ -102,6 +102,11 @@ class Ticket:
         self.release()
 
 
+GAVE_UP_WEIGHT = 1.5
+"""How much more than its wait a request that waited its deadline out in the queue
+counts for its class's pace (it would have waited longer)."""
+
+
 class _Waiter:
     __slots__ = ("ahead", "future", "klass", "rank", "since")
 
@@ -252,7 +257,7 @@ class Admission:
             if w.future.done():  # admitted in the same instant
                 return w.future.result()
             self._drop(w)
-            self._paced(w)
+            self._paced(w, gave_up=True)
             if by_deadline:
                 return self._refuse(
                     504, "slo_unreachable", klass, "its deadline passed while it was queued"
@@ -285,10 +290,12 @@ class Admission:
             f"{max(0.0, left) * 1000:.0f} ms it has left"
         )
 
-    def _paced(self, w: _Waiter) -> None:
+    def _paced(self, w: _Waiter, *, gave_up: bool = False) -> None:
         """Learn the queue's pace for ``w``'s class from its wait, admitted or given up
-        on (then a lower bound: it would have waited longer)."""
-        place = (self.clock() - w.since) / (w.ahead + 1)
+        on (``gave_up``: a lower bound, it would have waited longer, so it counts as
+        :data:`GAVE_UP_WEIGHT` times its wait: otherwise a class whose requests all
+        wait their deadline out predicts a wait of just that deadline, and queues)."""
+        place = (self.clock() - w.since) / (w.ahead + 1) * (GAVE_UP_WEIGHT if gave_up else 1)
         old = self._place_s.get(w.klass)
         self._place_s[w.klass] = place if old is None else old + 0.2 * (place - old)
 
