@@ -200,3 +200,34 @@ def test_admission_figures_in_the_summary():
     assert admission_figures(adm) == "queued 3/512 · prefill 2 · decode 9"
     hot = admission_figures({**adm, "saturated": ["decode-0"]})
     assert hot.endswith("saturated: decode-0")
+
+
+def test_admission_figures_show_shed_rates_and_the_prediction_error():
+    from pdctl.sdk.metrics.monitor import RouterAdmission
+    from pdctl.tui.screens.main import admission_figures
+
+    adm = {"enabled": True, "queued": 3, "max_queued": 512, "in_prefill": 2, "in_flight": 9}
+    busy = RouterAdmission(
+        span_s=10.0,
+        shed_per_s=3.2,
+        shed_by_reason={"decode_saturated": 2.9, "draining": 0.0, "slo_unreachable": 0.3},
+        prediction_error_p50=0.18,
+        predictions=40.0,
+    )
+    assert admission_figures(adm, busy) == (
+        "queued 3/512 · prefill 2 · decode 9"
+        " · shed 3.2/s (decode_saturated 2.9, slo_unreachable 0.3)"
+        " · TTFT prediction |error| p50 18% (router)"
+    )
+    quiet = RouterAdmission(
+        span_s=10.0, shed_per_s=0.0, shed_by_reason={"draining": 0.0}, predictions=0.0
+    )
+    assert admission_figures(adm, quiet).endswith(
+        " · shed 0.0/s · TTFT prediction |error| - (router: no predictions in the window)"
+    )
+    once = RouterAdmission(predictions=0.0)  # one scrape: no rate, not a zero
+    assert " · shed - · " in admission_figures(adm, once)
+    # admission off: no shed series, but the predictor's error still shows
+    off = RouterAdmission(span_s=10.0, prediction_error_p50=0.5, predictions=2.0)
+    assert admission_figures({"enabled": False}, off) == "TTFT prediction |error| p50 50% (router)"
+    assert admission_figures({}, RouterAdmission()) == ""

@@ -31,6 +31,7 @@ from pdctl.sdk.metrics.instance import (
     router_window,
     summary_of,
 )
+from pdctl.sdk.metrics.overload import admission_of
 from pdctl.sdk.metrics.pairs import canary_window, pairs_of
 from pdctl.sdk.metrics.promql import Trends
 from pdctl.sdk.metrics.promsource import PrometheusSource, PromRound, scrapes
@@ -43,6 +44,7 @@ from pdctl.sdk.metrics.snapshot import (
     Alert,
     InstanceMetrics,
     PairMetrics,
+    RouterAdmission,
     Snapshot,
     Summary,
     Target,
@@ -64,6 +66,7 @@ __all__ = [
     "FleetMonitor",
     "InstanceMetrics",
     "PairMetrics",
+    "RouterAdmission",
     "Snapshot",
     "Summary",
     "Target",
@@ -364,6 +367,7 @@ class FleetMonitor:
             router,
             alerts,
             summary,
+            admission_of(self._histories()),
         )
 
     # ------------------------------------------------------------------ alerts

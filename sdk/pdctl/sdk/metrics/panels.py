@@ -27,6 +27,9 @@ ONE_SCRAPE = (
 NO_ROUTER = (
     "the per-pair figures come from pdctl's router (its recent requests): name it with --router URL"
 )
+NO_ROUTER_METRICS = (
+    "the admission figures come from pdctl's router's /metrics: name it with --router URL"
+)
 FRONT = ("decode", "colocated")
 ENGINES = ("prefill", "decode", "colocated")
 
@@ -144,6 +147,7 @@ def panels_of(snapshot: Snapshot, mode: str | None = None) -> tuple[Panel, ...]:
                 missing[f.name] = _why(f, insts, snapshot, base, cov)
         out.append(Panel(name, tuple(shown), missing))
     out.append(_pairs(snapshot, base, cov))
+    out.append(_admission(snapshot))
     return tuple(out)
 
 
@@ -170,6 +174,29 @@ def _why(f: _Figure, insts: list[InstanceMetrics], snap: Snapshot, mode: str, co
         return f"nothing of it happened on {who} in the last {snap.window_s:.0f} s ({f.none})"
     names = ", ".join(i.name for i in up)
     return f"{names} export no series for it (vLLM did not report it yet)"
+
+
+ADMISSION_FIGURES = ("shed", "admitted", "prediction_error")
+"""The admission panel's figures (:class:`~pdctl.sdk.metrics.snapshot.RouterAdmission`
+says why each missing one is missing)."""
+
+
+def _admission(snap: Snapshot) -> Panel:
+    adm = snap.admission
+    if adm is None:
+        return Panel("admission", (), dict.fromkeys(ADMISSION_FIGURES, NO_ROUTER_METRICS))
+    values = {
+        "shed": adm.shed_per_s,
+        "admitted": adm.admitted_per_s,
+        "prediction_error": adm.prediction_error_p50,
+    }
+    shown = tuple(k for k in ADMISSION_FIGURES if values[k] is not None)
+    missing = {
+        k: adm.missing.get(k, "the router exports no series for it")
+        for k in ADMISSION_FIGURES
+        if values[k] is None
+    }
+    return Panel("admission", shown, missing)
 
 
 ENGINE_SEGMENTS = ("prefill queue", "notification pick-up", "decode scheduling")

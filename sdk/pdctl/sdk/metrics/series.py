@@ -33,6 +33,16 @@ ROUTER_TTFT = "pdctl_router_ttft_seconds"
 ROUTER_E2E = "pdctl_router_e2e_seconds"
 CANARY = "pdctl_router_canary_total"
 """The router's output canary results, by prefill, decode and result (router/canary.py)."""
+SHED = "pdctl_router_shed_total"
+"""Requests the router's admission control answered itself, by reason and class
+(router/admission.py); absent with admission off."""
+ADMITTED = "pdctl_router_admitted_total"
+"""Requests admitted to the fleet, by class and whether they queued first."""
+PREDICTION_ERROR = "pdctl_router_ttft_prediction_error_ratio"
+"""|predicted - observed| / observed TTFT of answered requests with a prediction
+(router/predictor.py)."""
+PREDICTIONS = "pdctl_router_ttft_predictions_total"
+"""Requests placed with a TTFT prediction for their pair (known) or without (unknown)."""
 HISTOGRAMS = (
     V + "time_to_first_token_seconds",
     V + "inter_token_latency_seconds",
@@ -42,6 +52,7 @@ HISTOGRAMS = (
     V + "nixl_post_time_seconds",
     ROUTER_TTFT,
     ROUTER_E2E,
+    PREDICTION_ERROR,
     *(m.name for m in RENDEZVOUS_METRICS if m.kind == "histogram"),
 )
 """The histograms whose quantiles the snapshot shows (:class:`Latency`); of the others

@@ -136,6 +136,38 @@ class Summary:
 
 
 @dataclass(frozen=True)
+class RouterAdmission:
+    """What the router's admission control and TTFT predictor did over the window, from
+    its ``/metrics`` (:func:`~pdctl.sdk.metrics.overload.admission_of`). A figure that
+    cannot be measured is None (an empty dict for the breakdowns) and ``missing`` says
+    why; a zero is a zero the router counted."""
+
+    span_s: float | None = None
+    """Seconds between the two router scrapes the rates come from (None with one)."""
+    shed_per_s: float | None = None
+    """Requests answered without reaching the fleet, per second (every reason)."""
+    shed_by_reason: dict[str, float] = field(default_factory=dict)
+    """Reason (prefill_saturated, decode_saturated, slo_unreachable, draining) → per
+    second, every reason the router exports (at 0 included)."""
+    shed_by_class: dict[str, float] = field(default_factory=dict)
+    """Priority class (interactive, standard, batch) → shed per second."""
+    admitted_per_s: float | None = None
+    """Requests admitted to the fleet per second (queued first or not)."""
+    queued_admitted_per_s: float | None = None
+    """Of those, the ones that waited in the router's queue first."""
+    prediction_error_p50: float | None = None
+    """Median of |predicted - observed| / observed TTFT (a ratio: 0.18 is 18 %) of the
+    answered requests that had a prediction, from the histogram's buckets over the
+    window (with one scrape: since the router started, as its latencies)."""
+    predictions: float | None = None
+    """Answered requests with a prediction in that window (the histogram's count)."""
+    predictions_by_result: dict[str, float] = field(default_factory=dict)
+    """Requests placed in the window with a prediction (known) or without (unknown)."""
+    missing: dict[str, str] = field(default_factory=dict)
+    """Figure → why it has no value."""
+
+
+@dataclass(frozen=True)
 class Snapshot:
     at: float
     """Unix time of this round."""
@@ -146,6 +178,9 @@ class Snapshot:
     router: dict[str, Any] | None
     alerts: tuple[Alert, ...]
     summary: Summary
+    admission: RouterAdmission | None = None
+    """The router's shedding, admissions and TTFT predictions over the window; None
+    without a router to scrape."""
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)

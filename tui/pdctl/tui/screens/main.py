@@ -21,6 +21,7 @@ from textual.worker import get_current_worker
 
 from pdctl.sdk.errors import PdctlError
 from pdctl.sdk.events import Event
+from pdctl.sdk.metrics.monitor import RouterAdmission
 from pdctl.tui import actions, fmt
 from pdctl.tui.actions import Action
 from pdctl.tui.commands import entries_for
@@ -199,10 +200,11 @@ class MainScreen(Screen[None]):
         if mode:
             t.append("router ", style="bold")
             t.append(mode)
-        gate = admission_figures(u.router.admission if u.router else {})
+        gate = admission_figures(u.router.admission if u.router else {}, u.snapshot.admission)
         if gate:
             t.append("  admission ", style="bold")
-            t.append(gate, style="yellow" if "saturated" in gate else "")
+            shedding = bool(u.snapshot.admission and u.snapshot.admission.shed_per_s)
+            t.append(gate, style="yellow" if "saturated:" in gate or shedding else "")
         for note in u.notes[:1]:
             t.append(f"  {note}", style="yellow")
         return t
@@ -357,14 +359,43 @@ class MainScreen(Screen[None]):
             self.view.show(self.frame())
 
 
-def admission_figures(adm: dict[str, Any]) -> str:
-    """The router's admission control in a few words: its queue and stages, and the
-    instances their own gauges say are saturated ("" when it is off or unknown)."""
-    if not adm.get("enabled"):
-        return ""
-    out = (
-        f"queued {adm.get('queued', 0)}/{adm.get('max_queued', '?')}"
-        f" · prefill {adm.get('in_prefill', 0)} · decode {adm.get('in_flight', 0)}"
-    )
-    hot = adm.get("saturated") or []
-    return out + (f" · saturated: {', '.join(map(str, hot))}" if hot else "")
+def admission_figures(adm: dict[str, Any], window: RouterAdmission | None = None) -> str:
+    """The router's admission control in a few words: its queue and stages, the
+    instances their own gauges say are saturated, and, from the router's ``/metrics``
+    over the window (``window``: the snapshot's), what it shed per second by reason and
+    its TTFT predictions' median relative error ("" when admission is off or unknown and
+    the router's metrics say nothing; ``-`` for a figure not measured)."""
+    parts = []
+    if adm.get("enabled"):
+        parts.append(
+            f"queued {adm.get('queued', 0)}/{adm.get('max_queued', '?')}"
+            f" · prefill {adm.get('in_prefill', 0)} · decode {adm.get('in_flight', 0)}"
+        )
+        hot = adm.get("saturated") or []
+        if hot:
+            parts.append(f"saturated: {', '.join(map(str, hot))}")
+    if window is not None and (parts or window.shed_per_s is not None):
+        parts.append(shed_figures(window))
+    if window is not None and (parts or window.prediction_error_p50 is not None):
+        parts.append(prediction_figures(window))
+    return " · ".join(parts)
+
+
+def shed_figures(w: RouterAdmission) -> str:
+    """``shed 3.2/s (decode_saturated 2.9, slo_unreachable 0.3)``: the reasons that shed
+    any in the window, most first; ``shed -`` without a rate (one scrape, admission
+    off, the router not scraped)."""
+    if w.shed_per_s is None:
+        return f"shed {fmt.DASH}"
+    why = sorted(((v, k) for k, v in w.shed_by_reason.items() if v > 0), reverse=True)
+    detail = ", ".join(f"{k} {fmt.num(v)}" for v, k in why)
+    return f"shed {fmt.num(w.shed_per_s)}/s" + (f" ({detail})" if detail else "")
+
+
+def prediction_figures(w: RouterAdmission) -> str:
+    """``TTFT prediction |error| p50 18% (router)``: the median relative error of the
+    router's predictions checked against the TTFT it measured, or why there is none."""
+    if w.prediction_error_p50 is not None:
+        return f"TTFT prediction |error| p50 {fmt.pct(w.prediction_error_p50)} (router)"
+    none = ": no predictions in the window" if w.predictions == 0 else ""
+    return f"TTFT prediction |error| {fmt.DASH} (router{none})"
