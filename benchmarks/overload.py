@@ -159,7 +159,20 @@ def summary(outs: list[Outcome], duration: float) -> dict[str, Any]:
         "shed_answer_p99_ms": round(_q(shed_s, 0.99) * 1000, 1) if shed_s else None,
         "interactive_ttft_p99_ms": round(_q(inter, 0.99) * 1000, 1) if inter else None,
         "lost": sum(o.status is None and not o.gave_up for o in outs),
+        "shed_by": _shed_by(shed),
+        "shed_within_50ms": sum(1 for x in shed_s if x <= 0.05),
     }
+
+
+def _shed_by(shed: list[Outcome]) -> dict[str, dict[str, float]]:
+    """Per ``status reason class``: how many, and the slowest answer (ms)."""
+    out: dict[str, dict[str, float]] = {}
+    for o in shed:
+        k = f"{o.status} {o.reason} {o.klass}"
+        row = out.setdefault(k, {"n": 0, "max_ms": 0.0})
+        row["n"] += 1
+        row["max_ms"] = max(row["max_ms"], round((o.answered_s or 0) * 1000, 1))
+    return out
 
 
 def _q(xs: list[float], q: float) -> float:
