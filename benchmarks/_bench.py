@@ -69,7 +69,8 @@ def pdctl_router_argv(
     p, d = (int(u.rsplit(":", 1)[1]) for u in (prefill, decode))
     spec = pair_spec(p, d, port, router)
     f = tmp / f"spec-{port}.json"
-    f.write_text(spec.model_dump_json())
+    # only what is set: a baseline router (an earlier commit's spec) reads it too
+    f.write_text(spec.model_dump_json(exclude_defaults=True))
     return [sys.executable, "-m", "pdctl.sdk.router.server", "--spec-json", str(f)]
 
 

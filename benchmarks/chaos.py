@@ -71,6 +71,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -377,6 +378,18 @@ def _new_fault_summary(faults: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
+def _legs_on(c: httpx.AsyncClient, router: str, name: str, n: int) -> Callable[[], Awaitable[bool]]:
+    """Whether the router holds at least ``n`` legs in flight on instance ``name`` (the
+    kill then lands on requests it is serving, however fast the machine is)."""
+
+    async def ready() -> bool:
+        r = await c.get(router + "/v1/pdctl/state")
+        found = [i for i in r.json().get("instances", []) if i.get("name") == name]
+        return bool(found) and int(found[0].get("in_flight") or 0) >= n
+
+    return ready
+
+
 async def _failed_timelines(c: httpx.AsyncClient, router: str, limit: int) -> list[dict[str, Any]]:
     """The router's own record of the requests it did not answer 200 or moved (their
     legs, retries, migrations and notes), newest first: why each failure happened."""
@@ -430,7 +443,8 @@ async def engine_kills(kind: str, args: argparse.Namespace) -> dict[str, Any]:
                 got = await mixed.kill_under_mix(
                     c, router, reqs, kill,
                     min_streams=4 if kind == "decode" else 0,
-                    after_s=1.5 if kind == "decode" else 0.5,
+                    after_s=1.5 if kind == "decode" else 3.0,
+                    ready=None if kind == "decode" else _legs_on(c, router, name, 4),
                 )  # fmt: skip
                 failed = got.failures(want)
                 timelines = await _failed_timelines(c, router, len(reqs)) if n else []

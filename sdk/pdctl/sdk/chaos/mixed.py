@@ -18,7 +18,7 @@ import asyncio
 import contextlib
 import json
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -219,10 +219,12 @@ async def kill_under_mix(
     min_streams: int = 4,
     after_s: float = 1.5,
     timeout_s: float = 240.0,
+    ready: Callable[[], Awaitable[bool]] | None = None,
 ) -> MixedKill:
     """Send every request of ``reqs`` at once; call ``kill`` (it SIGKILLs, returning how
     many processes it killed) once ``min_streams`` streams are mid-answer (0: never the
-    trigger) or ``after_s`` has passed, whichever comes first; wait for every answer."""
+    trigger), ``ready`` says so (e.g. the router holds legs on the instance to kill), or
+    ``after_s`` has passed, whichever comes first; wait for every answer."""
     progress = [0] * len(reqs)
     tasks = [asyncio.create_task(run_one(c, router, r, progress, i)) for i, r in enumerate(reqs)]
     t0 = time.perf_counter()
@@ -236,6 +238,8 @@ async def kill_under_mix(
                 if r.stream and 2 <= p < int(r.body["max_tokens"]) - 4
             )
             if (min_streams and mid >= min_streams) or time.perf_counter() - t0 >= after_s:
+                break
+            if ready is not None and await ready():
                 break
             if all(t.done() for t in tasks):
                 break
