@@ -38,6 +38,11 @@ FEATURES = ("fixed", "prompt", "prefill_load", "decode_load", "generation")
 DECAY = 0.98
 """Weight of the past per new observation (about the last 50 requests of a pair count)."""
 RIDGE = 1e-3
+SOLVE_ALWAYS = 64
+"""A pair's fit is solved after each of its first this many observations, then"""
+SOLVE_EVERY = 8
+"""after every this many: the sums still take every observation, and the router's cost
+per request stays that of a few additions (the solve is most of a learning step)."""
 CLIP = 4.0
 MAX_PAIRS = 64
 """Pairs looked at per request (a fleet with more is never shed for, and steered among
@@ -149,11 +154,12 @@ class PairModel:
             for j in range(k):
                 row[j] = DECAY * row[j] + xi * x[j]
             self.b[i] = DECAY * self.b[i] + xi * y
-        ridged = [[*r] for r in self.a]
-        for i in range(k):
-            ridged[i][i] += RIDGE
-        self.theta = _solve(ridged, self.b)
         self.n += 1
+        if self.n <= SOLVE_ALWAYS or self.n % SOLVE_EVERY == 0:
+            ridged = [[*r] for r in self.a]
+            for i in range(k):
+                ridged[i][i] += RIDGE
+            self.theta = _solve(ridged, self.b)
 
     def scored(self, e: float) -> None:
         """One prediction's relative error, into :attr:`err`."""
