@@ -37,6 +37,7 @@ PANELS = {
     "kv_sources": {"kv_fetch_by_stage", "prompt_tokens_by_source"},
     "rendezvous": {"prefill", "decode"},
     "pairs": {"requests", "ttft", "ttft_split", "ttft_split_engines", "kv_verify", "canary"},
+    "admission": {"shed", "admitted", "prediction_error"},
 }
 """Every panel and figure `pdctl metrics` reports on."""
 REAL = {
@@ -103,6 +104,7 @@ def test_one_scrape_shows_vllms_figures_and_says_why_not_for_the_rest(endpoints:
         assert "pull fleet" in panels["rendezvous"]["missing"][side]
     assert "pull fleet" in panels["pairs"]["missing"]["ttft_split_engines"]
     assert "canary" in panels["pairs"]["missing"]["canary"]
+    assert set(panels["admission"]["missing"]) >= {"shed", "admitted"}  # rates: one scrape
     engines = [i for i in doc["instances"] if i["role"] != "router"]
     assert {i["health"] for i in doc["instances"]} == {"UP"}
     assert all(i["rendezvous"] is None for i in engines)
@@ -123,3 +125,4 @@ def test_a_stream_fills_the_rates(endpoints: list[str]):
     check_every_figure(second["panels"])
     assert "request_rate" in second["panels"]["fleet"]["shown"]
     assert "throughput" in second["panels"]["transfers"]["shown"]
+    assert {"shed", "admitted"} <= set(second["panels"]["admission"]["shown"])

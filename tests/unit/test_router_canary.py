@@ -204,8 +204,7 @@ async def test_a_diverging_pair_is_counted_noted_and_an_event():
 
 
 async def test_not_greedy_decode_only_failed_and_gone_requests_are_not_replayed():
-    # the P/D attempt fails, and its decode-only retry too
-    dcfg = [MockConfig(role="decode", text=ANSWER, fail_first=2)]
+    dcfg = [MockConfig(role="decode", text=ANSWER, fail_first=1)]
     async with rig("push", decodes=dcfg, router=ON) as t, httpx.AsyncClient() as c:
         r = await c.post(t.url + "/v1/completions", json=greedy_body())
         assert r.status_code == 500  # failed: nothing to compare

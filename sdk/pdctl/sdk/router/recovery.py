@@ -16,10 +16,10 @@
   from then on and the fleet's supervisor is told (:mod:`pdctl.sdk.router.suspects`),
   so that it restarts the instance without waiting for its own health rounds. A decode
   that answered an error but is not known dead (``/health`` 200, or no answer in time)
-  stays in service; the request moves to another decode, or — when it is the only one
-  and the attempt that failed was the request's P/D one (the KV of a prefill that died
-  never came, whatever the prefill's ``/health`` says yet) — is retried on it once,
-  decode-only.
+  stays in service; when its prefill is dead (the KV it was to push never came) the
+  request runs again — through another prefill in service where there is one, else
+  decode-only — on another decode or, when it is the only one, on it. A prefill alive
+  means the failure is the request's own.
 
 The dispatcher owns this object and gives it to the leg sender and the relay.
 """
@@ -84,39 +84,21 @@ class Recovery:
     async def instance_answered_error(self, u: Upstream, why: str, tl: Timeline) -> bool:
         """``u`` answered a 5xx or sent a 5xx error event: its ``/health`` now says
         whether its engine died (then it is down and the supervisor is told). Returns
-        whether ``u`` may take the request again, decode-only: it is not known dead and
-        the attempt that failed carried a prefill's KV (the request's first, P/D one).
-
-        Why not only when the prefill is seen dead: the KV path is the one part that
-        fails a request without failing the decode (the prefill's engine died before
-        its WRITE — decode's peer watch fails the receive within
-        ``pdctl_peer_watch_s`` — or the WRITE itself failed), and the prefill's
-        ``/health`` cannot be relied on to say so by the time decode has answered. A
-        decode-only attempt has no KV path; should it fail too, the error is the
-        request's own and the client gets it. The verdicts are on the timeline."""
-        healthy, decisive = await self.instances.probe(u)
-        if not healthy and decisive:
-            self.instances.mark(u, False)
+        whether the request may run again on ``u`` when it is the only decode: it is
+        alive and the request's prefill is not (the KV it was to push never came)."""
+        await self.instances.check(u)
+        if not u.healthy:
             self.link.suspect(u.name, why)
-            tl.note(f"{u.role} {u.name} answered an error; its /health: engine dead")
             return False
-        if healthy:
-            self.instances.mark(u, True)
-        else:  # no answer in time: busy, not known dead (it answered moments ago)
-            tl.note(f"{u.role} {u.name} answered an error; its /health did not answer")
-        if tl.prefill is None or tl.migrations:
+        if tl.prefill is None:
             return False
         try:
             p = self.instances.upstream(tl.prefill)
         except KeyError:
-            return True
-        p_ok, p_decisive = await self.instances.probe(p)
-        if not p_ok and p_decisive:
-            self.instances.mark(p, False)
-            self.link.suspect(p.name, why)
-        verdict = "up" if p_ok else "engine dead" if p_decisive else "no answer"
-        tl.note(f"{u.role} {u.name} answered an error; prefill {p.name} /health: {verdict}")
-        return True
+            return False
+        await self.instances.check(p)
+        tl.note(f"{u.role} {u.name} answered an error; prefill {p.name} healthy: {p.healthy}")
+        return not p.healthy
 
     def another_prefill(self, tl: Timeline) -> Upstream | None:
         """A prefill in service other than the one the request's failed P/D attempt
