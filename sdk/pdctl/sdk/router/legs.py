@@ -213,7 +213,7 @@ class LegSender:
     ) -> Lease:
         """Continue (or restart) a request on another decode, decode-only (``again``: on
         ``exclude[-1]`` if no other: :meth:`Recovery.migration_target`). ``again`` means
-        the KV path may be what failed it: where another prefill is in service the
+        its prefill died (the KV never came): where another prefill is in service the
         request is disaggregated again through that one instead of decode-only."""
         d = await self.recovery.migration_target(tl, exclude, why, sent_tokens, again=again)
         p = self.recovery.another_prefill(tl) if again and self.instances.mode == "push" else None

@@ -42,8 +42,6 @@ class MockConfig:
     """What ``GET /metrics`` serves (e.g. a recorded vLLM payload)."""
     healthy: bool = True
     """``GET /health`` answers 200 (else 503: an engine that is down)."""
-    health_delay_s: float = 0.0
-    """Wait before answering ``GET /health`` (a server too busy to answer in time)."""
     die_after_chunks: int | None = None
     """Drop the connection after this many streamed chunks (a crashing decode)."""
     fail_first: int = 0
@@ -194,8 +192,6 @@ class MockServer:
     ) -> None:
         path = url.split(b"?", 1)[0]
         if method == b"GET":
-            if path == b"/health" and self.config.health_delay_s:
-                await asyncio.sleep(self.config.health_delay_s)
             conn.write(self._get(path))
             return
         st = self.state

@@ -15,11 +15,11 @@
   once, and vLLM answers 503 there once its engine is dead). A dead instance is down
   from then on and the fleet's supervisor is told (:mod:`pdctl.sdk.router.suspects`),
   so that it restarts the instance without waiting for its own health rounds. A decode
-  that answered an error but is not known dead (``/health`` 200, or no answer in time)
-  stays in service; when its prefill is dead (the KV it was to push never came) the
-  request runs again — through another prefill in service where there is one, else
-  decode-only — on another decode or, when it is the only one, on it. A prefill alive
-  means the failure is the request's own.
+  that answered an error but is alive (``/health`` 200) stays in service; when its
+  prefill is dead (the KV it was to push never came) the request runs again — through
+  another prefill in service where there is one, else decode-only — on another decode
+  or, when it is the only one, on it. A prefill alive means the failure is the
+  request's own.
 
 The dispatcher owns this object and gives it to the leg sender and the relay.
 """
@@ -103,8 +103,8 @@ class Recovery:
     def another_prefill(self, tl: Timeline) -> Upstream | None:
         """A prefill in service other than the one the request's failed P/D attempt
         used (recorded on the timeline as the request's prefill from now on), or None."""
-        failed = (self.instances.upstream(tl.prefill),) if tl.prefill else ()
         try:
+            failed = (self.instances.upstream(tl.prefill),) if tl.prefill else ()
             p = self.instances.select(self.instances.prefills, exclude=failed)
         except (RouteError, KeyError):
             return None
