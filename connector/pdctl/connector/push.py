@@ -118,6 +118,22 @@ def _sync_mode(vllm_config: Any, config_cls: Any) -> Any:
     return enum[f"NIXL_THREAD_SYNC_{name.upper()}"]
 
 
+def allow_amx() -> bool:
+    """Ask Linux for this process's AMX tile permission (``arch_prctl`` with
+    ``ARCH_REQ_XCOMP_PERM``, through torch's ``torch.cpu._init_amx``) on a CPU that has AMX
+    tiles; whether it is granted. vLLM's CPU attention picks its AMX kernel whenever the CPU
+    has AMX tiles (``vllm/v1/attention/backends/cpu_attn.py``, ``_get_attn_isa``) and never
+    asks for the permission; oneDNN asks only before its own AMX kernels. A worker whose
+    first AMX instruction is vLLM's dies of SIGILL (seen on a decode's worker, exit code -4,
+    at its first request with pushed KV). Granting is per process and idempotent."""
+    import torch
+
+    try:
+        return bool(torch.cpu._is_amx_tile_supported() and torch.cpu._init_amx())
+    except (AttributeError, RuntimeError):  # a torch without these helpers
+        return False
+
+
 @contextlib.contextmanager
 def _cpu_knobs(vllm_config: Any, role: Any) -> Iterator[None]:
     """Apply the knobs while vLLM constructs the connector worker, and only then (the
@@ -125,6 +141,8 @@ def _cpu_knobs(vllm_config: Any, role: Any) -> Iterator[None]:
     if role != KVConnectorRole.WORKER:
         yield
         return
+    if allow_amx():
+        _log.info("pdctl: this worker may use AMX tiles (granted before vLLM's AMX kernels)")
     module: Any = sys.modules[NixlBaseConnectorWorker.__module__]
     original: Any = getattr(module, "nixl_agent_config", None)
     no_thread = not _extra(vllm_config, PROGRESS_THREAD, True) and original is not None
