@@ -23,6 +23,7 @@ def requests() -> dict[str, Any]:
     for spec in commands.swept_specs():
         argvs += commands.gpu_commands(spec)
     return {
+        "plugins": None,  # first: vLLM's argument parser runs the plugins too
         "version": None,
         "handshake": grid.layouts(),
         "argv": argvs,

@@ -20,6 +20,11 @@ Commands:
 * ``hooks``: each method, signature and attribute pdctl's connector relies on, looked up
   on vLLM's classes.
 * ``metrics``: each ``vllm:*`` metric name, looked for in vLLM's source.
+* ``plugins``: which general plugins vLLM finds (``vllm/plugins/__init__.py``,
+  ``load_plugins_by_group``), the process's AMX tile permission before and after vLLM
+  runs them (``load_general_plugins``), and whether the engine core and the worker
+  wrapper run them when they start. Asked first in a batch: vLLM's argument parser runs
+  the plugins too.
 * ``logprobs``: each request body through vLLM's request model (``CompletionRequest`` in
   ``entrypoints/openai/completion/protocol.py``, ``ChatCompletionRequest`` in
   ``chat_completion/protocol.py``): its validation error, or the parsed logprob fields;
@@ -346,6 +351,32 @@ def _hooks(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
 # --------------------------------------------------------------------------- metrics
 
 
+def _plugins(_req: Any) -> dict[str, Any]:
+    from pdctl.connector.amx import xtile_permitted
+
+    before = xtile_permitted()
+    from vllm import plugins
+    from vllm.v1.engine.core import EngineCore
+    from vllm.v1.worker.worker_base import WorkerWrapperBase
+
+    found = sorted(plugins.load_plugins_by_group(plugins.DEFAULT_PLUGINS_GROUP))
+    plugins.load_general_plugins()
+    import torch
+
+    runs = {
+        "engine_core": EngineCore.__init__,
+        "worker": WorkerWrapperBase.init_worker,
+    }
+    return {
+        "group": plugins.DEFAULT_PLUGINS_GROUP,
+        "found": found,
+        "amx_tiles": bool(torch.cpu._is_amx_tile_supported()),
+        "permitted_before": before,
+        "permitted_after": xtile_permitted(),
+        "run_by": {k: "load_general_plugins()" in inspect.getsource(f) for k, f in runs.items()},
+    }
+
+
 def _metrics(names: list[str]) -> list[dict[str, Any]]:
     import vllm
 
@@ -486,6 +517,7 @@ COMMANDS: dict[str, Any] = {
     "argv": _argv,
     "hooks": _hooks,
     "metrics": _metrics,
+    "plugins": _plugins,
     "logprobs": _logprobs,
 }
 

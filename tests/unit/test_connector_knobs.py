@@ -67,42 +67,40 @@ def test_a_strict_agent_without_progress_thread_starts_on_real_nixl():
     assert "UCX" in agent.backends
 
 
-def test_a_worker_gets_amx_permission_where_the_cpu_has_amx_tiles():
-    """In a fresh process, the connector's worker setup leaves the AMX tile state
-    permitted (the kernel's own answer: ``arch_prctl(ARCH_GET_XCOMP_PERM)`` has bit 18,
-    XTILEDATA) exactly when the CPU has AMX tiles; without it vLLM's AMX attention
-    kernel dies of SIGILL."""
+_KNOBS = """
+from types import SimpleNamespace
+from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorRole
+from pdctl.connector import push
+conf = SimpleNamespace(kv_transfer_config=SimpleNamespace(get_from_extra_config=lambda k, d: d))
+with push._cpu_knobs(conf, KVConnectorRole.WORKER):
+    pass
+"""
+_PLUGINS = """
+from vllm.plugins import load_general_plugins
+load_general_plugins()
+"""
+
+
+@pytest.mark.parametrize("route", ["connector", "plugins"])
+def test_a_vllm_process_gets_amx_permission_where_the_cpu_has_amx_tiles(route):
+    """In a fresh process, the connector's worker setup, and vLLM running its general
+    plugins (which every engine core and worker does), each leave the AMX tile state
+    permitted (the kernel's own answer) exactly when the CPU has AMX tiles; without it
+    vLLM's AMX attention kernel dies of SIGILL."""
     import subprocess
-    import textwrap
 
     import torch
 
-    script = textwrap.dedent(
-        """
-        import ctypes
-        from types import SimpleNamespace
-        from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorRole
-        from pdctl.connector import push
-
-        def perm():
-            libc = ctypes.CDLL(None, use_errno=True)
-            out = ctypes.c_uint64(0)
-            # SYS_arch_prctl = 158, ARCH_GET_XCOMP_PERM = 0x1022
-            if libc.syscall(158, 0x1022, ctypes.byref(out)) != 0:
-                return None
-            return bool(out.value >> 18 & 1)
-
-        before = perm()
-        conf = SimpleNamespace(
-            kv_transfer_config=SimpleNamespace(get_from_extra_config=lambda k, d: d)
-        )
-        with push._cpu_knobs(conf, KVConnectorRole.WORKER):
-            pass
-        print(before, perm())
-        """
+    script = (
+        "from pdctl.connector.amx import xtile_permitted\n"
+        "before = xtile_permitted()\n"
+        + (_KNOBS if route == "connector" else _PLUGINS)
+        + "print(before, xtile_permitted())\n"
     )
     r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr[-2000:]
     before, after = r.stdout.split()[-2:]
     amx = torch.cpu._is_amx_tile_supported()
+    if amx:
+        assert before == "False", "granted before the step under test: this proves nothing"
     assert after == str(amx), (before, after, amx)

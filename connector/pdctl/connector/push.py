@@ -53,6 +53,7 @@ from vllm.distributed.kv_transfer.kv_connector.v1.nixl.stats import (
 )
 from vllm.distributed.kv_transfer.kv_connector.v1.nixl.utils import get_base_request_id
 
+from pdctl.connector.amx import allow_amx
 from pdctl.connector.book import RendezvousBook, fold
 from pdctl.connector.compat import PULL_CONNECTOR, vllm_class
 from pdctl.connector.events import FLIGHT_HOOKS, FlightConnector, FlightWorker, flight_ring
@@ -116,22 +117,6 @@ def _sync_mode(vllm_config: Any, config_cls: Any) -> Any:
     if enum is None:  # an older NIXL without sync modes: keep its default
         return None
     return enum[f"NIXL_THREAD_SYNC_{name.upper()}"]
-
-
-def allow_amx() -> bool:
-    """Ask Linux for this process's AMX tile permission (``arch_prctl`` with
-    ``ARCH_REQ_XCOMP_PERM``, through torch's ``torch.cpu._init_amx``) on a CPU that has AMX
-    tiles; whether it is granted. vLLM's CPU attention picks its AMX kernel whenever the CPU
-    has AMX tiles (``vllm/v1/attention/backends/cpu_attn.py``, ``_get_attn_isa``) and never
-    asks for the permission; oneDNN asks only before its own AMX kernels. A worker whose
-    first AMX instruction is vLLM's dies of SIGILL (seen on a decode's worker, exit code -4,
-    at its first request with pushed KV). Granting is per process and idempotent."""
-    import torch
-
-    try:
-        return bool(torch.cpu._is_amx_tile_supported() and torch.cpu._init_amx())
-    except (AttributeError, RuntimeError):  # a torch without these helpers
-        return False
 
 
 @contextlib.contextmanager
