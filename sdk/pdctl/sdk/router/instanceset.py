@@ -18,6 +18,7 @@ from pdctl.sdk.router.policies import Policy, make_policy
 from pdctl.sdk.router.policies.cache_aware import CacheAware
 from pdctl.sdk.router.predictor import Predictor
 from pdctl.sdk.router.replies import RouteError, RouterMode, mode_of
+from pdctl.sdk.router.sidechannel import SideChannels
 from pdctl.sdk.router.timeline import RouterMetrics, Timeline
 from pdctl.sdk.spec import FleetSpec, RouterSpec
 
@@ -77,6 +78,8 @@ class InstanceSet:
         self._changed = asyncio.Event()
         """Set (and replaced) whenever an instance's health changes."""
         self._checking: dict[str, asyncio.Task[None]] = {}
+        self.side_channels = SideChannels()
+        """Which prefills' NIXL side channels were seen accepting (:mod:`.sidechannel`)."""
         self.check_rounds = 0
         """Health-check rounds over every instance finished since start."""
         self._ready = False
@@ -110,11 +113,16 @@ class InstanceSet:
     async def probe(self, u: Upstream) -> tuple[bool, bool]:
         """``u``'s ``GET /health`` now: (healthy, decisive). Decisive is an answer or a
         refused connection (vLLM answers 503 once its engine is dead); no answer within
-        :data:`PROBE_TIMEOUT_S` (a busy server) is not."""
+        :data:`PROBE_TIMEOUT_S` (a busy server) is not. A prefill whose API server still
+        answers 200 while its NIXL side channel, seen accepting before, now refuses is
+        down, decisively: its engine is gone and the server has not noticed yet
+        (:mod:`.sidechannel`)."""
         try:
             async with asyncio.timeout(PROBE_TIMEOUT_S):
                 r = await u.pool.request("GET", "/health")
                 await r.read()
+            if r.status == 200 and await self.side_channels.gone(u):
+                return False, True
             return r.status == 200, True
         except UpstreamError as e:
             return False, e.connect

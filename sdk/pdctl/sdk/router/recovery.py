@@ -12,14 +12,15 @@
   (:meth:`Recovery.instance_lost`: down at once, re-checked at once), a 5xx answer
   before or instead of the tokens (vLLM's ``EngineDeadError``) or a 5xx error event
   mid-stream (:meth:`Recovery.instance_answered_error`: its ``GET /health`` is asked at
-  once, and vLLM answers 503 there once its engine is dead). A dead instance is down
-  from then on and the fleet's supervisor is told (:mod:`pdctl.sdk.router.suspects`),
-  so that it restarts the instance without waiting for its own health rounds. A decode
-  that answered an error but is alive (``/health`` 200) stays in service; when its
-  prefill is dead (the KV it was to push never came) the request runs again — through
-  another prefill in service where there is one, else decode-only — on another decode
-  or, when it is the only one, on it. A prefill alive means the failure is the
-  request's own.
+  once, and vLLM answers 503 there once its engine is dead; a prefill's NIXL side
+  channel that refuses connections says so before its API server does,
+  :mod:`.sidechannel`). A dead instance is down from then on and the fleet's supervisor
+  is told (:mod:`pdctl.sdk.router.suspects`), so that it restarts the instance without
+  waiting for its own health rounds. A decode that answered an error but is alive
+  (``/health`` 200) stays in service; when its prefill is dead (the KV it was to push
+  never came) the request runs again — through another prefill in service where there
+  is one, else decode-only — on another decode or, when it is the only one, on it. A
+  prefill alive means the failure is the request's own.
 
 The dispatcher owns this object and gives it to the leg sender and the relay.
 """
@@ -98,6 +99,8 @@ class Recovery:
             return False
         await self.instances.check(p)
         tl.note(f"{u.role} {u.name} answered an error; prefill {p.name} healthy: {p.healthy}")
+        if not p.healthy:
+            self.link.suspect(p.name, f"seen dead after {u.role} {u.name} answered an error")
         return not p.healthy
 
     def another_prefill(self, tl: Timeline) -> Upstream | None:
