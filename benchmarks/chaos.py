@@ -475,7 +475,10 @@ async def engine_kills(kind: str, args: argparse.Namespace) -> dict[str, Any]:
                         any("through_prefill" in m for m in t.get("migrations") or ())
                         for t in timelines
                     ),
-                    "failed_or_moved": timelines[:20],
+                    # the moved ones first: their notes say why they moved
+                    "failed_or_moved": sorted(timelines, key=lambda t: not t.get("migrations"))[
+                        :20
+                    ],
                     "p50_s": statistics.median(a.seconds for a in got.answers),
                     "kv_back_s": back,
                     "restarted_after_answers_s": restarted_s,

@@ -78,9 +78,11 @@ async def test_a_refusal_counts_only_from_an_address_seen_accepting():
     server.close()
     await server.wait_closed()
     assert await sides.gone(u)
+    assert sides.refuses(u)
     again = await asyncio.start_server(lambda r, w: w.close(), "127.0.0.1", port)
     try:
         assert not await sides.gone(u)  # a restarted engine listens again
+        assert not sides.refuses(u)
     finally:
         again.close()
         await again.wait_closed()
@@ -132,7 +134,8 @@ async def test_only_decode_is_retried_when_its_prefill_side_channel_refuses_unde
         assert r.status_code == 200, r.text
         tl = t.router.recent()[0]
         assert [(m["from"], m["to"]) for m in tl["migrations"]] == [("decode-0", "decode-0")]
-        assert any("prefill prefill-0 healthy: False" in n for n in tl["notes"]), tl["notes"]
+        said = "prefill prefill-0 healthy: False (its NIXL side channel refuses connections)"
+        assert any(said in n for n in tl["notes"]), tl["notes"]
         assert not p.healthy
         assert insts.upstream("decode-0").healthy
         assert t.p.state.health_checks

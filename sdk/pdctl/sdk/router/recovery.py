@@ -98,7 +98,12 @@ class Recovery:
         except KeyError:
             return False
         await self.instances.check(p)
-        tl.note(f"{u.role} {u.name} answered an error; prefill {p.name} healthy: {p.healthy}")
+        why = (
+            " (its NIXL side channel refuses connections)"
+            if not p.healthy and self.instances.side_channels.refuses(p)
+            else ""
+        )
+        tl.note(f"{u.role} {u.name} answered an error; prefill {p.name} healthy: {p.healthy}{why}")
         if not p.healthy:
             self.link.suspect(p.name, f"seen dead after {u.role} {u.name} answered an error")
         return not p.healthy

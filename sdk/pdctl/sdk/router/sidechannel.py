@@ -58,6 +58,8 @@ class SideChannels:
         self.timeout_s, self.retry_s = timeout_s, retry_s
         self.seen: set[Address] = set()
         """Addresses that accepted a connect at least once."""
+        self.refusing: set[Address] = set()
+        """Seen addresses whose last connect was refused."""
         self._tried: dict[Address, float] = {}
 
     @staticmethod
@@ -81,4 +83,10 @@ class SideChannels:
             if await connect(addr, self.timeout_s) == "accepts":
                 self.seen.add(addr)
             return False
-        return await connect(addr, self.timeout_s) == "refuses"
+        gone = await connect(addr, self.timeout_s) == "refuses"
+        (self.refusing.add if gone else self.refusing.discard)(addr)
+        return gone
+
+    def refuses(self, u: Upstream) -> bool:
+        """Whether ``u``'s side channel refused the last connect (seen accepting before)."""
+        return self.address(u) in self.refusing
