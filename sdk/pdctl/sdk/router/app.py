@@ -33,6 +33,7 @@ from typing import Any, Protocol
 from urllib.parse import parse_qs
 
 from pdctl.sdk.apikey import read_api_key
+from pdctl.sdk.fleetplan import priority_scheduling
 from pdctl.sdk.router.admission import ADMISSION_SETTINGS, Admission
 from pdctl.sdk.router.asgi import Message, Receive, Scope, Send
 from pdctl.sdk.router.asgi import send_body as _send
@@ -44,7 +45,7 @@ from pdctl.sdk.router.gate import Gate
 from pdctl.sdk.router.guard import Guard
 from pdctl.sdk.router.hardening import json_too_deep
 from pdctl.sdk.router.limits import Refusal
-from pdctl.sdk.router.terms import pass_priority, priority_scheduling, terms_of
+from pdctl.sdk.router.terms import pass_priority, terms_of
 from pdctl.sdk.router.timeline import Timeline
 
 DEFAULT_MAX_BODY = 8 * 1024 * 1024
