@@ -33,8 +33,9 @@ from typing import Any, Protocol
 from urllib.parse import parse_qs
 
 from pdctl.sdk.apikey import read_api_key
+from pdctl.sdk.client.admission import ADMISSION_SETTINGS
 from pdctl.sdk.fleetplan import priority_scheduling
-from pdctl.sdk.router.admission import ADMISSION_SETTINGS, Admission
+from pdctl.sdk.router.admission import Admission
 from pdctl.sdk.router.asgi import Message, Receive, Scope, Send
 from pdctl.sdk.router.asgi import send_body as _send
 from pdctl.sdk.router.asgi import send_error as _send_error
