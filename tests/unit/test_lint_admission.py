@@ -151,7 +151,7 @@ def test_pd053_notes_a_stale_window_under_two_scrapes():
 def test_pd054_decode_limit_above_vllms_max_num_seqs():
     decode = [{"host": "127.0.0.1", "devices": [1], "vllm_args": ["--max-num-seqs=64"]}]
     (f,) = _of(_spec(decode=decode), "PD054")  # the default limit is 256
-    assert (f.severity, f.field) == ("warning", "router.admission.decode_in_flight_per_instance")
+    assert (f.severity, f.field) == ("info", "router.admission.decode_in_flight_per_instance")
     assert f.fix == (
         "set router.admission.decode_in_flight_per_instance to 64 or less, "
         "or raise decode[0].max_num_seqs"

@@ -196,9 +196,9 @@ def _stages(ctx: LintContext) -> Iterator[Finding]:
         seqs = flag_value(insts[0].argv, "--max-num-seqs") if insts else None
         name, limit = limits[role]
         if seqs is not None and seqs.isdigit() and limit > int(seqs):
-            yield _f(
+            yield _f(  # a note: vLLM's own queue still serves them, in arrival order
                 "PD054",
-                "warning",
+                "info",
                 f"{_A}.{name}",
                 f"{_A}.{name} ({limit}) is above {where}'s --max-num-seqs ({seqs})",
                 f"past {seqs} the admitted requests wait in vLLM's own queue, first come "
