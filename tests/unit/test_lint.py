@@ -305,6 +305,31 @@ CASES: dict[str, tuple[Callable[[Any], dict[str, Any]], Callable[[Any], dict[str
         ),
         lambda md: _kube({"rdma_resources": {"rdma/ib": 1}}),
     ),
+    # [router.admission]: more cases of each in test_lint_admission.py
+    "PD052": (
+        lambda md: _gpu(router={"request_timeout_s": 5, "admission": {"max_queue_wait_s": 5}}),
+        lambda md: _gpu(router={"request_timeout_s": 5, "admission": {"max_queue_wait_s": 4}}),
+    ),
+    "PD053": (
+        lambda md: _gpu(router={"admission": {"scrape_interval_s": 0}}),
+        lambda md: _gpu(router={"admission": {"scrape_interval_s": 0.5, "stale_after_s": 2}}),
+    ),
+    "PD054": (
+        lambda md: _gpu(decode=[{"devices": [1], "vllm_args": ["--max-num-seqs", "16"]}]),
+        lambda md: _gpu(
+            decode=[{"devices": [1], "vllm_args": ["--max-num-seqs", "16"]}],
+            router={
+                "admission": {
+                    "decode_in_flight_per_instance": 16,
+                    "prefill_in_flight_per_instance": 16,
+                }
+            },
+        ),
+    ),
+    "PD055": (
+        lambda md: _gpu(prefill=[{"devices": [0], "vllm_args": ["--scheduling-policy=priority"]}]),
+        lambda md: _gpu(fleet={"vllm_args": ["--scheduling-policy=priority"]}),
+    ),
 }
 
 ENV = {"PDCTL_TEST_SET_KEY": "secret"}
@@ -315,7 +340,8 @@ def codes(d: dict[str, Any]) -> set[str]:
 
 
 def test_every_rule_has_a_case():
-    assert {r.code for r in RULES} == set(CASES) | {"PD002", "PD038", "PD041"}
+    # PD051: values the spec refuses when read (test_lint_admission.py builds them)
+    assert {r.code for r in RULES} == set(CASES) | {"PD002", "PD038", "PD041", "PD051"}
 
 
 @pytest.mark.parametrize("code", sorted(CASES))

@@ -40,12 +40,16 @@ GRAMMAR = Grammar(
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--preset",
-        choices=("cpu-smoke", "paper", "shared-prefix"),
+        choices=("cpu-smoke", "paper", "shared-prefix", "overload"),
         default=None,
         help="cpu-smoke: minutes on the local CPU demo fleet; shared-prefix: router "
         "policies on prompts sharing prefixes; paper: the published grid "
-        "(1k-16k input, 1-8 req/s, 128 output, push vs pull) for GPU fleets",
+        "(1k-16k input, 1-8 req/s, 128 output, push vs pull) for GPU fleets; overload: "
+        "--load x the fleet's capacity with priority classes and SLOs, through a router "
+        "with admission and one without, alternating (--duration, --rounds)",
     )
+    p.add_argument("--load", type=float, help="overload: offered load x capacity (default 4)")
+    p.add_argument("--rounds", type=int, help="overload: rounds of both arms (default 1)")
     p.add_argument("--modes", help="comma list of push,push-sequential,pull,colocated")
     p.add_argument("--input-lens", help="comma list of prompt lengths in tokens")
     p.add_argument("--rates", help="comma list of request rates (req/s; 'inf' = all at once)")
@@ -204,6 +208,16 @@ def ratios(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def run(args: argparse.Namespace) -> int:
     from pdctl.sdk.bench.loadgen import BenchError
 
+    if args.preset == "overload":
+        from pdctl.cli import benchoverload
+
+        spec, source = spec_or_demo(args)
+        if args.dry_run:
+            plan = benchoverload.plan_of(args)
+            if not emit(args, {"plan": plan.as_dict(), "spec": source}):
+                console().print(f"[bold]pdctl bench --preset overload[/] on {source}: {plan}")
+            return 0
+        return benchoverload.run(args, spec, source)
     try:
         plan = build_plan(args)
     except BenchError as e:

@@ -8,13 +8,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from pdctl.sdk.client import RouterState
 from pdctl.sdk.errors import PdctlError
 from pdctl.tui.source import Source, Update
 
 
 @dataclass(frozen=True)
 class Action:
-    kind: str  # restart | stop | drain | resume | mode | preflight
+    kind: str  # restart | stop | drain | resume | mode | preflight | admission
     target: str | None = None
     """Instance name, or the router mode for ``mode``."""
 
@@ -27,6 +28,7 @@ class Action:
             "resume": f"Resume routing to {self.target}",
             "mode": f"Router mode → {self.target}",
             "preflight": "Run preflight",
+            "admission": "Admission thresholds",
         }[self.kind]
 
     @property
@@ -38,6 +40,7 @@ class Action:
             "resume": "route new requests to it again",
             "mode": "switch the router's dispatch mode (A/B: concurrent vs sequential push)",
             "preflight": "check the topology of this placement",
+            "admission": "change the router's admission limits and thresholds (a form)",
         }[self.kind]
 
     @property
@@ -65,6 +68,8 @@ def available(update: Update | None) -> list[Action]:
             out.append(Action("resume" if r.drained else "drain", inst.name))
     if update.router is not None:
         out.extend(Action("mode", m) for m in update.router.modes if m != update.router.mode)
+        if update.router.admission.get("enabled"):
+            out.append(Action("admission"))
     return out
 
 
@@ -101,4 +106,16 @@ async def perform(action: Action, source: Source) -> str:
         st = await router.set_mode(t)
         source.control(f"mode {st.mode}", "router")
         return f"router now dispatches in {st.mode} mode"
+    if action.kind == "admission":
+        raise PdctlError("admission changes go through set_admission (the form's values)")
     raise PdctlError(f"unknown action {action.kind!r}")
+
+
+async def set_admission(source: Source, changes: dict[str, int | float]) -> RouterState:
+    """Send admission changes (``POST /v1/pdctl/admission``); the router's answer.
+    Raises :class:`PdctlError` (a :class:`RouterError` naming the refused setting)."""
+    if source.router is None:
+        raise PdctlError("this fleet has no pdctl router to control")
+    state = await source.router.set_admission(**changes)
+    source.control("admission " + " ".join(f"{k}={v}" for k, v in changes.items()), "router")
+    return state

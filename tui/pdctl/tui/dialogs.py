@@ -52,9 +52,10 @@ KEYS: Sequence[tuple[str, str]] = (
         "Enter",
         "details and live log of the instance under the cursor; on a request, where its TTFT went",
     ),
-    ("Ctrl+P", "command palette: restart, stop, drain, router mode, preflight, views"),
+    ("Ctrl+P", "command palette: restart, stop, drain, router mode, admission, preflight, views"),
     ("R / X / D", "restart / stop / drain or resume the instance under the cursor"),
     ("M", "toggle the router's dispatch mode (push ↔ push-sequential)"),
+    ("A", "the router's admission thresholds: a form, sent after a yes"),
     ("?", "this help"),
     ("q", "quit"),
 )

@@ -6,4 +6,6 @@
 * :mod:`~pdctl.sdk.bench.plan` — modes x input lengths x rates, presets.
 * :mod:`~pdctl.sdk.bench.suite` — runs a plan, one fleet start per configuration.
 * :mod:`~pdctl.sdk.bench.report` — JSON, CSV and PNG.
+* :mod:`~pdctl.sdk.bench.overload` — goodput with and without admission control
+  (``--preset overload``).
 """

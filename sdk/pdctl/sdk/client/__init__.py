@@ -16,6 +16,13 @@ flight recorder's timelines and operator control, blocking and asyncio.
 Importing this package imports httpx and nothing of the router server.
 """
 
+from pdctl.sdk.client.admission import (
+    ADMISSION_FIELDS,
+    ADMISSION_SETTINGS,
+    AdmissionSetting,
+    admission_changes,
+    refused_setting,
+)
 from pdctl.sdk.client.aio import AsyncChunkStream, AsyncRouterClient
 from pdctl.sdk.client.base import CONTROL_TIMEOUT_S, DEFAULT_TIMEOUT_S
 from pdctl.sdk.client.ops import InstanceEvent
@@ -31,8 +38,11 @@ from pdctl.sdk.client.sync import ChunkStream, RouterClient
 from pdctl.sdk.errors import RouterError
 
 __all__ = [
+    "ADMISSION_FIELDS",
+    "ADMISSION_SETTINGS",
     "CONTROL_TIMEOUT_S",
     "DEFAULT_TIMEOUT_S",
+    "AdmissionSetting",
     "AsyncChunkStream",
     "AsyncRouterClient",
     "Chunk",
@@ -45,4 +55,6 @@ __all__ = [
     "RouterError",
     "RouterState",
     "Segment",
+    "admission_changes",
+    "refused_setting",
 ]

@@ -14,7 +14,7 @@ import sys
 from typing import Any
 
 from pdctl.sdk.fleetplan.cores import cpu_binding
-from pdctl.sdk.fleetplan.model import InstancePlan
+from pdctl.sdk.fleetplan.model import FleetPlan, InstancePlan
 from pdctl.sdk.fleetplan.ports import is_loopback
 from pdctl.sdk.spec import FleetSpec, InstanceGroup, Mode, RenderGroup, Role
 
@@ -254,3 +254,29 @@ def render_server_env(spec: FleetSpec, r: RenderGroup, cores: tuple[int, ...]) -
     env.update(spec.fleet.env)
     env.update(r.env)
     return env
+
+
+def flag_value(argv: tuple[str, ...] | list[str], flag: str) -> str | None:
+    """The value of ``flag`` in a command line (``--flag V`` or ``--flag=V``; the last
+    one wins, as in argparse), or None when it is not given."""
+    value: str | None = None
+    for i, a in enumerate(argv):
+        if a == flag and i + 1 < len(argv):
+            value = argv[i + 1]
+        elif a.startswith(flag + "="):
+            value = a.split("=", 1)[1]
+    return value
+
+
+def scheduling_policy(argv: tuple[str, ...] | list[str]) -> str:
+    """vLLM's ``--scheduling-policy`` in a command line (its default ``fcfs``:
+    ``SchedulerConfig.policy``, ``vllm/config/scheduler.py``)."""
+    return flag_value(argv, "--scheduling-policy") or "fcfs"
+
+
+def priority_scheduling(plan: FleetPlan) -> bool:
+    """Whether every engine the router sends legs to runs vLLM's priority scheduler
+    (``--scheduling-policy priority`` or ``=priority`` in its command line): only then
+    does the router pass a request's class on as vLLM's ``priority`` field."""
+    engines = [i for i in plan.instances if i.role in ("prefill", "decode", "colocated")]
+    return bool(engines) and all(scheduling_policy(i.argv) == "priority" for i in engines)

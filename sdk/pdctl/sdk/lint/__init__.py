@@ -7,6 +7,7 @@ production and how to fix it. Rules are plain functions over a :class:`LintConte
 
 from __future__ import annotations
 
+from pdctl.sdk.lint import admission as _admission_rules
 from pdctl.sdk.lint import cache as _cache_rules
 from pdctl.sdk.lint import canary as _canary_rules
 from pdctl.sdk.lint import connector as _connector_rules
@@ -47,6 +48,7 @@ _REGISTERED = (
     _cache_rules,
     _canary_rules,
     _security_rules,
+    _admission_rules,
 )  # importing them registers the rules
 
 __all__ = [

@@ -4,7 +4,8 @@ driver. The rules themselves live in :mod:`~pdctl.sdk.lint.network` (ports and h
 (what vLLM's handshake accepts), :mod:`~pdctl.sdk.lint.devices`,
 :mod:`~pdctl.sdk.lint.settings` (managed flags, model path, UCX, router),
 :mod:`~pdctl.sdk.lint.k8s`, :mod:`~pdctl.sdk.lint.ray`, :mod:`~pdctl.sdk.lint.observability`,
-:mod:`~pdctl.sdk.lint.connector` and :mod:`~pdctl.sdk.lint.cache`.
+:mod:`~pdctl.sdk.lint.connector`, :mod:`~pdctl.sdk.lint.cache` and
+:mod:`~pdctl.sdk.lint.admission` (``[router.admission]``).
 """
 
 from __future__ import annotations

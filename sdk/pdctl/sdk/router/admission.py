@@ -34,6 +34,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from pdctl.sdk.client.admission import ADMISSION_SETTINGS
 from pdctl.sdk.router.instances import Upstream
 from pdctl.sdk.router.limits import drop_headers
 from pdctl.sdk.router.promreg import Registry
@@ -46,15 +47,6 @@ CLASSES = ("interactive", "standard", "batch")
 """Priority classes, highest first (``pdctl-priority`` header; vLLM's ``priority`` field
 is an integer, lower served first: below 0 is interactive, 0 standard, above 0 batch)."""
 REASONS = ("prefill_saturated", "decode_saturated", "slo_unreachable", "draining")
-ADMISSION_SETTINGS = (
-    "prefill_in_flight_per_instance",
-    "decode_in_flight_per_instance",
-    "max_queued",
-    "max_queue_wait_s",
-    "max_waiting_per_instance",
-    "max_kv_usage",
-)
-"""What ``POST /v1/pdctl/admission`` may change (the ``[router.admission]`` fields)."""
 RECHECK_S = 0.01
 """While requests queue, how often room is looked for besides at each request's end (a
 request's first byte frees its prefill-stage place without telling anyone)."""

@@ -33,7 +33,9 @@ from typing import Any, Protocol
 from urllib.parse import parse_qs
 
 from pdctl.sdk.apikey import read_api_key
-from pdctl.sdk.router.admission import ADMISSION_SETTINGS, Admission
+from pdctl.sdk.client.admission import ADMISSION_SETTINGS
+from pdctl.sdk.fleetplan import priority_scheduling
+from pdctl.sdk.router.admission import Admission
 from pdctl.sdk.router.asgi import Message, Receive, Scope, Send
 from pdctl.sdk.router.asgi import send_body as _send
 from pdctl.sdk.router.asgi import send_error as _send_error
@@ -44,7 +46,7 @@ from pdctl.sdk.router.gate import Gate
 from pdctl.sdk.router.guard import Guard
 from pdctl.sdk.router.hardening import json_too_deep
 from pdctl.sdk.router.limits import Refusal
-from pdctl.sdk.router.terms import pass_priority, priority_scheduling, terms_of
+from pdctl.sdk.router.terms import pass_priority, terms_of
 from pdctl.sdk.router.timeline import Timeline
 
 DEFAULT_MAX_BODY = 8 * 1024 * 1024

@@ -6,10 +6,12 @@ spec's default).
   field in the body: below 0 interactive, 0 standard, above 0 batch; the header wins).
   vLLM serves a lower ``priority`` first where it runs ``--scheduling-policy priority``
   (``vllm/config/scheduler.py``, ``policy``; the request field in
-  ``vllm/entrypoints/openai/completion/protocol.py``, where any value but 0 is an error
-  on an engine scheduling first come, first served). So where every prefill and decode
-  runs that policy (:func:`priority_scheduling`) a request's class reaches the engines as
-  ``priority`` (interactive -1, standard 0, batch 1) unless the client set the field;
+  ``vllm/entrypoints/openai/completion/protocol.py``; an engine scheduling first come,
+  first served takes the field and ignores it: ``FCFSRequestQueue`` in
+  ``vllm/v1/core/sched/request_queue.py``). So where every prefill and decode runs
+  that policy (:func:`pdctl.sdk.fleetplan.priority_scheduling`) a request's class
+  reaches the engines as ``priority`` (interactive -1, standard 0, batch 1) unless the
+  client set the field;
   elsewhere the field is taken out (the router's queue has used it).
 * ``pdctl-deadline-ms: N``: the first byte of the answer must come within N ms of the
   router reading the request, or the request is cancelled on both legs and answered 504
@@ -24,7 +26,6 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from pdctl.sdk.fleetplan import FleetPlan
 from pdctl.sdk.router.admission import CLASSES
 
 PRIORITY = b"pdctl-priority"
@@ -87,23 +88,6 @@ def _ms(raw: str | None, name: str) -> float | str | None:
     if not 1 <= v <= MAX_MS:
         return f"header {name} must be from 1 to {MAX_MS} (milliseconds)"
     return v / 1000
-
-
-def priority_scheduling(plan: FleetPlan) -> bool:
-    """Whether every engine the router sends legs to runs vLLM's priority scheduler
-    (``--scheduling-policy priority`` or ``=priority`` in its command line)."""
-    engines = [i for i in plan.instances if i.role in ("prefill", "decode")]
-    return bool(engines) and all(_policy(i.argv) == "priority" for i in engines)
-
-
-def _policy(argv: tuple[str, ...]) -> str:
-    policy = "fcfs"
-    for i, a in enumerate(argv):
-        if a == "--scheduling-policy" and i + 1 < len(argv):
-            policy = argv[i + 1]
-        elif a.startswith("--scheduling-policy="):
-            policy = a.split("=", 1)[1]
-    return policy
 
 
 def pass_priority(body: dict[str, Any], klass: str, scheduled: bool) -> None:

@@ -19,6 +19,7 @@ from textual.suggester import SuggestFromList
 from textual.widgets import ContentSwitcher, DataTable, Footer, Input, Static
 from textual.worker import get_current_worker
 
+from pdctl.sdk.client import RouterState
 from pdctl.sdk.errors import PdctlError
 from pdctl.sdk.events import Event
 from pdctl.sdk.metrics.monitor import RouterAdmission
@@ -49,6 +50,7 @@ class MainScreen(Screen[None]):
         Binding("X", "on_selected('stop')", "stop", show=False),
         Binding("D", "on_selected('drain|resume')", "drain", show=False),
         Binding("M", "toggle_mode", "mode", show=False),
+        Binding("A", "admission", "admission", show=False),
     ]
 
     def __init__(self, source: Source, *, readonly: bool = False, rounds: int | None = None):
@@ -317,6 +319,9 @@ class MainScreen(Screen[None]):
             return
         self.request(modes[0])
 
+    def action_admission(self) -> None:
+        self.request(Action("admission"))
+
     def request(self, action: Action) -> None:
         """Run ``action`` after the read-only check and, when destructive, a yes."""
         if action.kind == "preflight":
@@ -325,6 +330,9 @@ class MainScreen(Screen[None]):
             return
         if self.readonly and action.mutating:
             self.notify(f"read-only: {action.label} is disabled", severity="warning")
+            return
+        if action.kind == "admission":
+            self.open_admission()
             return
         if not action.destructive:
             self.start_action(action)
@@ -335,6 +343,25 @@ class MainScreen(Screen[None]):
                 self.start_action(action)
 
         self.app.push_screen(ConfirmScreen(f"{action.label}?", action.help), answered)
+
+    def open_admission(self) -> None:
+        """The admission form over the router's settings as last polled."""
+        router = self.latest.router if self.latest else None
+        adm = router.admission if router else {}
+        if not adm.get("enabled"):
+            why = "no router state yet" if router is None else "admission control is off"
+            self.notify(f"{why} (router.admission.enabled)", severity="warning")
+            return
+        from pdctl.tui.admission import AdmissionScreen
+
+        def done(answer: str | None) -> None:
+            if answer:
+                self.notify(answer)
+
+        async def send(changes: dict[str, int | float]) -> RouterState:
+            return await actions.set_admission(self.source, changes)
+
+        self.app.push_screen(AdmissionScreen(adm, send), done)
 
     @work(group="actions")
     async def start_action(self, action: Action) -> None:

@@ -1,0 +1,267 @@
+"""Overload: goodput through a router with admission control against the same fleet
+through a router without it, in one run (``pdctl bench --preset overload``,
+``benchmarks/overload.py``).
+
+The fleet's capacity is measured first (a closed loop through the arm without
+admission); then ``load`` times that capacity is offered as Poisson arrivals for
+``duration_s`` through each arm in turn, alternating which goes first over ``rounds``,
+with a mix of priority classes and ``pdctl-slo-ttft-ms`` headers (:data:`MIX`). A client
+gives up after ``give_up_s`` (it closes its connection: the router cancels both legs).
+
+Per arm and round (:func:`summary`): goodput (requests whose first token came within
+their SLO, per second of offered load), answers by status, shed answers (429/503/504
+with ``pdctl-drop-reason``) by status, reason and class and how many came within 50 ms,
+p99 TTFT of admitted interactive requests, requests lost (no answer and no error) and the
+router's TTFT predictions against what it measured (median |error|).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from pdctl.sdk.chaos import completion
+from pdctl.sdk.router.predictor import error_summary
+from pdctl.sdk.spec import FleetSpec
+from pdctl.sdk.urls import router_url
+
+MIX = (("interactive", 1500, 0.2), ("standard", 3000, 0.5), ("batch", 10000, 0.3))
+"""(class, SLO on the time to first token in ms, share of requests)."""
+WITH, WITHOUT = "with admission", "without admission"
+SHED_FAST_S = 0.05
+"""A shed answer within this long counts as 'at once' (the issue's 50 ms)."""
+WORDS = ("prefill", "decode", "cache", "push", "block", "layer", "token", "router")
+
+
+@dataclass(frozen=True)
+class OverloadPlan:
+    load: float = 4.0
+    """Offered load, times the measured capacity."""
+    duration_s: float = 60.0
+    rounds: int = 1
+    capacity_s: float = 15.0
+    conc: int = 4
+    """Closed-loop clients while measuring capacity."""
+    prompt_words: int = 120
+    max_tokens: int = 16
+    give_up_s: float = 20.0
+    """A client's timeout."""
+    prefill_in_flight: int = 2
+    decode_in_flight: int = 4
+    max_queued: int = 64
+    seed: int = 1
+    words: tuple[str, ...] = WORDS
+    """The prompts' vocabulary (the benchmark uses the demo's words)."""
+
+    def admission(self) -> dict[str, Any]:
+        """The arm with admission: limits tuned to a small fleet."""
+        return {
+            "decode_in_flight_per_instance": self.decode_in_flight,
+            "prefill_in_flight_per_instance": self.prefill_in_flight,
+            "max_queued": self.max_queued,
+        }
+
+    def as_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d.pop("words")
+        return d
+
+
+@dataclass
+class Outcome:
+    klass: str
+    slo_s: float
+    status: int | None = None
+    """None: no answer (given up by the client, or lost)."""
+    ttft_s: float | None = None
+    answered_s: float | None = None
+    reason: str | None = None
+    gave_up: bool = False
+
+
+def prompt(plan: OverloadPlan, i: int) -> str:
+    w = plan.words
+    return " ".join(w[(i * 7 + j) % len(w)] for j in range(plan.prompt_words)) + f" {i}"
+
+
+async def one(
+    c: httpx.AsyncClient, url: str, i: int, klass: str, slo_ms: int, plan: OverloadPlan
+) -> Outcome:
+    """One streamed request with its class and SLO headers, as the client saw it."""
+    out = Outcome(klass, slo_ms / 1000)
+    headers = {"pdctl-priority": klass, "pdctl-slo-ttft-ms": str(slo_ms)}
+    body = completion(prompt(plan, i), plan.max_tokens, stream=True)
+    t0 = time.perf_counter()
+    try:
+        async with asyncio.timeout(plan.give_up_s):
+            async with c.stream("POST", url + "/v1/completions", json=body, headers=headers) as r:
+                out.status = r.status_code
+                if r.status_code != 200:
+                    await r.aread()
+                    out.answered_s = time.perf_counter() - t0
+                    out.reason = r.headers.get("pdctl-drop-reason")
+                    return out
+                async for chunk in r.aiter_bytes():
+                    if out.ttft_s is None and b"data:" in chunk:
+                        out.ttft_s = time.perf_counter() - t0
+                out.answered_s = time.perf_counter() - t0
+    except TimeoutError:
+        out.gave_up = True
+    except httpx.HTTPError:
+        out.status = out.status or -1
+    return out
+
+
+async def capacity(url: str, plan: OverloadPlan) -> float:
+    """Requests/s the fleet finishes with ``plan.conc`` clients in a closed loop."""
+    done = 0
+    stop = time.perf_counter() + plan.capacity_s
+    async with httpx.AsyncClient(timeout=120) as c:
+
+        async def worker(w: int) -> None:
+            nonlocal done
+            i = w * 100000
+            while time.perf_counter() < stop:
+                body = completion(prompt(plan, i), plan.max_tokens, stream=True)
+                r = await c.post(url + "/v1/completions", json=body)
+                done += r.status_code == 200
+                i += 1
+
+        t0 = time.perf_counter()
+        await asyncio.gather(*(worker(w) for w in range(plan.conc)))
+        return done / (time.perf_counter() - t0)
+
+
+async def arm(url: str, rate: float, plan: OverloadPlan, seed: int) -> list[Outcome]:
+    """Poisson arrivals at ``rate`` for ``plan.duration_s``, classes drawn from MIX."""
+    rng = random.Random(seed)
+    limits = httpx.Limits(max_connections=None, max_keepalive_connections=64)
+    async with httpx.AsyncClient(timeout=None, limits=limits) as c:
+        tasks: list[asyncio.Task[Outcome]] = []
+        t0 = time.perf_counter()
+        at, i = 0.0, 0
+        while at < plan.duration_s:
+            at += rng.expovariate(rate)
+            await asyncio.sleep(max(0.0, t0 + at - time.perf_counter()))
+            klass, slo, _ = rng.choices(MIX, weights=[m[2] for m in MIX])[0]
+            tasks.append(asyncio.create_task(one(c, url, seed * 1000000 + i, klass, slo, plan)))
+            i += 1
+        return await asyncio.gather(*tasks)
+
+
+def summary(outs: Sequence[Outcome], duration_s: float) -> dict[str, Any]:
+    """What one arm's round came to (the module's docstring lists the figures)."""
+    good = [o for o in outs if o.status == 200 and o.ttft_s is not None and o.ttft_s <= o.slo_s]
+    shed = [o for o in outs if o.reason is not None and o.answered_s is not None]
+    shed_s = sorted(o.answered_s for o in shed if o.answered_s is not None)
+    inter = sorted(
+        o.ttft_s for o in outs if o.klass == "interactive" and o.status == 200 and o.ttft_s
+    )
+    by_status: dict[str, int] = {}
+    for o in outs:
+        key = "gave_up" if o.gave_up else str(o.status)
+        by_status[key] = by_status.get(key, 0) + 1
+    reasons: dict[str, int] = {}
+    for o in shed:
+        reasons[str(o.reason)] = reasons.get(str(o.reason), 0) + 1
+    return {
+        "offered": len(outs),
+        "goodput_rps": len(good) / duration_s,
+        "good": len(good),
+        "good_by_class": {k: sum(o.klass == k for o in good) for k, _, _ in MIX},
+        "by_status": by_status,
+        "shed_reasons": reasons,
+        "shed_answer_max_ms": round(shed_s[-1] * 1000, 1) if shed_s else None,
+        "shed_answer_p99_ms": round(_q(shed_s, 0.99) * 1000, 1) if shed_s else None,
+        "interactive_ttft_p99_ms": round(_q(inter, 0.99) * 1000, 1) if inter else None,
+        "lost": sum(o.status is None and not o.gave_up for o in outs),
+        "shed_by": shed_by(shed),
+        "shed": len(shed),
+        "shed_within_50ms": sum(1 for x in shed_s if x <= SHED_FAST_S),
+    }
+
+
+def shed_by(shed: Sequence[Outcome]) -> dict[str, dict[str, float]]:
+    """Per ``status reason class``: how many, and the slowest answer (ms)."""
+    out: dict[str, dict[str, float]] = {}
+    for o in shed:
+        k = f"{o.status} {o.reason} {o.klass}"
+        row = out.setdefault(k, {"n": 0, "max_ms": 0.0})
+        row["n"] += 1
+        row["max_ms"] = max(row["max_ms"], round((o.answered_s or 0) * 1000, 1))
+    return out
+
+
+def _q(xs: Sequence[float], q: float) -> float:
+    return xs[min(len(xs) - 1, int(q * len(xs)))]
+
+
+AfterArm = Callable[[str, str], Awaitable[dict[str, Any]]]
+"""Called after each arm's round with (arm, url): more figures for its summary (the
+benchmark adds the seconds until the instances' KV is back at idle)."""
+
+
+async def run_overload(
+    arms: Mapping[str, str],
+    plan: OverloadPlan,
+    *,
+    after_arm: AfterArm | None = None,
+    say: Callable[[str], None] | None = None,
+) -> dict[str, Any]:
+    """Capacity through the arm without admission, then each round offers ``plan.load``
+    times it through every arm, the arms' order alternating round by round. ``arms``
+    maps :data:`WITH` and :data:`WITHOUT` to router URLs."""
+    cap = await capacity(arms[WITHOUT], plan)
+    rate = max(cap, 0.1) * plan.load
+    if say:
+        say(f"capacity {cap:.2f} req/s; offering {rate:.2f} req/s for {plan.duration_s:g} s")
+    rounds: dict[str, list[dict[str, Any]]] = {k: [] for k in arms}
+    for r in range(plan.rounds):
+        order = list(arms.items()) if r % 2 == 0 else list(arms.items())[::-1]
+        for name, url in order:
+            outs = await arm(url, rate, plan, seed=plan.seed + r)
+            s = summary(outs, plan.duration_s)
+            async with httpx.AsyncClient(timeout=30) as c:
+                reqs = (await c.get(url + "/v1/pdctl/requests?limit=10000")).json()["requests"]
+            # the router's TTFT predictions against what it measured (its last 1,000)
+            s["ttft_prediction"] = error_summary(reqs)
+            if after_arm is not None:
+                s.update(await after_arm(name, url))
+            rounds[name].append(s)
+            if say:
+                say(f"round {r + 1} {name}: goodput {s['goodput_rps']:.2f} req/s")
+    med = {k: statistics.median(x["goodput_rps"] for x in v) for k, v in rounds.items() if v}
+    base = med.get(WITHOUT)
+    return {
+        "capacity_rps": cap,
+        "offered_rps": rate,
+        "plan": plan.as_dict(),
+        "rounds": rounds,
+        "goodput_median_rps": med,
+        "goodput_ratio": med[WITH] / base if base and WITH in med else None,
+    }
+
+
+def start_router(
+    spec: FleetSpec, admission: Mapping[str, Any], folder: Path, port: int
+) -> tuple[str, subprocess.Popen[bytes]]:
+    """A router of one worker for ``spec``'s fleet on ``port`` with these admission
+    settings, in its own process (``python -m pdctl.sdk.router.server``)."""
+    assert spec.router is not None
+    adm = spec.router.admission.model_copy(update=dict(admission))
+    r = spec.router.model_copy(update={"port": port, "workers": 1, "admission": adm})
+    s = spec.model_copy(update={"router": r})
+    f = folder / f"router-{port}.json"
+    f.write_text(s.model_dump_json())
+    argv = [sys.executable, "-m", "pdctl.sdk.router.server", "--spec-json", str(f)]
+    return router_url(s), subprocess.Popen(argv)

@@ -1,0 +1,115 @@
+"""The overload preset's load and figures (:mod:`pdctl.sdk.bench.overload`) against
+pdctl's mock engines behind two routers, one with admission and one without."""
+
+from __future__ import annotations
+
+from contextlib import AsyncExitStack
+
+from pdctl.sdk.bench.overload import (
+    WITH,
+    WITHOUT,
+    Outcome,
+    OverloadPlan,
+    run_overload,
+    summary,
+)
+from pdctl.sdk.router.mock import MockConfig
+from tests.unit.test_router import rig
+
+
+def test_summary_counts_goodput_sheds_and_the_interactive_tail():
+    outs = [
+        Outcome("interactive", 1.5, status=200, ttft_s=0.5, answered_s=0.9),  # good
+        Outcome("interactive", 1.5, status=200, ttft_s=2.0, answered_s=2.5),  # late
+        Outcome("standard", 3.0, status=200, ttft_s=1.0, answered_s=1.2),  # good
+        Outcome("batch", 10.0, status=429, answered_s=0.01, reason="decode_saturated"),
+        Outcome("batch", 10.0, status=503, answered_s=0.2, reason="slo_unreachable"),
+        Outcome("standard", 3.0, gave_up=True),
+        Outcome("standard", 3.0),  # no answer, not given up: lost
+    ]
+    s = summary(outs, duration_s=2.0)
+    assert s["offered"] == 7
+    assert s["good"] == 2
+    assert s["goodput_rps"] == 1.0  # 2 good / 2 s
+    assert s["good_by_class"] == {"interactive": 1, "standard": 1, "batch": 0}
+    assert s["by_status"] == {"200": 3, "429": 1, "503": 1, "gave_up": 1, "None": 1}
+    assert s["shed"] == 2
+    assert s["shed_within_50ms"] == 1  # the 429 at 10 ms; the 503 took 200 ms
+    assert s["shed_by"] == {
+        "429 decode_saturated batch": {"n": 1, "max_ms": 10.0},
+        "503 slo_unreachable batch": {"n": 1, "max_ms": 200.0},
+    }
+    assert s["interactive_ttft_p99_ms"] == 2000.0  # the slower of the two admitted
+    assert s["lost"] == 1
+
+
+async def test_both_arms_run_in_one_run_and_only_admission_sheds():
+    plan = OverloadPlan(
+        load=4, duration_s=1.0, rounds=2, capacity_s=0.5, conc=2, prompt_words=4, give_up_s=20
+    )
+    slow = MockConfig(role="decode", delay_s=0.1)
+    tight = {
+        "decode_in_flight_per_instance": 1,
+        "prefill_in_flight_per_instance": 1,
+        "max_queued": 1,
+        "max_queue_wait_s": 0.5,  # the one queued is shed soon (the default waits 10 s)
+    }
+    seen: list[str] = []
+
+    async def after(arm: str, url: str) -> dict[str, str]:
+        seen.append(arm)
+        return {"url": url}
+
+    async with AsyncExitStack() as stack:
+        on = await stack.enter_async_context(
+            rig("push", decodes=[slow], router={"admission": tight})
+        )
+        off = await stack.enter_async_context(
+            rig("push", decodes=[slow], router={"admission": {"enabled": False}})
+        )
+        record = await run_overload({WITH: on.url, WITHOUT: off.url}, plan, after_arm=after)
+    assert seen == [WITH, WITHOUT, WITHOUT, WITH]  # the order alternates round by round
+    assert record["capacity_rps"] > 0
+    assert set(record["rounds"]) == {WITH, WITHOUT}
+    for arm, rounds in record["rounds"].items():
+        assert len(rounds) == 2
+        for r in rounds:
+            assert r["offered"] > 0
+            assert r["lost"] == 0
+            assert r["url"] == (on.url if arm == WITH else off.url)
+            assert set(r["ttft_prediction"]) == {"predicted", "error_p50", "error_p90"}
+    assert all(r["shed"] == 0 for r in record["rounds"][WITHOUT])
+    shed = [r for r in record["rounds"][WITH] if r["shed"]]
+    assert shed, "at 4x capacity with one place in flight, admission sheds"
+    for r in shed:
+        for key in r["shed_by"]:
+            status, reason, klass = key.split()
+            assert status in ("429", "503", "504")
+            assert reason in ("prefill_saturated", "decode_saturated", "slo_unreachable")
+            assert klass in ("interactive", "standard", "batch")
+    med = record["goodput_median_rps"]
+    assert record["goodput_ratio"] == (med[WITH] / med[WITHOUT] if med[WITHOUT] else None)
+
+
+def test_the_cli_preset_plans_from_its_arguments(capsys, tmp_path, monkeypatch):
+    import json
+
+    from pdctl.cli.main import main
+
+    monkeypatch.chdir(tmp_path)  # no ./pdctl.toml: the demo spec
+    model = tmp_path / "model"
+    model.mkdir()
+    monkeypatch.setattr("pdctl.cli.tinymodel.ensure_tiny_model", lambda quiet: model)
+    argv = ["bench", "--preset", "overload", "--load", "3", "--duration", "20", "--rounds", "2"]
+    assert main([*argv, "--dry-run", "--json"]) == 0
+    plan = json.loads(capsys.readouterr().out)["plan"]
+    assert (plan["load"], plan["duration_s"], plan["rounds"]) == (3.0, 20.0, 2)
+
+
+def test_the_cli_rows_name_each_arm_and_round():
+    from pdctl.cli.benchoverload import rows
+
+    r = summary([Outcome("interactive", 1.5, status=200, ttft_s=0.5)], duration_s=1.0)
+    r["ttft_prediction"] = {"predicted": 0, "error_p50": None, "error_p90": None}
+    (row,) = rows({"rounds": {WITH: [r]}})
+    assert (row["arm"], row["round"], row["goodput_rps"], row["shed"]) == (WITH, 1, 1.0, 0)

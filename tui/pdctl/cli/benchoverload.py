@@ -1,0 +1,108 @@
+"""``pdctl bench --preset overload``: goodput at a multiple of the fleet's capacity
+through a router with admission control and one without, alternating, in one run
+(:mod:`pdctl.sdk.bench.overload`). Starts the fleet and the two routers (one worker each,
+on free ports) and writes ``overload.json`` into ``--out``."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from pdctl.cli.args import emit
+from pdctl.cli.common import console
+
+
+def plan_of(args: argparse.Namespace) -> Any:
+    from pdctl.sdk.bench.overload import OverloadPlan
+
+    kw: dict[str, Any] = {}
+    for arg, field in (
+        ("load", "load"),
+        ("duration", "duration_s"),
+        ("rounds", "rounds"),
+        ("seed", "seed"),
+        ("output_len", "max_tokens"),
+    ):
+        if getattr(args, arg, None) is not None:
+            kw[field] = getattr(args, arg)
+    return OverloadPlan(**kw)
+
+
+def rows(record: dict[str, Any]) -> list[dict[str, Any]]:
+    """One row per arm and round: the figures the table shows."""
+    out = []
+    for arm, rounds in record["rounds"].items():
+        for i, r in enumerate(rounds, 1):
+            out.append(
+                {
+                    "arm": arm,
+                    "round": i,
+                    "offered": r["offered"],
+                    "goodput_rps": round(r["goodput_rps"], 2),
+                    "shed": r["shed"],
+                    "shed_within_50ms": r["shed_within_50ms"],
+                    "interactive_ttft_p99_ms": r["interactive_ttft_p99_ms"],
+                    "prediction_error_p50": r["ttft_prediction"]["error_p50"],
+                    "lost": r["lost"],
+                }
+            )
+    return out
+
+
+def run(args: argparse.Namespace, spec: Any, source: str) -> int:
+    from pdctl.sdk.bench.overload import WITH, WITHOUT, run_overload, start_router
+    from pdctl.sdk.fleet import Fleet
+    from pdctl.sdk.freeports import free_ports
+
+    plan = plan_of(args)
+    out_dir = Path(args.out)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    err = console(stderr=True)
+    folder = Path(tempfile.mkdtemp(prefix="pdctl-overload-"))
+    with Fleet(spec, ready_timeout=400, grace=5):
+        p_on, p_off = free_ports(2)
+        on_url, on = start_router(spec, plan.admission(), folder, p_on)
+        off_url, off = start_router(spec, {"enabled": False}, folder, p_off)
+        try:
+            asyncio.run(_ready(on_url, off_url))
+            record = asyncio.run(
+                run_overload(
+                    {WITH: on_url, WITHOUT: off_url}, plan, say=lambda s: err.print(f"[dim]{s}[/]")
+                )
+            )
+        finally:
+            for p in (on, off):
+                p.terminate()
+                p.wait(15)
+    record["spec"] = source
+    (out_dir / "overload.json").write_text(json.dumps(record, indent=1) + "\n")
+    if emit(args, record):
+        return 0
+    out = console()
+    for r in rows(record):
+        out.print("  ".join(f"{k} {v}" for k, v in r.items()))
+    for arm, rounds in record["rounds"].items():
+        for r in rounds:
+            for key, v in r["shed_by"].items():
+                out.print(f"  {arm}: shed {key}: {int(v['n'])} (slowest {v['max_ms']} ms)")
+    ratio = record["goodput_ratio"]
+    out.print(
+        f"goodput with/without admission: [bold]{'-' if ratio is None else f'{ratio:.2f}'}[/]"
+        f"  (wrote {out_dir}/overload.json)"
+    )
+    return 0
+
+
+async def _ready(*urls: str) -> None:
+    import httpx
+
+    from pdctl.sdk import chaos
+
+    async with httpx.AsyncClient() as c:
+        for url in urls:
+            if await chaos.time_to_service(c, url) is None:
+                raise SystemExit(f"pdctl bench: the router at {url} never answered a request")
