@@ -15,6 +15,13 @@ Commands:
   ranks (``nixl/tp_mapping.py``) and runs ``_validate_remote_agent_handshake`` of the
   mode's worker class (``nixl/base_worker.py``, overridden in ``nixl/push_worker.py``) on
   a worker object holding only the attributes that method reads.
+* ``head_slices``: for each push layout (prefill TP, decode TP, KV heads) and each
+  prefill rank, where vLLM's push worker writes that rank's KV in the decode: the prefill
+  builds its ``TransferTopology`` (local: the prefill), ``compute_tp_mapping``
+  (``nixl/tp_mapping.py``) names the decode rank(s) and the ``rank_offset_factor``, and
+  ``_build_fa_remote`` (``nixl/base_worker.py``), run on a push worker holding only the
+  attributes it reads, gives the first destination descriptor of each region (byte
+  offset from the decode block's start, length).
 * ``argv``: each ``vllm serve`` / ``vllm launch`` argv through vLLM's CLI parser and
   ``validate_parsed_serve_args``.
 * ``hooks``: each method, signature and attribute pdctl's connector relies on, looked up
@@ -225,6 +232,87 @@ def _handshake_one(layout: dict[str, Any]) -> dict[str, Any]:
 
 def _handshake(layouts: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [_handshake_one(lay) for lay in layouts]
+
+
+# --------------------------------------------------------------------------- head slices
+
+SLICE_BLOCK = 32
+SLICE_BASE = 1 << 20  # a decode region's base address (any, away from 0)
+
+
+def _head_slices_one(layout: dict[str, Any]) -> list[dict[str, Any]]:
+    from vllm.distributed.kv_transfer.kv_connector.utils import (
+        EngineTransferInfo,
+        TransferTopology,
+    )
+    from vllm.v1.kv_cache_interface import FullAttentionSpec
+
+    tp_mapping = importlib.import_module(f"{NIXL}.tp_mapping")
+    worker_cls = importlib.import_module(f"{NIXL}.push_worker").NixlPushConnectorWorker
+    p_tp, d_tp, heads = layout["p_tp"], layout["d_tp"], layout["kv_heads"]
+    lay = {"mla": False, "kv_heads": heads}
+    p_len = block_len(heads, False, p_tp, SLICE_BLOCK)
+    d_len = block_len(heads, False, d_tp, SLICE_BLOCK)
+    out = []
+    for rank in range(p_tp):
+        topo = TransferTopology(
+            tp_rank=rank,
+            tp_size=p_tp,
+            block_size=SLICE_BLOCK,
+            engine_id="local",
+            is_mla=False,
+            is_mamba=False,
+            total_num_kv_heads=heads,
+            attn_backends=[],
+        )
+        topo.register_remote_engine(
+            "remote",
+            EngineTransferInfo(
+                remote_tp_size=d_tp,
+                remote_block_len=d_len,
+                remote_block_size=SLICE_BLOCK,
+                remote_physical_blocks_per_logical=1,
+            ),
+        )
+        specs = (FullAttentionSpec,)
+        plan = tp_mapping.compute_tp_mapping(
+            transfer_topology=topo, remote_tp_size=d_tp, group_spec_types=specs
+        )
+        w = _worker(worker_cls, topo, lay, {"bs": SLICE_BLOCK, "dcp": 1}, p_len)
+        w._group_spec_types = specs
+        w.draft_tp_mappings = {}
+        w._head_sharded_draft_regions = set()
+        meta = _Cfg(
+            engine_id="remote",
+            kv_caches_base_addr=[SLICE_BASE * (i + 1) for i in range(LAYERS)],
+            region_num_blocks=None,
+            num_blocks=4,
+            device_id=0,
+            block_strides=[d_len] * LAYERS,
+        )
+        descs = w._build_fa_remote(plan, meta, 1)
+        # vLLM 0.32: one (addr, len, device) row per block of each region; 0.33: one
+        # strided (addr, len, device, stride, count) row per region. Either way the
+        # first row of region i is its block 0.
+        rows_per_region = len(descs) // LAYERS
+        firsts = [descs[i * rows_per_region] for i in range(LAYERS)]
+        out.append(
+            {
+                "dst_ranks": [int(r) for r in plan.all_source_ranks],
+                "rank_offset_factor": int(plan.rank_offset_factor),
+                "p_block_len": p_len,
+                "d_block_len": d_len,
+                "descs": [
+                    {"offset": int(row[0]) - SLICE_BASE * (i + 1), "length": int(row[1])}
+                    for i, row in enumerate(firsts)
+                ],
+            }
+        )
+    return out
+
+
+def _head_slices(layouts: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
+    return [_head_slices_one(lay) for lay in layouts]
 
 
 # --------------------------------------------------------------------------- argv
@@ -514,6 +602,7 @@ COMMANDS: dict[str, Any] = {
     "batch": _batch,
     "version": lambda _req: _version(),
     "handshake": _handshake,
+    "head_slices": _head_slices,
     "argv": _argv,
     "hooks": _hooks,
     "metrics": _metrics,
