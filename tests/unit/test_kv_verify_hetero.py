@@ -315,6 +315,33 @@ def test_a_prefill_declines_where_vllm_maps_it_elsewhere(caplog: pytest.LogCaptu
     assert "its WRITEs are not digested" in caplog.text
 
 
+def test_a_prefill_page_need_not_split_only_the_decode_page_does():
+    # P TP 3 → D TP 1 with 3 KV heads: a prefill page (1 head: 32 x 32 = 1024 elements)
+    # does not divide by 3, the decode's (3 heads: 3072) does; the prefill still tags
+    page = torch.zeros(4, 1, BLOCK, 2 * HEAD_SIZE, dtype=torch.bfloat16)
+    p = KvVerifier(worker({LAYERS[0]: page}, 2, 3, 1), Cfg(), print)
+    p.worker.transfer_topo.total_num_kv_heads = 3
+    p.asked = True
+    seen: dict[str, bytes] = {}
+
+    def make_prepped_xfer(*_a: Any, notif_msg: bytes) -> str:
+        seen["notif"] = notif_msg
+        return "handle"
+
+    with p.writing(RID, ENGINE):
+        p.written([[5]], [[1]])
+        p.tag(make_prepped_xfer)("WRITE", notif_msg=b"%s:3" % RID.encode())
+    tagged = kvdigest.parse(seen["notif"])
+    assert tagged is not None
+    assert tagged.part == (2, 3)
+    d_page = torch.zeros(4, 3, BLOCK, 2 * HEAD_SIZE, dtype=torch.bfloat16)
+    d = KvVerifier(worker({LAYERS[0]: d_page}, 0, 1, 3), Cfg(pdctl_kv_verify_rate=1.0), print)
+    d.worker.transfer_topo.total_num_kv_heads = 3
+    reg: dict[str, Any] = {"remote_tp_size": 3, "remote_pp_size": 1}
+    d.ask(RID, reg)
+    assert reg[ASK_KEY] == 1
+
+
 def test_layouts_outside_the_slices_are_unsupported():
     results: list[str] = []
     kv = shard(full_kv(0), 0, 1)

@@ -139,10 +139,13 @@ class KvVerifier:
         if not kvslice.covered(int(p_tp), int(d_tp), heads):
             return None
         k = int(p_tp) // int(d_tp)
+        split = k if int(getattr(w, "world_size", 1)) == int(d_tp) else 1  # decode's pages
         caches = self._caches()
-        # every page one contiguous run of elements that splits in k (vLLM's head-major
-        # pages; what _build_fa_remote addresses as one block of one region)
-        if not caches or any(not c[0].is_contiguous() or c[0].numel() % k for c in caches.values()):
+        # every page one contiguous run of elements (what _build_fa_remote addresses as
+        # one block of one region); the decode's split in k (vLLM's head-major pages)
+        if not caches or any(
+            not c[0].is_contiguous() or c[0].numel() % split for c in caches.values()
+        ):
             return None
         return k
 
