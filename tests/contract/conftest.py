@@ -31,6 +31,7 @@ def requests() -> dict[str, Any]:
         "hooks": items,
         "metrics": sorted(names.metric_names()),
         "logprobs": logprobs.cases(),
+        "notif_queue": None,
     }
 
 

@@ -27,6 +27,10 @@ Commands:
 * ``hooks``: each method, signature and attribute pdctl's connector relies on, looked up
   on vLLM's classes.
 * ``metrics``: each ``vllm:*`` metric name, looked for in vLLM's source.
+* ``notif_queue``: where the push worker (``nixl/push_worker.py``) creates its
+  writer → engine notification queue (``_pending_completion_notifs``: the methods that
+  assign it, and the value), starts its ``nixl-push-writer`` thread, puts into the queue
+  and takes from it, read from the class's source (``ast``).
 * ``plugins``: which general plugins vLLM finds (``vllm/plugins/__init__.py``,
   ``load_plugins_by_group``), the process's AMX tile permission before and after vLLM
   runs them (``load_general_plugins``), and whether the engine core and the worker
@@ -465,6 +469,37 @@ def _plugins(_req: Any) -> dict[str, Any]:
     }
 
 
+def _notif_queue(_req: Any) -> dict[str, Any]:
+    import ast
+    import textwrap
+
+    from vllm.distributed.kv_transfer.kv_connector.v1.nixl.push_worker import (
+        NixlPushConnectorWorker,
+    )
+
+    tree = ast.parse(textwrap.dedent(inspect.getsource(NixlPushConnectorWorker)))
+    attr = "_pending_completion_notifs"
+    out: dict[str, Any] = {"assigned_in": {}, "writer_started_in": [], "put_in": [], "taken_in": []}
+    for fn in ast.walk(tree):
+        if not isinstance(fn, ast.FunctionDef):
+            continue
+        for node in ast.walk(fn):
+            if isinstance(node, (ast.Assign, ast.AnnAssign)):
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                if any(isinstance(t, ast.Attribute) and t.attr == attr for t in targets):
+                    out["assigned_in"][fn.name] = ast.unparse(node.value) if node.value else ""
+            if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Attribute):
+                continue
+            call, owner = node.func.attr, ast.unparse(node.func.value)
+            if owner == f"self.{attr}" and call in ("put", "put_nowait"):
+                out["put_in"].append(fn.name)
+            elif owner == f"self.{attr}" and call in ("get", "get_nowait"):
+                out["taken_in"].append(fn.name)
+            elif call == "Thread" and "_push_writer_loop" in ast.unparse(node):
+                out["writer_started_in"].append(fn.name)
+    return out
+
+
 def _metrics(names: list[str]) -> list[dict[str, Any]]:
     import vllm
 
@@ -608,6 +643,7 @@ COMMANDS: dict[str, Any] = {
     "metrics": _metrics,
     "plugins": _plugins,
     "logprobs": _logprobs,
+    "notif_queue": _notif_queue,
 }
 
 
