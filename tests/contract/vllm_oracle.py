@@ -15,11 +15,22 @@ Commands:
   ranks (``nixl/tp_mapping.py``) and runs ``_validate_remote_agent_handshake`` of the
   mode's worker class (``nixl/base_worker.py``, overridden in ``nixl/push_worker.py``) on
   a worker object holding only the attributes that method reads.
+* ``head_slices``: for each push layout (prefill TP, decode TP, KV heads) and each
+  prefill rank, where vLLM's push worker writes that rank's KV in the decode: the prefill
+  builds its ``TransferTopology`` (local: the prefill), ``compute_tp_mapping``
+  (``nixl/tp_mapping.py``) names the decode rank(s) and the ``rank_offset_factor``, and
+  ``_build_fa_remote`` (``nixl/base_worker.py``), run on a push worker holding only the
+  attributes it reads, gives the first destination descriptor of each region (byte
+  offset from the decode block's start, length).
 * ``argv``: each ``vllm serve`` / ``vllm launch`` argv through vLLM's CLI parser and
   ``validate_parsed_serve_args``.
 * ``hooks``: each method, signature and attribute pdctl's connector relies on, looked up
   on vLLM's classes.
 * ``metrics``: each ``vllm:*`` metric name, looked for in vLLM's source.
+* ``notif_queue``: where the push worker (``nixl/push_worker.py``) creates its
+  writer → engine notification queue (``_pending_completion_notifs``: the methods that
+  assign it, and the value), starts its ``nixl-push-writer`` thread, puts into the queue
+  and takes from it, read from the class's source (``ast``).
 * ``plugins``: which general plugins vLLM finds (``vllm/plugins/__init__.py``,
   ``load_plugins_by_group``), the process's AMX tile permission before and after vLLM
   runs them (``load_general_plugins``), and whether the engine core and the worker
@@ -227,6 +238,87 @@ def _handshake(layouts: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [_handshake_one(lay) for lay in layouts]
 
 
+# --------------------------------------------------------------------------- head slices
+
+SLICE_BLOCK = 32
+SLICE_BASE = 1 << 20  # a decode region's base address (any, away from 0)
+
+
+def _head_slices_one(layout: dict[str, Any]) -> list[dict[str, Any]]:
+    from vllm.distributed.kv_transfer.kv_connector.utils import (
+        EngineTransferInfo,
+        TransferTopology,
+    )
+    from vllm.v1.kv_cache_interface import FullAttentionSpec
+
+    tp_mapping = importlib.import_module(f"{NIXL}.tp_mapping")
+    worker_cls = importlib.import_module(f"{NIXL}.push_worker").NixlPushConnectorWorker
+    p_tp, d_tp, heads = layout["p_tp"], layout["d_tp"], layout["kv_heads"]
+    lay = {"mla": False, "kv_heads": heads}
+    p_len = block_len(heads, False, p_tp, SLICE_BLOCK)
+    d_len = block_len(heads, False, d_tp, SLICE_BLOCK)
+    out = []
+    for rank in range(p_tp):
+        topo = TransferTopology(
+            tp_rank=rank,
+            tp_size=p_tp,
+            block_size=SLICE_BLOCK,
+            engine_id="local",
+            is_mla=False,
+            is_mamba=False,
+            total_num_kv_heads=heads,
+            attn_backends=[],
+        )
+        topo.register_remote_engine(
+            "remote",
+            EngineTransferInfo(
+                remote_tp_size=d_tp,
+                remote_block_len=d_len,
+                remote_block_size=SLICE_BLOCK,
+                remote_physical_blocks_per_logical=1,
+            ),
+        )
+        specs = (FullAttentionSpec,)
+        plan = tp_mapping.compute_tp_mapping(
+            transfer_topology=topo, remote_tp_size=d_tp, group_spec_types=specs
+        )
+        w = _worker(worker_cls, topo, lay, {"bs": SLICE_BLOCK, "dcp": 1}, p_len)
+        w._group_spec_types = specs
+        w.draft_tp_mappings = {}
+        w._head_sharded_draft_regions = set()
+        meta = _Cfg(
+            engine_id="remote",
+            kv_caches_base_addr=[SLICE_BASE * (i + 1) for i in range(LAYERS)],
+            region_num_blocks=None,
+            num_blocks=4,
+            device_id=0,
+            block_strides=[d_len] * LAYERS,
+        )
+        descs = w._build_fa_remote(plan, meta, 1)
+        # vLLM 0.32: one (addr, len, device) row per block of each region; 0.33: one
+        # strided (addr, len, device, stride, count) row per region. Either way the
+        # first row of region i is its block 0.
+        rows_per_region = len(descs) // LAYERS
+        firsts = [descs[i * rows_per_region] for i in range(LAYERS)]
+        out.append(
+            {
+                "dst_ranks": [int(r) for r in plan.all_source_ranks],
+                "rank_offset_factor": int(plan.rank_offset_factor),
+                "p_block_len": p_len,
+                "d_block_len": d_len,
+                "descs": [
+                    {"offset": int(row[0]) - SLICE_BASE * (i + 1), "length": int(row[1])}
+                    for i, row in enumerate(firsts)
+                ],
+            }
+        )
+    return out
+
+
+def _head_slices(layouts: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
+    return [_head_slices_one(lay) for lay in layouts]
+
+
 # --------------------------------------------------------------------------- argv
 
 
@@ -377,6 +469,37 @@ def _plugins(_req: Any) -> dict[str, Any]:
     }
 
 
+def _notif_queue(_req: Any) -> dict[str, Any]:
+    import ast
+    import textwrap
+
+    from vllm.distributed.kv_transfer.kv_connector.v1.nixl.push_worker import (
+        NixlPushConnectorWorker,
+    )
+
+    tree = ast.parse(textwrap.dedent(inspect.getsource(NixlPushConnectorWorker)))
+    attr = "_pending_completion_notifs"
+    out: dict[str, Any] = {"assigned_in": {}, "writer_started_in": [], "put_in": [], "taken_in": []}
+    for fn in ast.walk(tree):
+        if not isinstance(fn, ast.FunctionDef):
+            continue
+        for node in ast.walk(fn):
+            if isinstance(node, (ast.Assign, ast.AnnAssign)):
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                if any(isinstance(t, ast.Attribute) and t.attr == attr for t in targets):
+                    out["assigned_in"][fn.name] = ast.unparse(node.value) if node.value else ""
+            if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Attribute):
+                continue
+            call, owner = node.func.attr, ast.unparse(node.func.value)
+            if owner == f"self.{attr}" and call in ("put", "put_nowait"):
+                out["put_in"].append(fn.name)
+            elif owner == f"self.{attr}" and call in ("get", "get_nowait"):
+                out["taken_in"].append(fn.name)
+            elif call == "Thread" and "_push_writer_loop" in ast.unparse(node):
+                out["writer_started_in"].append(fn.name)
+    return out
+
+
 def _metrics(names: list[str]) -> list[dict[str, Any]]:
     import vllm
 
@@ -514,11 +637,13 @@ COMMANDS: dict[str, Any] = {
     "batch": _batch,
     "version": lambda _req: _version(),
     "handshake": _handshake,
+    "head_slices": _head_slices,
     "argv": _argv,
     "hooks": _hooks,
     "metrics": _metrics,
     "plugins": _plugins,
     "logprobs": _logprobs,
+    "notif_queue": _notif_queue,
 }
 
 

@@ -261,14 +261,17 @@ def test_no_digest_from_the_prefill_is_missing_not_failed():
 
 
 def test_uncovered_layouts_are_neither_asked_nor_tagged():
+    # decode TP 2 fed by a prefill at TP 1: each WRITE carries part of a prefill block
+    # (prefill TP > decode TP is covered: tests/unit/test_kv_verify_hetero.py)
     _p, d, results, _kv = pair()
-    reg: dict[str, Any] = {"remote_tp_size": 2, "remote_pp_size": 1}
+    d.worker.world_size = 2
+    reg: dict[str, Any] = {"remote_tp_size": 1, "remote_pp_size": 1}
     d.ask("cmpl-x-0", reg)
     assert ASK_KEY not in reg
     assert results == ["unsupported"]
     p = KvVerifier(worker(caches(), tp=2), Cfg(), lambda r, _i: results.append(r))
     notif, _ = prefill_write(p, True, dst=[1], src=[1])
-    assert notif == b"cmpl-r1-0-bbbb:1"  # heterogeneous TP: the prefill declines
+    assert notif == b"cmpl-r1-0-bbbb:1"  # prefill TP 1 → decode TP 2: the prefill declines
 
 
 def test_every_result_is_a_metric_label():

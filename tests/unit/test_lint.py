@@ -5,6 +5,7 @@ from __future__ import annotations
 import socket
 import sys
 from collections.abc import Callable
+from itertools import product
 from pathlib import Path
 from typing import Any
 
@@ -558,3 +559,44 @@ def test_kv_verify_notes_the_layouts_it_does_not_cover():
     )
     assert "PD048" not in codes(off)
     assert "PD048" not in codes(_cpu())  # equal TP, no PP: covered
+
+
+def pd048(kv_heads: int | None, p_tp: int, d_tp: int, mla: bool = False) -> list[str]:
+    model: dict[str, Any] = {"path": "org/some-model", "served_name": "m", "mla": mla}
+    if kv_heads is not None:
+        model["kv_heads"] = kv_heads
+    d = _gpu(
+        model=model,
+        prefill=[{"host": "127.0.0.1", "devices": list(range(p_tp)), "tp": p_tp}],
+        decode=[{"host": "127.0.0.2", "devices": list(range(d_tp)), "tp": d_tp}],
+    )
+    found = lint(FleetSpec(**d), check_bound_ports=False, environ=ENV).findings
+    return [f.message for f in found if f.code == "PD048"]
+
+
+def test_kv_verify_covers_prefill_tp_a_multiple_of_decode_tp_within_the_kv_heads():
+    assert pd048(8, 2, 1) == []  # 2 head slices per decode block
+    assert pd048(8, 8, 2) == []
+    assert pd048(2, 2, 1) == []  # the CPU demo's tiny model at P TP2 → D TP1
+    (replicated,) = pd048(8, 16, 8)
+    assert "prefill TP16 → decode TP8" in replicated
+    assert "above the model's 8 KV heads" in replicated
+    (wider,) = pd048(8, 1, 2)
+    assert "decode TP above prefill TP" in wider
+    (mla,) = pd048(None, 2, 1, mla=True)
+    assert "MLA across TP sizes" in mla
+    (unknown,) = pd048(None, 2, 1)  # a hub model lint cannot read: said, not assumed
+    assert "set model.kv_heads" in unknown
+
+
+def test_kv_verify_lint_agrees_with_the_connectors_head_slices():
+    from pdctl.connector.kvslice import covered  # pure Python: what the connector checks
+
+    seen = set()
+    for heads, p_tp, d_tp in product((1, 2, 4, 8), (1, 2, 4, 8, 16), (1, 2, 4, 8, 16)):
+        if p_tp < d_tp:
+            continue
+        noted = pd048(heads, p_tp, d_tp)
+        assert (noted == []) == covered(p_tp, d_tp, heads), (heads, p_tp, d_tp, noted)
+        seen.add(noted == [])
+    assert seen == {True, False}

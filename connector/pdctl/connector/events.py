@@ -35,6 +35,7 @@ from vllm.distributed.kv_transfer.kv_connector.v1.nixl.push_worker import (
 from pdctl.connector import kvdigest
 from pdctl.connector.compat import PUSH_CONNECTOR, vllm_class
 from pdctl.connector.flightbook import FlightBook, FlightRing, records_setting
+from pdctl.connector.notifq import HeldQueue, holdable
 from pdctl.sdk.metrics import flight as fl
 
 if TYPE_CHECKING:
@@ -114,29 +115,6 @@ class FlightConnector(NixlPushConnector):
 # ---------------------------------------------------------------------- worker
 
 
-class _StampedQueue(queue.Queue[bytes]):
-    """vLLM's writer → engine notification queue, noting when each item was put."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.taken: list[tuple[bytes, float]] = []
-
-    def _put(self, item: bytes) -> None:
-        super()._put(item)
-        self._stamps.append(time.monotonic())
-
-    def _get(self) -> bytes:
-        item = super()._get()
-        t = self._stamps.pop(0) if self._stamps else time.monotonic()
-        if not item.startswith(b"HB:"):
-            self.taken.append((item, t))
-        return item
-
-    def _init(self, maxsize: int) -> None:
-        super()._init(maxsize)
-        self._stamps: list[float] = []
-
-
 def _plain(notif: bytes) -> bytes:
     """vLLM's notification without the digests the KV check puts in front of it."""
     parsed = kvdigest.decode(notif)
@@ -153,8 +131,8 @@ class FlightWorker(NixlPushConnectorWorker):
         enabled = int(getattr(self, "tp_rank", 0) or 0) == 0
         self._flight = FlightBook(records_setting(vllm_config) if enabled else 0)
         q = getattr(self, "_pending_completion_notifs", None)
-        if self._flight.on and isinstance(q, queue.Queue) and q.empty():
-            self._pending_completion_notifs = _StampedQueue()
+        if self._flight.on and isinstance(q, queue.Queue):
+            holdable(q).taken = []  # the queue notes when each notification was put
 
     # prefill: a decode registration reached the writer
     def _pop_matching_finished_blocks(self, request_id: str) -> Any:
@@ -214,11 +192,10 @@ class FlightWorker(NixlPushConnectorWorker):
     def _get_new_notifs(self) -> set[str]:
         out: set[str] = super()._get_new_notifs()
         q = self._pending_completion_notifs
-        if isinstance(q, _StampedQueue) and q.taken:
+        if isinstance(q, HeldQueue) and q.taken:
             taken, q.taken = q.taken, []
-            # the lifecycle hooks take the queue's items and put back those that are not
-            # theirs, within this same call: count each notification once, at its first
-            # arrival
+            # pdctl's pass took them (pdctl.connector.notifq); a request's notifications
+            # of one call count once, at the first one's arrival
             first: dict[bytes, float] = {}
             for item, t in taken:
                 first.setdefault(_plain(item), t)

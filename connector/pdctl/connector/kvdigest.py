@@ -24,9 +24,12 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import torch
+
+from pdctl.connector import kvslice
 
 MASK = (1 << 64) - 1
 WIRE = b"pdkv1|"
@@ -53,9 +56,13 @@ def _odd_weights(n: int, device: torch.device) -> torch.Tensor:
     return w
 
 
-def _words(pages: torch.Tensor) -> torch.Tensor:
-    """``pages`` (one row per block, any shape after) as int64 words."""
+def _words(pages: torch.Tensor, part: tuple[int, int] | None = None) -> torch.Tensor:
+    """``pages`` (one row per block, any shape after) as int64 words; with ``part``
+    (``(index, parts)``), only run ``index`` of ``parts`` equal runs of each page."""
     flat = pages.reshape(pages.shape[0], -1)
+    if part is not None:
+        start, stop = kvslice.run(flat.shape[1], *part)
+        flat = flat[:, start:stop]
     word = _WORD.get(flat.element_size(), torch.uint8)
     if word is torch.uint8 and flat.element_size() != 1:
         flat = flat.contiguous().view(torch.uint8)
@@ -67,16 +74,24 @@ def _layer_weight(name: str) -> int:
     return h | 1
 
 
-def block_digests(caches: Mapping[str, torch.Tensor], block_ids: Sequence[int]) -> list[int]:
+def block_digests(
+    caches: Mapping[str, torch.Tensor],
+    block_ids: Sequence[int],
+    part: tuple[int, int] | None = None,
+) -> list[int]:
     """The digest of each block in ``block_ids`` over every cache in ``caches`` (layer
-    name → block-major tensor: dim 0 indexes blocks), as unsigned 64-bit ints."""
+    name → block-major tensor: dim 0 indexes blocks), as unsigned 64-bit ints. With
+    ``part`` (``(index, parts)``), the digest of run ``index`` of ``parts`` equal runs
+    of each layer's page (in the page's element order): the bytes one prefill rank
+    wrote under heterogeneous TP (:mod:`pdctl.connector.kvslice`); it equals the digest
+    of that rank's own whole page when the bytes are equal."""
     if not block_ids:
         return []
     acc: torch.Tensor | None = None
     for name in sorted(caches):
         cache = caches[name]
         idx = torch.as_tensor(list(block_ids), dtype=torch.long, device=cache.device)
-        words = _words(cache.index_select(0, idx))
+        words = _words(cache.index_select(0, idx), part)
         layer = (words * _odd_weights(words.shape[1], words.device)).sum(dim=1)
         layer = layer * _signed(_layer_weight(name))
         acc = layer if acc is None else acc + layer
@@ -98,31 +113,59 @@ def sampled(request_id: str, rate: float) -> bool:
 # ---------------------------------------------------------------------- wire form
 
 
-def encode(pairs: Sequence[tuple[int, int]], notif: bytes) -> bytes:
+@dataclass(frozen=True)
+class Tagged:
+    """What one tagged notification carries: ``digests`` (destination block id →
+    digest), ``plain`` (vLLM's own notification) and ``part`` (``(index, parts)``: the
+    run of each destination block the WRITE filled; None for the whole block)."""
+
+    digests: dict[int, int]
+    plain: bytes
+    part: tuple[int, int] | None = None
+
+
+def encode(
+    pairs: Sequence[tuple[int, int]], notif: bytes, part: tuple[int, int] | None = None
+) -> bytes:
     """``notif`` (vLLM's ``<request id>:<tp size>``) carrying ``(destination block id,
-    digest)`` pairs: ``pdkv1|<id>=<hex>,...|<notif>``."""
-    body = ",".join(f"{b}={d:x}" for b, d in pairs)
-    return WIRE + body.encode() + b"|" + notif
+    digest)`` pairs: ``pdkv1|<id>=<hex>,...|<notif>``; a WRITE that fills run ``i`` of
+    ``n`` of each block (``part``) says so first: ``pdkv1|@<i>/<n>,<id>=<hex>,...|``."""
+    items = [f"{b}={d:x}" for b, d in pairs]
+    if part is not None:
+        items.insert(0, f"@{part[0]}/{part[1]}")
+    return WIRE + ",".join(items).encode() + b"|" + notif
 
 
-def decode(notif: bytes) -> tuple[dict[int, int], bytes] | None:
-    """``({destination block id: digest}, vLLM's notification)``; None when ``notif``
-    carries no digests. A malformed digest list decodes as an empty dict (the receiver
-    treats it as a mismatch: the notification was not what the prefill sent)."""
+def parse(notif: bytes) -> Tagged | None:
+    """What ``notif`` carries; None when it carries no digests. A malformed digest list
+    parses as no digests (the receiver treats it as a mismatch: the notification was not
+    what the prefill sent)."""
     if not notif.startswith(WIRE):
         return None
     body, sep, rest = notif[len(WIRE) :].partition(b"|")
     if not sep:
-        return {}, notif
+        return Tagged({}, notif)
     out: dict[int, int] = {}
+    part: tuple[int, int] | None = None
     try:
         for item in body.decode("ascii").split(","):
-            if item:
+            if item.startswith("@") and part is None and not out:
+                i, _, n = item[1:].partition("/")
+                part = (int(i), int(n))
+                kvslice.run(part[1], *part)  # a run that exists, or ValueError
+            elif item:
                 b, _, d = item.partition("=")
                 out[int(b)] = int(d, 16)
     except ValueError:
-        return {}, rest
-    return out, rest
+        return Tagged({}, rest)
+    return Tagged(out, rest, part)
+
+
+def decode(notif: bytes) -> tuple[dict[int, int], bytes] | None:
+    """``({destination block id: digest}, vLLM's notification)``; None when ``notif``
+    carries no digests (:func:`parse` without the part)."""
+    tagged = parse(notif)
+    return None if tagged is None else (tagged.digests, tagged.plain)
 
 
 def describe(caches: Mapping[str, Any]) -> str:

@@ -21,9 +21,22 @@ this check does not cover, not asked). Covered: equal TP on both sides (one WRIT
 rank pair; every decode rank checks its own shard), equal block sizes, one KV cache
 group, KV registered in place (no host staging buffer), a prefill without pipeline
 parallelism. MLA at equal TP is covered (its latent pages are block-major like any
-other). Not yet covered: heterogeneous TP (a WRITE then carries part of each block),
+other).
+
+Prefill TP > decode TP (``P_TP = k x D_TP``, ``P_TP`` at most the model's KV heads, not
+MLA) is covered too: vLLM writes each of the ``k`` prefill ranks' whole block into its
+head slice of the decode's block (:mod:`pdctl.connector.kvslice` has the arithmetic and
+names vLLM's code). Each prefill rank digests its own pages and tags its notification
+with its slice (``pdkv1|@<index>/<k>,<block>=<digest>,...|``); the decode keeps the
+digests per slice, and once vLLM has counted all ``k`` notifications it digests each
+slice of each destination block (the run of the page that rank wrote) and compares. A
+slice that differs, a slice no notification vouched for, or a slice whose blocks are not
+the ones awaited fails the receive like any mismatch.
+
+Not yet covered: decode TP > prefill TP (a WRITE then carries part of a prefill block),
+a prefill TP above the KV heads (several ranks write the same slice), MLA across TPs,
 PP prefills (each stage writes some layers), host-buffer staging, hybrid/multi-group
-caches. Lint rule PD044 names the uncovered layouts of a spec.
+caches. Lint rule PD048 names the uncovered layouts of a spec.
 
 The decode checks on the engine thread, inside vLLM's transfer-results call (the one
 place where vLLM lets a connector turn a finished receive into a failed one): the cost is
@@ -38,7 +51,7 @@ import threading
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-from pdctl.connector import kvdigest
+from pdctl.connector import kvdigest, kvslice
 from pdctl.connector.failpoints import FAILPOINT_KV_CORRUPT, KvCorrupt
 
 _log = logging.getLogger("vllm.pdctl.connector")
@@ -93,6 +106,10 @@ class KvVerifier:
         """D, engine thread: sampled request → the digests received so far (None: none)."""
         self.asked_ids: set[str] = set()
         """D: requests whose registration asked for digests (writer thread adds)."""
+        self.slices_of: dict[str, int] = {}
+        """D: asked requests whose prefill has a larger TP → head slices per block (k)."""
+        self.sliced: dict[str, dict[tuple[int, int], dict[int, int]]] = {}
+        """D, engine thread: sampled request → ``(index, k)`` → that slice's digests."""
         self._lock = threading.Lock()
         self.detected = 0
         self._spoiled: set[str] = set()
@@ -100,17 +117,64 @@ class KvVerifier:
 
     # ------------------------------------------------------------------ layouts
 
-    def _covered(self, remote_tp: int) -> bool:
-        """Whether this worker's side of a transfer with a peer at ``remote_tp`` is one
-        this check covers (see the module)."""
+    def _slices(self, p_tp: int, d_tp: int) -> int | None:
+        """Head slices per decode block of a transfer from a prefill at ``p_tp`` to a
+        decode at ``d_tp``, as this worker sees it: 1 at equal TP, ``k`` for
+        ``P_TP = k x D_TP``; None for a layout this check does not cover (see the
+        module)."""
         w = self.worker
-        return (
-            int(remote_tp) == int(getattr(w, "world_size", 1))
-            and int(getattr(w, "pp_size", 1)) == 1
+        if not (
+            int(getattr(w, "pp_size", 1)) == 1
             and not getattr(w, "use_host_buffer", False)
             and not getattr(w, "_has_mamba", False)
             and int(getattr(w, "_physical_blocks_per_logical_kv_block", 1)) == 1
+        ):
+            return None
+        if int(p_tp) == int(d_tp):
+            return 1
+        topo = getattr(w, "transfer_topo", None)
+        heads = int(getattr(topo, "total_num_kv_heads", 0) or 0)
+        if getattr(topo, "is_mla", False) or getattr(w, "use_mla", False):
+            return None
+        if not kvslice.covered(int(p_tp), int(d_tp), heads):
+            return None
+        k = int(p_tp) // int(d_tp)
+        split = k if int(getattr(w, "world_size", 1)) == int(d_tp) else 1  # decode's pages
+        caches = self._caches()
+        # every page one contiguous run of elements (what _build_fa_remote addresses as
+        # one block of one region); the decode's split in k (vLLM's head-major pages)
+        if not caches or any(
+            not c[0].is_contiguous() or c[0].numel() % split for c in caches.values()
+        ):
+            return None
+        return k
+
+    def _my_slice(self, dst_engine_id: str, d_tp: int) -> tuple[int, int] | None:
+        """P: ``(index, k)`` of the head slice this rank writes in a decode at ``d_tp``;
+        None when vLLM's own mapping for that decode says otherwise (logged)."""
+        w = self.worker
+        topo = w.transfer_topo
+        mine = kvslice.head_slice(
+            int(topo.tp_rank), int(w.world_size), int(d_tp), int(topo.total_num_kv_heads)
         )
+        plan = (getattr(w, "tp_mappings", None) or {}).get(dst_engine_id)
+        if mine is None:
+            return None
+        if plan is not None and (
+            int(plan.rank_offset_factor) != mine.index
+            or tuple(plan.all_source_ranks) != (mine.dst_rank,)
+        ):
+            _log.warning(
+                "pdctl: vLLM maps this rank to decode rank(s) %s at offset %s, not %d at "
+                "%d of %d: its WRITEs are not digested",
+                tuple(plan.all_source_ranks),
+                plan.rank_offset_factor,
+                mine.dst_rank,
+                mine.index,
+                mine.parts,
+            )
+            return None
+        return mine.index, mine.parts
 
     def _caches(self) -> dict[str, Any]:
         caches = getattr(self.worker, "device_kv_caches", None) or {}
@@ -124,15 +188,16 @@ class KvVerifier:
         ``cmpl-<X-Request-Id>-0``), so it is the same on every rank and for a retry."""
         if self.rate <= 0 or not kvdigest.sampled(base_id or req_id, self.rate):
             return
-        if (
-            not self._covered(int(reg_data.get("remote_tp_size") or 1))
-            or int(reg_data.get("remote_pp_size") or 1) != 1
-        ):
+        p_tp = int(reg_data.get("remote_tp_size") or 1)
+        k = self._slices(p_tp, int(getattr(self.worker, "world_size", 1)))
+        if k is None or int(reg_data.get("remote_pp_size") or 1) != 1:
             self.report(UNSUPPORTED, req_id)
             return
         reg_data[ASK_KEY] = 1
         with self._lock:
             self.asked_ids.add(req_id)
+            if k > 1:
+                self.slices_of[req_id] = k
 
     # ------------------------------------------------------------------ prefill: digest
 
@@ -140,18 +205,24 @@ class KvVerifier:
     def writing(self, request_id: str, dst_engine_id: str) -> Iterator[None]:
         """P, writer thread: one WRITE of ``request_id`` is being built and posted."""
         ok = self.asked
+        part: tuple[int, int] | None = None
         if ok:
             try:
                 topo = self.worker.transfer_topo
                 info = topo.get_engine_info(dst_engine_id)
+                d_tp = int(info.remote_tp_size)
+                k = self._slices(int(getattr(self.worker, "world_size", 1)), d_tp)
                 ok = (
-                    self._covered(info.remote_tp_size)
+                    k is not None
                     and topo.block_size_ratio(info.remote_block_size) == 1
                     and int(info.remote_physical_blocks_per_logical) == 1
                 )
+                if ok and k is not None and k > 1:  # this rank fills one head slice
+                    part = self._my_slice(dst_engine_id, d_tp)
+                    ok = part is not None
             except Exception:
                 ok = False
-        self._write.state = {"rid": request_id, "ok": ok, "pairs": None}
+        self._write.state = {"rid": request_id, "ok": ok, "pairs": None, "part": part}
         try:
             yield
         finally:
@@ -191,7 +262,7 @@ class KvVerifier:
             state = getattr(self._write, "state", None)
             notif = kw.get("notif_msg")
             if state and state["pairs"] is not None and isinstance(notif, bytes):
-                kw["notif_msg"] = kvdigest.encode(state["pairs"], notif)
+                kw["notif_msg"] = kvdigest.encode(state["pairs"], notif, state["part"])
             return make_prepped_xfer(*args, **kw)
 
         return tagged
@@ -203,14 +274,18 @@ class KvVerifier:
         request)."""
         out: list[bytes] = []
         for notif in notifs:
-            parsed = kvdigest.decode(notif)
-            if parsed is None:
+            tagged = kvdigest.parse(notif)
+            if tagged is None:
                 out.append(notif)
                 continue
-            digests, plain = parsed
+            digests, plain = tagged.digests, tagged.plain
             rid = plain.decode("utf-8", "replace").rpartition(":")[0]
-            have = self.expected.get(rid)
-            self.expected[rid] = {**(have or {}), **digests} if digests or have else {}
+            if tagged.part is not None:  # one prefill rank's head slice
+                slices = self.sliced.setdefault(rid, {})
+                slices[tagged.part] = {**slices.get(tagged.part, {}), **digests}
+            else:
+                have = self.expected.get(rid)
+                self.expected[rid] = {**(have or {}), **digests} if digests or have else {}
             out.append(plain)
         return out
 
@@ -221,20 +296,27 @@ class KvVerifier:
         with self._lock:
             asked = [r for r in self.asked_ids if r in recving or r not in metadata]
             self.asked_ids.difference_update(asked)
+            slices = {r: self.slices_of.pop(r) for r in asked if r in self.slices_of}
         failed: list[str] = []
         for rid in asked:
             expected = self.expected.pop(rid, None)
+            sliced = self.sliced.pop(rid, None)
             meta = metadata.get(rid)
             if meta is None:  # aborted or failed meanwhile
                 continue
-            if expected is None:
+            if expected is None and sliced is None:
                 self.report(MISSING, rid)
                 continue
-            bad = self._compare(rid, meta, expected)
+            if rid in slices:  # prefill TP > decode TP: every head slice
+                bad = self._compare_slices(rid, meta, sliced or {}, slices[rid])
+            else:
+                bad = self._compare(rid, meta, expected if expected is not None else {})
             if bad:
                 failed.append(rid)
         for rid in [r for r in self.expected if r not in metadata]:
             del self.expected[rid]
+        for rid in [r for r in self.sliced if r not in metadata]:
+            del self.sliced[rid]
         return failed
 
     def spoil(self, recving: dict[str, Any], metadata: dict[str, Any]) -> None:
@@ -283,6 +365,57 @@ class KvVerifier:
             unwritten,
             foreign,
             len(awaited),
+        )
+        return True
+
+    def _compare_slices(
+        self,
+        rid: str,
+        meta: Any,
+        sliced: dict[tuple[int, int], dict[int, int]],
+        k: int,
+    ) -> bool:
+        """D: the check when a prefill at ``k`` x this TP wrote the blocks, one head slice
+        per prefill rank. ``sliced``: ``(index, parts)`` → that slice's digests (a
+        notification that carried none, or whole-block digests, vouches for no slice)."""
+        awaited = _single_group(getattr(meta, "local_physical_block_ids", None) or ()) or []
+        blocks = sorted({b for d in sliced.values() for b in d})
+        if self.corrupt is not None and self.corrupt.flips(rid) and blocks:
+            self._flip(blocks[0])
+        caches = self._caches()
+        wrong: dict[int, list[int]] = {}
+        unwritten: set[int] = set()
+        foreign: set[int] = set()
+        for (index, parts), digests in sorted(sliced.items()):
+            if parts != k:
+                continue  # a slice of another shape vouches for nothing (unvouched below)
+            ids = sorted(digests)
+            got = kvdigest.block_digests(caches, ids, part=(index, k))
+            for b, g in zip(ids, got, strict=True):
+                if g != digests[b]:
+                    wrong.setdefault(b, []).append(index)
+            unwritten |= set(awaited) - set(digests)
+            foreign |= set(digests) - set(awaited)
+        unvouched = sorted(set(range(k)) - {i for i, n in sliced if n == k})
+        if not (wrong or unwritten or foreign or unvouched):
+            self.report(OK, rid)
+            return False
+        self.detected += 1
+        self.report(MISMATCH, rid)
+        _log.error(
+            "pdctl: KV of %s does not match what the prefill sent: blocks %s differ, %s "
+            "not written, %s written but not awaited (of %d); head slices of %d per block "
+            "(prefill TP %dx this one): differing %s, no digest for %s; failing the "
+            "receive (kv_load_failure_policy decides: recompute or error)",
+            rid,
+            sorted(wrong),
+            sorted(unwritten),
+            sorted(foreign),
+            len(awaited),
+            k,
+            k,
+            {b: wrong[b] for b in sorted(wrong)},
+            unvouched,
         )
         return True
 

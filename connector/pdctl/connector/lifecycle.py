@@ -25,7 +25,9 @@ release paths vLLM already has (the lease reaper on P, the failed-receive path o
 
 Notifications are ``pdctl-release|<id>[|<id>]:0`` (D's base request id and the id both
 legs were sent with; P's own id contains one of them) and ``pdctl-failed|<id>:0`` (D's
-request id): a stock vLLM peer logs them as an unknown request and ignores them.
+request id): a stock vLLM peer logs them as an unknown request and ignores them. pdctl
+takes them out of vLLM's notification queue before vLLM reads it, with the writer thread
+held off (:mod:`pdctl.connector.notifq`).
 
 * **P dies before its WRITE** (killed, crashed): D watches the side channel of every
   prefill it awaits KV from (:mod:`pdctl.connector.peerwatch`, every
@@ -69,9 +71,6 @@ import threading
 import time
 from typing import Any
 
-from vllm.distributed.kv_transfer.kv_connector.v1.nixl.push_worker import (
-    NixlPushConnectorWorker,
-)
 from vllm.distributed.kv_transfer.kv_connector.v1.nixl.utils import get_base_request_id
 
 from pdctl.connector.failpoints import FAILPOINT_SIDE_CHANNEL as FAILPOINT_SIDE_CHANNEL
@@ -80,6 +79,7 @@ from pdctl.connector.failpoints import FAILPOINT_WRITE_DELAY as FAILPOINT_WRITE_
 from pdctl.connector.failpoints import SideChannelCut, WriteDelay, failing_transfer
 from pdctl.connector.failpoints import failpoint_match as failpoint_match
 from pdctl.connector.layout import refusal
+from pdctl.connector.notifq import NotifWorker
 from pdctl.connector.peerwatch import PeerWatch
 from pdctl.connector.pushsched import META_ATTR, RELEASE_KEY, PdctlPushScheduler
 
@@ -161,7 +161,7 @@ class _State:
         """(engine, notification) decided off the writer thread; the writer sends them."""
 
 
-class LifecycleWorker(NixlPushConnectorWorker):
+class LifecycleWorker(NotifWorker):
     """vLLM's push worker with the release and failure messages (see the module)."""
 
     _pdctl_life: _State
@@ -216,15 +216,14 @@ class LifecycleWorker(NixlPushConnectorWorker):
             self._reg_send_inbox.put((DRAIN, {}))  # the writer answers parked registrations
         self._push_writer_wake.set()
 
-    def _get_new_notifs(self) -> set[str]:
+    def _pdctl_notifs(self, notifs: list[bytes]) -> list[bytes]:
+        # D's failed and P's release messages are ours; the rest go on to vLLM
+        # (pdctl.connector.notifq: the writer thread is held off meanwhile)
         keep: list[bytes] = []
         mine: list[tuple[str, list[str]]] = []
-        while not self._pending_completion_notifs.empty():
-            notif = self._pending_completion_notifs.get_nowait()
+        for notif in notifs:
             parsed = decode(notif)
             (mine.append(parsed) if parsed else keep.append(notif))
-        for notif in keep:
-            self._pending_completion_notifs.put(notif)
         now = time.perf_counter()
         for kind, ids in mine:
             if kind == FAILED:
@@ -235,7 +234,7 @@ class LifecycleWorker(NixlPushConnectorWorker):
                     self._pdctl_life.fail_at.pop(rid, None)
             else:
                 self._release_asked(ids, DECODE_ABORTED, now)
-        return super()._get_new_notifs()
+        return super()._pdctl_notifs(keep)
 
     def _release_asked(self, keys: list[str], reason: str, now: float) -> None:
         """P: free the KV of the requests ``keys`` name (a release from D, or from the

@@ -59,6 +59,7 @@ from pdctl.connector.compat import PULL_CONNECTOR, vllm_class
 from pdctl.connector.events import FLIGHT_HOOKS, FlightConnector, FlightWorker, flight_ring
 from pdctl.connector.kvverify import ASK_KEY, KvVerifier
 from pdctl.connector.lifecycle import LifecycleWorker
+from pdctl.connector.notifq import holdable
 from pdctl.connector.pushsched import RELEASE_KEY, PdctlPushScheduler
 from pdctl.sdk.metrics import flight as fl
 from pdctl.sdk.metrics import rendezvous as rv
@@ -284,6 +285,8 @@ class PdctlPushWorker(FlightWorker, LifecycleWorker):
     @classmethod
     def attach(cls, worker: NixlPushConnectorWorker, vllm_config: Any) -> None:
         lease = float(getattr(worker, "_kv_lease_duration", 0) or 0)
+        # before register_kv_caches starts vLLM's writer thread: the queue it puts into
+        holdable(worker._pending_completion_notifs)
         worker.__class__ = cls
         assert isinstance(worker, PdctlPushWorker)
         worker._pdctl = _Telemetry(worker, expire_after_s=max(60.0, 4 * lease))
@@ -370,14 +373,11 @@ class PdctlPushWorker(FlightWorker, LifecycleWorker):
         remote, local = super()._apply_prefix_caching(*args, **kw)
         return self._pdctl_kv.written(remote, local)
 
+    def _pdctl_notifs(self, notifs: list[bytes]) -> list[bytes]:
+        # the digests come off before the lifecycle's and vLLM's turns (pdctl.connector.notifq)
+        return super()._pdctl_notifs(self._pdctl_kv.strip(notifs))
+
     def _get_new_notifs(self) -> set[str]:
-        q = self._pending_completion_notifs
-        if not q.empty():
-            taken: list[bytes] = []
-            while not q.empty():
-                taken.append(q.get_nowait())
-            for notif in self._pdctl_kv.strip(taken):
-                q.put(notif)
         done = super()._get_new_notifs()
         if self._pdctl_kv.corrupt is not None:  # a test's failpoint (lint PD042)
             self._pdctl_kv.spoil(self._recving_transfers, self._recving_metadata)

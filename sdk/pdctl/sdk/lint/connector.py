@@ -62,13 +62,42 @@ KV_VERIFY_DEFAULT = 0.01
 """The connector's default share of verified requests (``pdctl.connector.kvverify``)."""
 
 
+def _hetero_gap(ptp: int, dtp: int, kv_heads: int | None, mla: bool) -> str | None:
+    """Why the digest check does not cover prefill TP ``ptp`` → decode TP ``dtp``, or
+    None when it does (equal TP; prefill TP a multiple of decode TP within the KV heads:
+    ``pdctl.connector.kvslice``)."""
+    if ptp == dtp:
+        return None
+    if ptp < dtp:
+        return "decode TP above prefill TP: each WRITE carries part of a prefill block"
+    if ptp % dtp:
+        return "TP sizes that do not divide"
+    if mla:
+        return "MLA across TP sizes: every prefill rank writes the whole latent block"
+    if kv_heads is None:
+        return (
+            "KV heads unknown: covered only if prefill TP ≤ the model's KV heads "
+            "(set model.kv_heads so lint can tell)"
+        )
+    if ptp > kv_heads or kv_heads % ptp:
+        return (
+            f"prefill TP above the model's {kv_heads} KV heads: several prefill ranks "
+            "write the same head slice"
+        )
+    return None
+
+
 def _uncovered(ctx: LintContext) -> list[str]:
     """Layouts of this spec that the connector's KV digest check does not cover."""
     out: list[str] = []
+    model = ctx.model
+    kv_heads = (model.num_kv_heads if model else None) or ctx.spec.model.kv_heads
+    mla = model.is_mla if model else bool(ctx.spec.model.mla)
     pairs = {(p.tp, d.tp) for p in ctx.spec.prefill for d in ctx.spec.decode}
     for ptp, dtp in sorted(pairs):
-        if ptp != dtp:
-            out.append(f"prefill TP{ptp} → decode TP{dtp} (heterogeneous TP)")
+        gap = _hetero_gap(ptp, dtp, kv_heads, mla)
+        if gap is not None:
+            out.append(f"prefill TP{ptp} → decode TP{dtp} (heterogeneous TP: {gap})")
     if any(p.pp > 1 for p in ctx.spec.prefill):
         out.append("a prefill with pp > 1 (each stage writes some layers)")
     if ctx.spec.fleet.platform != "cpu" and ctx.spec.fleet.effective_kv_buffer_device == "cpu":
@@ -79,10 +108,14 @@ def _uncovered(ctx: LintContext) -> list[str]:
 @rule("PD048", "KV digest check: a bad rate, or layouts it does not cover")
 def _kv_verify(ctx: LintContext) -> Iterator[Finding]:
     """The connector's sampled KV digests (``pdctl.connector.kvverify``): it checks
-    equal-TP, equal-block-size, non-PP layouts with KV registered in place; vLLM's push
-    worker (``nixl/push_worker.py``, ``_xfer_blocks_for_req``) splits each block over
-    several WRITEs under heterogeneous TP and writes per stage under PP, which the
-    digests do not follow yet."""
+    equal-block-size, non-PP layouts with KV registered in place, at equal TP or with
+    prefill TP a multiple of decode TP within the model's KV heads (each prefill rank
+    fills one head slice of the decode's blocks: ``pdctl.connector.kvslice``). Not
+    covered, noted here: decode TP above prefill TP (vLLM's push worker,
+    ``nixl/push_worker.py`` ``_xfer_blocks_for_req``, then splits a prefill block over
+    several WRITEs), a prefill TP above the KV heads or MLA across TP sizes (several
+    prefill ranks write the same bytes), PP prefills (each stage writes some layers),
+    host-buffer staging."""
     if ctx.spec.fleet.mode != "push" or ctx.spec.fleet.connector != "pdctl":
         return
     field_ = f"fleet.connector_options.{KV_VERIFY_RATE}"
@@ -113,5 +146,6 @@ def _kv_verify(ctx: LintContext) -> Iterator[Finding]:
             "those requests are not verified; they count as "
             'pdctl:kv_verify_total{result="unsupported"} (docs/connector.md)',
             "nothing to do unless you need the check on this layout; use equal TP on "
-            "prefill and decode to have it",
+            "prefill and decode, or a prefill TP that is a multiple of the decode's and "
+            "at most the model's KV heads, to have it",
         )
