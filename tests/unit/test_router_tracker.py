@@ -111,6 +111,10 @@ def test_an_error_event_in_a_plain_block_is_a_failure_and_not_forwarded():
     out = tr.feed(wire + err + b"data: [DONE]\n\n")
     assert b"EngineCore" not in out
     assert tr.failure is not None
+    # what the failed decode sent after its error event (here its [DONE], in the same
+    # chunk) is not relayed: the stream continues on another decode
+    assert b"[DONE]" not in out
+    assert not tr.done
     assert tr.sent_ids == [1000, 1001]
     cont = tr.continuation({"model": "m", "prompt": "x", "max_tokens": 5})
     assert cont is not None

@@ -165,8 +165,14 @@ class StreamTracker:
             out = self._plain(raw, n)
             if out is not None:
                 return out
-        events = (self._event(event) for event in self._framer.events(raw))
-        out = b"".join(e for e in events if e is not None)
+        parts: list[bytes] = []
+        for event in self._framer.events(raw):
+            part = self._event(event)
+            if self.failure is not None:
+                break  # what the failed decode sent after its error event is not relayed
+            if part is not None:
+                parts.append(part)
+        out = b"".join(parts)
         self._plain_ok = not self.continuing and not self.track_text
         return out
 
