@@ -165,6 +165,21 @@ class StreamTracker:
             out = self._plain(raw, n)
             if out is not None:
                 return out
+        pieces = self._framer.pieces(raw) if n != 1 else None
+        if pieces is None:
+            return self._decoded(raw)
+        # several events that cannot all go through at once (a finish, the [DONE], an
+        # error event among them): each as it would have been, had it come alone
+        parts: list[bytes] = []
+        for piece, plain in pieces:
+            out = self._plain(piece, 1) if plain and self._plain_ok else None
+            parts.append(out if out is not None else self._decoded(piece))
+            if self.failure is not None:
+                break
+        return b"".join(parts)
+
+    def _decoded(self, raw: bytes) -> bytes:
+        """The events of ``raw`` decoded one by one (the parser sees them in order)."""
         parts: list[bytes] = []
         for event in self._framer.events(raw):
             part = self._event(event)
