@@ -17,6 +17,9 @@ the mocks and the load generator pinned to the others. Load comes from ``h2load`
   it apart from pdctl's own environment, e.g.
   ``python -m venv ~/.cache/pdctl/bench-vllm-router &&
   ~/.cache/pdctl/bench-vllm-router/bin/pip install vllm-router==0.1.17``;
+* pdctl's admission control is given room for every client (stage limits and queue at
+  the highest ``--conc``): its defaults shed most of c=1024 with 429 at once, which
+  vllm-router, with no admission control, never does;
 * every cell is run ``--rounds`` times, the contenders alternating within a round;
   medians of the rounds are reported, with ratios (pdctl / vllm-router per cell, pdctl's
   CPU ms/req at c over c=1, 2 workers over 1).
@@ -154,6 +157,15 @@ def baseline_env(ref: str, tmp: Path) -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": os.pathsep.join(paths)}
 
 
+def room_for(args: argparse.Namespace) -> dict[str, Any]:
+    """``[router]`` settings that let every client in: admission's stage limits and queue
+    above the highest concurrency (its defaults, 32 requests in prefill per instance and
+    512 queued, answer most of c=1024 with 429 at once; vllm-router queues nothing)."""
+    top = max(args.conc_list)
+    room = {"prefill_in_flight_per_instance": top, "decode_in_flight_per_instance": top}
+    return {"admission": {**room, "max_queued": top}}
+
+
 def has_workers() -> bool:
     from pdctl.sdk.spec import RouterSpec
 
@@ -233,14 +245,14 @@ def start_contenders(
     out: list[Contender] = []
     for n in args.worker_counts:
         port = free_port()
-        extra = {"workers": n} if has_workers() else {}
+        extra = {**room_for(args), "workers": n} if has_workers() else room_for(args)
         cpus = args.router_cpus if n == 1 else ",".join(str(c) for c in range(n))
         argv = pdctl_router_argv(p, d, port, tmp, extra)
         name = "pdctl" if n == 1 else f"pdctl-w{n}"
         out.append(Contender(name, f"http://127.0.0.1:{port}", start(argv, cpus)))
     if args.baseline:
         port = free_port()
-        argv = pdctl_router_argv(p, d, port, tmp)
+        argv = pdctl_router_argv(p, d, port, tmp, room_for(args))
         env = baseline_env(args.baseline, tmp)
         url = f"http://127.0.0.1:{port}"
         out.append(Contender(f"pdctl@{args.baseline}", url, start(argv, args.router_cpus, env)))

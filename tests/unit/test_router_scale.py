@@ -11,9 +11,11 @@ import subprocess
 import sys
 from typing import Any
 
+import pytest
+
 from pdctl.sdk.router.httpclient import Pool
 from pdctl.sdk.router.mock import MockConfig, MockServer
-from pdctl.sdk.router.server import collect_on_clock
+from pdctl.sdk.router.server import GC_LONGEST_S, GC_SHARE, collect_on_clock, gc_wait
 
 WAVE = 200
 """More legs at once than the old idle cap (64) kept connections for."""
@@ -101,6 +103,16 @@ async def test_the_clock_frees_cycles_while_allocations_alone_would_not():
         clock.cancel()
         if enabled:
             gc.enable()
+
+
+def test_a_costly_collection_stretches_the_clock_to_keep_the_collectors_share():
+    """A cheap collection keeps the clock's period; one that took longer than its share
+    of the period waits that much longer before the next, up to GC_LONGEST_S."""
+    assert gc_wait(0.001, 1.0) == 1.0
+    assert gc_wait(0.0, 0.05) == 0.05
+    assert gc_wait(0.06, 1.0) == pytest.approx(0.06 / GC_SHARE)
+    assert gc_wait(0.06, 1.0) > 1.0
+    assert gc_wait(60.0, 1.0) == GC_LONGEST_S
 
 
 class _Wire:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -111,6 +112,10 @@ def test_an_error_event_in_a_plain_block_is_a_failure_and_not_forwarded():
     out = tr.feed(wire + err + b"data: [DONE]\n\n")
     assert b"EngineCore" not in out
     assert tr.failure is not None
+    # what the failed decode sent after its error event (here its [DONE], in the same
+    # chunk) is not relayed: the stream continues on another decode
+    assert b"[DONE]" not in out
+    assert not tr.done
     assert tr.sent_ids == [1000, 1001]
     cont = tr.continuation({"model": "m", "prompt": "x", "max_tokens": 5})
     assert cont is not None
@@ -289,3 +294,33 @@ def test_usage_of_a_migrated_stream_counts_the_whole_answer():
     out = tr.feed(vllm_event({"id": "c", "choices": [], "usage": usage}))
     assert json.loads(out.removeprefix(b"data: "))["usage"] == {
         "prompt_tokens": 2, "completion_tokens": 7, "total_tokens": 9}  # fmt: skip
+
+
+def test_events_that_came_together_are_decoded_only_where_one_alone_would_be(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A relay that fell behind gets several events in one chunk: the plain ones still go
+    through as they came, and only the finish (and [DONE]) is decoded, as when each came
+    alone; the client gets the same bytes either way."""
+    import json as json_module
+
+    wire, ids = stream([" a", " b", " c", " d", " e"], [5])
+    first = wire.index(b"\n\n") + 2
+    alone = StreamTracker(chat=False, client_wants_ids=False)
+    one_by_one = b"".join(alone.feed(e + b"\n\n") for e in wire.split(b"\n\n")[:-1])
+    together = StreamTracker(chat=False, client_wants_ids=False)
+    out = together.feed(wire[:first])
+    decoded: list[Any] = []
+    real = json_module.loads
+
+    def counted(s: Any) -> Any:
+        decoded.append(s)
+        return real(s)
+
+    monkeypatch.setattr(json_module, "loads", counted)
+    out += together.feed(wire[first:])
+    assert out == one_by_one
+    assert together.sent_ids == alone.sent_ids == ids
+    assert together.done
+    assert together.finished
+    assert len(decoded) == 1  # the finishing event; [DONE] is known without JSON

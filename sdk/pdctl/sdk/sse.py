@@ -189,6 +189,22 @@ class EventFramer:
         self._started = True
         return block, n
 
+    def pieces(self, raw: bytes) -> list[tuple[bytes, bool]] | None:
+        """``raw`` (what :meth:`feed` gave) cut into its events, each with whether it is
+        plain (one data line starting with ``lead``), for a caller that forwards the plain
+        ones and gives the rest to :meth:`events`, in order; None where it cannot be cut
+        without the parser (a stream with a CR in it)."""
+        if self._cr:
+            return None
+        lead = self.lead
+        out = [(p + b"\n\n", p.startswith(lead) and b"\n" not in p) for p in raw.split(b"\n\n")]
+        out.pop()  # raw ends with an event's end: nothing after it
+        if any(plain for _, plain in out):
+            if self._parser is None:  # what it sees of these starts where the stream does
+                self._parser = EventParser(at_start=not self._started)
+            self._started = True
+        return out
+
     def events(self, raw: bytes) -> list[Event]:
         """The events of bytes :meth:`feed` said are not plain (or of a plain block the
         caller wants decoded: that leaves the parser as it found it)."""

@@ -137,6 +137,9 @@ class Admission:
         """Admitted tickets that may still be in their prefill stage."""
         self._in_flight = 0
         self._queue: list[tuple[int, int, _Waiter]] = []
+        self._queued = [0] * len(CLASSES)
+        """Waiters in :attr:`_queue` per class rank (so a request's place and whether a
+        lower class waits are known without walking the queue)."""
         self._order = itertools.count()
         self._pump: asyncio.Task[None] | None = None
         self._hold_s = 1.0
@@ -200,7 +203,10 @@ class Admission:
         d_live = sum(1 for u in self.decodes if u.eligible() and not u.drained)
         # a stage with no eligible instance is the instance set's to answer (it waits
         # router.unavailable_wait_s for one, then 503), not overload
-        if p_live and self.in_prefill() >= self._cap(self.limits["prefill"] * p_live):
+        # len(_early) bounds in_prefill() from above: the walk that prunes it is needed
+        # only when that bound reaches the cap
+        p_cap = self._cap(self.limits["prefill"] * p_live) if p_live else 0
+        if p_live and len(self._early) >= p_cap and self.in_prefill() >= p_cap:
             return "prefill_saturated"
         if d_live and self._in_flight >= self._cap(self.limits["decode"] * d_live):
             return "decode_saturated"
@@ -231,12 +237,13 @@ class Admission:
             what = full or "prefill_saturated"
             return self._refuse(429, what, klass, f"the router's queue is full ({cap} waiting)")
         rank = CLASSES.index(klass)
-        ahead = sum(1 for r, _, _ in self._queue if r <= rank)
+        ahead = sum(self._queued[: rank + 1])
         late = self._predicted_late(klass, ahead, deadline, now)
         if late is not None:
             return self._refuse(503, "slo_unreachable", klass, late)
         w = _Waiter(klass, now, ahead)
         heapq.heappush(self._queue, (w.rank, next(self._order), w))
+        self._queued[w.rank] += 1
         self._kick()
         wait = self.max_queue_wait_s
         by_deadline = deadline is not None and deadline - now < wait
@@ -325,12 +332,15 @@ class Admission:
         """Shed the newest queued request of a class lower than ``klass`` (True), to
         make room for it; False when none is lower."""
         rank = CLASSES.index(klass)
+        if not any(self._queued[rank + 1 :]):
+            return False
         worst = max(self._queue, key=lambda e: (e[0], e[1]), default=None)
         if worst is None or worst[0] <= rank:
             return False
         w = worst[2]
         self._queue.remove(worst)
         heapq.heapify(self._queue)
+        self._queued[w.rank] -= 1
         why = f"shed for a request of class {klass}: the queue is full"
         w.future.set_result(self._refuse(429, full or "prefill_saturated", w.klass, why))
         return True
@@ -340,6 +350,7 @@ class Admission:
             if e[2] is w:
                 self._queue.pop(i)
                 heapq.heapify(self._queue)
+                self._queued[w.rank] -= 1
                 return
 
     # ------------------------------------------------------------------ leaving
@@ -356,6 +367,7 @@ class Admission:
         some still wait, look again every :data:`RECHECK_S`."""
         while self._queue and self.room() is None:
             _, _, w = heapq.heappop(self._queue)
+            self._queued[w.rank] -= 1
             if not w.future.done():
                 self._paced(w)
                 w.future.set_result(self._admit(w.klass, w.since, queued=True))
@@ -371,10 +383,7 @@ class Admission:
             self._pump = None
 
     def _depths(self) -> dict[tuple[str, ...], float]:
-        out: dict[tuple[str, ...], float] = {(c,): 0.0 for c in CLASSES}
-        for _, _, w in self._queue:
-            out[(w.klass,)] += 1
-        return out
+        return {(c,): float(n) for c, n in zip(CLASSES, self._queued, strict=True)}
 
     # ------------------------------------------------------------------ control
 

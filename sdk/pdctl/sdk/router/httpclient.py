@@ -32,6 +32,51 @@ class UpstreamError(Exception):
         """True when nothing was sent (the connection could not be made): safe to retry."""
 
 
+class _Body:
+    """A response's body as it arrives, for its one reader: the parts not taken yet,
+    whether it ended, and the reader's wake-up. A reader that falls behind takes every
+    part that came meanwhile at once (a relayed stream's events then go to its client in
+    one write), and no queue or future is made per part."""
+
+    __slots__ = ("_waiter", "ended", "parts")
+
+    def __init__(self) -> None:
+        self.parts: list[bytes] = []
+        self.ended = False
+        self._waiter: asyncio.Future[None] | None = None
+
+    def add(self, part: bytes) -> None:
+        self.parts.append(part)
+        self._wake()
+
+    def end(self) -> None:
+        self.ended = True
+        self._wake()
+
+    def _wake(self) -> None:
+        w = self._waiter
+        if w is not None and not w.done():
+            w.set_result(None)
+
+    async def take(self) -> bytes | None:
+        """Every part that came since the last take, as one; None once the body ended."""
+        while not self.parts:
+            if self.ended:
+                return None
+            self._waiter = asyncio.get_running_loop().create_future()
+            try:
+                await self._waiter
+            finally:
+                self._waiter = None
+        parts = self.parts
+        if len(parts) == 1:
+            out = parts[0]
+            parts.clear()
+            return out
+        self.parts = []
+        return b"".join(parts)
+
+
 class _Conn(asyncio.Protocol):
     """One keep-alive connection; one request at a time."""
 
@@ -42,7 +87,7 @@ class _Conn(asyncio.Protocol):
         self.reusable = False
         self._status = 0
         self._headers: list[tuple[bytes, bytes]] = []
-        self._chunks: asyncio.Queue[bytes | None] | None = None
+        self._chunks: _Body | None = None
         self._head: asyncio.Future[None] | None = None
         self._error: BaseException | None = None
 
@@ -73,12 +118,12 @@ class _Conn(asyncio.Protocol):
 
     def on_body(self, body: bytes) -> None:
         if self._chunks is not None:
-            self._chunks.put_nowait(body)
+            self._chunks.add(body)
 
     def on_message_complete(self) -> None:
         self.reusable = self.parser.should_keep_alive()
         if self._chunks is not None:
-            self._chunks.put_nowait(None)
+            self._chunks.end()
 
     # helpers
     def _fail(self, err: BaseException) -> None:
@@ -87,7 +132,7 @@ class _Conn(asyncio.Protocol):
         if self._head is not None and not self._head.done():
             self._head.set_exception(err)
         if self._chunks is not None:
-            self._chunks.put_nowait(None)
+            self._chunks.end()
 
     def close(self) -> None:
         self.closed = True
@@ -100,7 +145,7 @@ class _Conn(asyncio.Protocol):
         self.reusable = False
         self._status = 0
         self._headers = []
-        self._chunks = asyncio.Queue()
+        self._chunks = _Body()
         self._head = asyncio.get_running_loop().create_future()
         self._error = None
         self.transport.write(payload)
@@ -124,12 +169,13 @@ class Response:
         return None
 
     async def iter_chunks(self) -> AsyncIterator[bytes]:
-        """The body as it arrives; the connection goes back to the pool at the end."""
-        q = self._conn._chunks
-        assert q is not None
+        """The body as it arrives (what came while the caller was busy, as one chunk); the
+        connection goes back to the pool at the end."""
+        body = self._conn._chunks
+        assert body is not None
         try:
             while True:
-                chunk = await q.get()
+                chunk = await body.take()
                 if chunk is None:
                     if self._conn._error is not None and not self._conn.reusable:
                         raise UpstreamError(str(self._conn._error))

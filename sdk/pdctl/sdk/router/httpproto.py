@@ -31,6 +31,8 @@ class HardenedHttpTools(HttpToolsProtocol):
         super().connection_made(transport)
         self._pd_head_bytes = 0
         self._pd_headers = 0
+        self._pd_fields = 0
+        """Bytes of the header fields parsed so far (as :meth:`on_header` counts them)."""
         self._pd_in_head = True
         self._pd_refused = False
         self._pd_timer: asyncio.TimerHandle | None = None
@@ -99,6 +101,7 @@ class HardenedHttpTools(HttpToolsProtocol):
         _idle(self.server_state).pop(id(self), None)
         self._pd_in_head = True
         self._pd_headers = 0
+        self._pd_fields = 0
         self._pd_arm(self.limits.header_timeout_s, 408, "request head too slow")
 
     def on_url(self, url: bytes) -> None:
@@ -109,7 +112,7 @@ class HardenedHttpTools(HttpToolsProtocol):
 
     def on_header(self, name: bytes, value: bytes) -> None:
         self._pd_headers += 1
-        size = sum(len(k) + len(v) + 4 for k, v in self.headers) + len(self.url)
+        size = self._pd_fields + len(self.url)
         if self._pd_headers > self.limits.max_headers:
             self._pd_refuse(431, f"more than {self.limits.max_headers} header fields")
             return
@@ -117,6 +120,8 @@ class HardenedHttpTools(HttpToolsProtocol):
             self._pd_refuse(431, f"request head over {self.limits.max_header_bytes} bytes")
             return
         super().on_header(name, value)
+        k, v = self.headers[-1]  # as uvicorn keeps it (its value's trailing blanks cut)
+        self._pd_fields += len(k) + len(v) + 4
 
     def on_headers_complete(self) -> None:
         if self._pd_refused:

@@ -165,8 +165,29 @@ class StreamTracker:
             out = self._plain(raw, n)
             if out is not None:
                 return out
-        events = (self._event(event) for event in self._framer.events(raw))
-        out = b"".join(e for e in events if e is not None)
+        pieces = self._framer.pieces(raw) if n != 1 else None
+        if pieces is None:
+            return self._decoded(raw)
+        # several events that cannot all go through at once (a finish, the [DONE], an
+        # error event among them): each as it would have been, had it come alone
+        parts: list[bytes] = []
+        for piece, plain in pieces:
+            out = self._plain(piece, 1) if plain and self._plain_ok else None
+            parts.append(out if out is not None else self._decoded(piece))
+            if self.failure is not None:
+                break
+        return b"".join(parts)
+
+    def _decoded(self, raw: bytes) -> bytes:
+        """The events of ``raw`` decoded one by one (the parser sees them in order)."""
+        parts: list[bytes] = []
+        for event in self._framer.events(raw):
+            part = self._event(event)
+            if self.failure is not None:
+                break  # what the failed decode sent after its error event is not relayed
+            if part is not None:
+                parts.append(part)
+        out = b"".join(parts)
         self._plain_ok = not self.continuing and not self.track_text
         return out
 

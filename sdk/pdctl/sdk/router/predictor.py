@@ -321,9 +321,11 @@ class Predictor:
         if size is None:
             return
         x = _features(size, p, d)
-        a = self.ahead(size, p, d)
+        pair = _pair(p, d)
+        m = self.models.get(pair)  # as :meth:`ahead`, the features made once
+        a = m.predict(x) if m is not None and m.n >= self.min_n else None
         self.predictions.inc("unknown" if a is None else "known")
-        tl.prediction = Prediction(_pair(p, d), x, tl.mark(), a)
+        tl.prediction = Prediction(pair, x, tl.mark(), a)
 
     # ------------------------------------------------------------------ learning
 

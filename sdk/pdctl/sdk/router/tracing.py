@@ -64,16 +64,22 @@ class Span(Protocol):
 
 
 class _IdSpan:
-    """A span that is only an id: its header is passed on, nothing is exported."""
+    """A span that is only an id: its header is passed on, nothing is exported. Its own
+    id is drawn when its header is first asked for (most route spans never are: each
+    leg carries its own span's)."""
 
-    __slots__ = ("_tp",)
+    __slots__ = ("_flags", "_tp", "_trace_id")
 
     def __init__(self, trace_id: str, flags: str) -> None:
-        self._tp = f"00-{trace_id}-{random.getrandbits(64) or 1:016x}-{flags}"
+        self._trace_id, self._flags = trace_id, flags
+        self._tp: str | None = None
 
     @property
     def traceparent(self) -> str:
-        return self._tp
+        tp = self._tp
+        if tp is None:
+            tp = self._tp = f"00-{self._trace_id}-{random.getrandbits(64) or 1:016x}-{self._flags}"
+        return tp
 
     def set(self, **attrs: Any) -> None:
         return None
