@@ -91,3 +91,42 @@ async def test_reordered_rows_are_moved_not_rebuilt():
         assert t.selected_key() == "r005"
         assert t.cursor_row == 194  # 199 - 5
         assert t.virtual_size.height == 1 + 200
+
+
+async def test_cells_are_drawn_as_the_datatable_draws_them():
+    """SyncTable draws one-line cells itself; each must come out as the DataTable's own
+    rendering does, segment for segment, with and without the cursor or hover."""
+    from rich.text import Text
+    from textual.widgets import DataTable
+
+    values: list[Any] = [
+        "abc",
+        "",
+        "a longer text than the cell",
+        "[b]markup[/b]",
+        "10.0.0.7:8000",
+        "日本語のテキスト",
+        Text("bold", style="bold"),
+        Text.assemble(("red", "red"), " and ", ("dim", "dim")),
+        Text("▸ decode (256) and more", style="bold"),
+        Text("an ellipsis cut here", overflow="ellipsis"),
+        Text("", style="green"),
+        Text("no end", end=""),
+        Text("tab\there"),
+        Text("two\nlines"),
+    ]
+    app = One()
+    async with app.run_test(size=(40, 40)) as pilot:
+        t = app.query_one(SyncTable)
+        t.sync([(f"r{n}", (v, v)) for n, v in enumerate(values)])
+        await pilot.pause()
+        t.move_cursor(row=2)
+        for row in range(len(values)):
+            style = t._get_row_style(row, t.rich_style)
+            for column, width in ((0, 8), (1, 3)):
+                for cursor, hover in ((False, False), (True, False), (False, True)):
+                    t._clear_caches()
+                    ours = t._render_cell(row, column, style, width, cursor, hover)
+                    t._clear_caches()
+                    theirs = DataTable._render_cell(t, row, column, style, width, cursor, hover)
+                    assert ours == theirs, (values[row], width, cursor, hover)
