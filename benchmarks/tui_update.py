@@ -191,7 +191,7 @@ async def measure(
     n_instances: int, count: int, hz: float, rounds: int = 5, views: bool = True
 ) -> dict[str, object]:
     src, ups = await updates(n_instances, count + 2)
-    app = PdctlApp(src, rounds=0)  # no polling: this run feeds the updates itself
+    app = PdctlApp(src, rounds=0, settle=True)  # no polling: this run feeds the updates
     per_view: dict[str, dict[str, float]] = {}
     async with app.run_test(size=(200, 60)) as pilot:
         for _ in range(200):
