@@ -4,7 +4,7 @@ banner, the summary line and the view tabs."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from rich.cells import cell_len
 from rich.console import Console
@@ -13,6 +13,8 @@ from rich.style import Style
 from rich.text import Span, Text
 from textual._two_way_dict import TwoWayDict
 from textual._types import SegmentLines
+from textual.geometry import Region, Size
+from textual.strip import Strip
 from textual.widgets import DataTable, Static
 from textual.widgets._data_table import CellCacheKey
 from textual.widgets.data_table import ColumnKey, RowKey
@@ -36,13 +38,20 @@ class Column:
 
 
 def cell_line(
-    console: Console, text: Text, width: int, padding: int, pre: Style, post: Style
+    console: Console,
+    text: Text,
+    width: int,
+    padding: int,
+    pre: Style,
+    post: Style,
+    meta: Style | None = None,
 ) -> list[Segment] | None:
     """The segments of a one-line cell ``width`` wide: ``text`` cut to the room inside
     ``padding`` on either side and padded with spaces, ``pre`` under every segment and
-    ``post`` over it; what the DataTable's ``Styled(Padding(text))`` renders to with
-    wrapping off, without its layers. None where that is not this simple: a text with a
-    newline or tab, one that wraps, justifies itself or ignores overflow."""
+    ``post`` over it, then ``meta`` (a style of only meta data: the cell's place);
+    what the DataTable's ``Styled(Padding(text))`` renders to with wrapping off, without
+    its layers. None where that is not this simple: a text with a newline or tab, one
+    that wraps, justifies itself or ignores overflow."""
     inner = width - 2 * padding
     plain = text.plain
     if (
@@ -66,7 +75,25 @@ def cell_line(
     null = Style.null()
     pad = [Segment(" " * padding, null)] if padding else []
     fill = [Segment(" " * (inner - used), null)] if used < inner else []
-    return list(Segment.apply_style([*pad, *segments, *fill, *pad], pre, post))
+    styled = Segment.apply_style([*pad, *segments, *fill, *pad], pre, post)
+    if meta is None:
+        return list(styled)
+    # added last, not with ``pre`` (the DataTable's order): the same style, and the
+    # additions before it are the same for every cell, so Rich's cache of them holds
+    return [Segment(t, meta if style is None else style + meta) for t, style, _ in styled]
+
+
+@dataclass
+class Paint:
+    """What drawing a cell needs of the table, read once per paint."""
+
+    console: Console
+    padding: int
+    fixed: bool
+    flags: tuple[bool, bool, bool, bool]
+    """show_cursor, the hover cursor shown, the cursor's colours from CSS (fore, back)."""
+    styles: dict[tuple[bool, bool], tuple[Style, Style]] = field(default_factory=dict)
+    """(cursor, hover) → the component style under a cell and the one over it."""
 
 
 class SyncTable(DataTable[Cell]):
@@ -83,6 +110,7 @@ class SyncTable(DataTable[Cell]):
         self._rows: dict[str, tuple[Cell, ...]] = {}
         self._order: list[str] = []
         self._fallback: Mapping[str, str] = {}
+        self._paint: Paint | None = None
 
     def _pick(self) -> tuple[Column, ...]:
         """The essential columns, then optional ones in order while they fit."""
@@ -160,7 +188,13 @@ class SyncTable(DataTable[Cell]):
             return
         self._row_locations = TwoWayDict({RowKey(k): n for n, k in enumerate(keys)})
         self._order = keys
-        self._require_update_dimensions = True  # the virtual height, when idle
+        # the virtual height now (the DataTable leaves it to when idle, and would scroll
+        # to the cursor after one paint at the old place: two pages drawn, not one)
+        width = sum(c.get_render_width(self) for c in self.columns.values())
+        header = self.header_height if self.show_header else 0
+        self.virtual_size = Size(
+            width + self._row_label_column_width, self._total_row_height + header
+        )
         if selected is not None and selected not in self._rows:
             selected = self._fallback.get(selected)
         if selected is not None and selected in self._rows:
@@ -174,6 +208,28 @@ class SyncTable(DataTable[Cell]):
         else:  # same place, another row: what the cursor's watcher would do
             self.refresh_row(row)
             self._highlight_row(row)
+
+    def render_lines(self, crop: Region) -> list[Strip]:
+        """The DataTable's, with the table's settings read once for the paint, not once
+        per cell (each a reactive attribute)."""
+        self._paint = self._painting()
+        try:
+            return super().render_lines(crop)
+        finally:
+            self._paint = None
+
+    def _painting(self) -> Paint:
+        return Paint(
+            console=self.app.console,
+            padding=self.cell_padding,
+            fixed=bool(self.fixed_rows or self.fixed_columns),
+            flags=(
+                self.show_cursor,
+                self._show_hover_cursor,
+                self.cursor_foreground_priority == "css",
+                self.cursor_background_priority == "css",
+            ),
+        )
 
     def _render_cell(
         self,
@@ -190,7 +246,8 @@ class SyncTable(DataTable[Cell]):
         cell, most of a key's time when a page of 50 rows by 14 columns is redrawn.
         Header, label and fixed cells, and any cell :func:`cell_line` does not draw, go
         the DataTable's way; the result is the same (a unit test compares them)."""
-        if row_index < 0 or column_index < 0 or self.fixed_rows or self.fixed_columns:
+        paint = self._paint or self._painting()
+        if row_index < 0 or column_index < 0 or paint.fixed:
             return super()._render_cell(row_index, column_index, base_style, width, cursor, hover)
         row_key = self._row_locations.get_key(row_index)
         column_key = self._column_locations.get_key(column_index)
@@ -218,19 +275,16 @@ class SyncTable(DataTable[Cell]):
             cell = self._get_row_renderables(row_index).cells[column_index]
         if row is None or row.height != 1 or not isinstance(cell, Text):
             return super()._render_cell(row_index, column_index, base_style, width, cursor, hover)
-        component, post = self._get_styles_to_render_cell(
-            False,
-            False,
-            False,
-            hover,
-            cursor,
-            self.show_cursor,
-            self._show_hover_cursor,
-            self.cursor_foreground_priority == "css",
-            self.cursor_background_priority == "css",
+        styles = paint.styles.get((cursor, hover))
+        if styles is None:
+            styles = paint.styles[cursor, hover] = self._get_styles_to_render_cell(
+                False, False, False, hover, cursor, *paint.flags
+            )
+        component, post = styles
+        meta = Style.from_meta({"row": row_index, "column": column_index})
+        line = cell_line(
+            paint.console, cell, width, paint.padding, base_style + component, post, meta
         )
-        pre = base_style + Style.from_meta({"row": row_index, "column": column_index})
-        line = cell_line(self.app.console, cell, width, self.cell_padding, pre + component, post)
         if line is None:
             return super()._render_cell(row_index, column_index, base_style, width, cursor, hover)
         self._cell_render_cache[key] = [line]
