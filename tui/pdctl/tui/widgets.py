@@ -14,8 +14,9 @@ from rich.text import Span, Text
 from textual._two_way_dict import TwoWayDict
 from textual._types import SegmentLines
 from textual.geometry import Region, Size
+from textual.screen import Screen
 from textual.strip import Strip
-from textual.widgets import DataTable, Static
+from textual.widgets import DataTable, Footer, Static
 from textual.widgets._data_table import CellCacheKey
 from textual.widgets.data_table import ColumnKey, RowKey
 from textual.widgets.data_table import Row as DataRow
@@ -294,6 +295,29 @@ class SyncTable(DataTable[Cell]):
         if not self._order or self.cursor_row < 0 or self.cursor_row >= len(self._order):
             return None
         return self._order[self.cursor_row]
+
+
+class SteadyFooter(Footer):
+    """Textual's footer, composed again only when the keys it shows change. Textual's
+    composes it again (a widget per key, mounted and styled) on every change of focus,
+    though the keys shown stay the same: ~60 ms of CPU when the filter prompt opens and
+    again when it closes, at any fleet size."""
+
+    _shown: tuple[object, ...] | None = None
+
+    def bindings_changed(self, screen: Screen[object]) -> None:
+        bindings = screen.active_bindings
+        palette = bindings.get(self.app.COMMAND_PALETTE_BINDING)
+        shown = (
+            tuple((b.key, b.action, b.description, b.group, on, tip) for _, b, on, tip in
+                  bindings.values() if b.show),
+            palette.enabled if palette else None,
+        )  # fmt: skip
+        if shown == self._shown and self._bindings_ready:
+            return
+        super().bindings_changed(screen)
+        if screen.app.app_focus and self.is_attached and screen is self.screen:
+            self._shown = shown
 
 
 class AlertBanner(Static):
