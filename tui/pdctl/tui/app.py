@@ -24,8 +24,8 @@ def settle_heap() -> None:
     """Collect once and move everything alive (modules, Textual, the screens and their
     widgets, the source) out of the cyclic collector's sight (:func:`gc.freeze`): its
     full collections, which the allocations of updates and keys trigger now and then,
-    walked all of it again each time (~250 ms of CPU with a 512-instance fleet, a key
-    that waited for one was answered that much later); they now walk only what came
+    walked all of it again each time (~240 ms of CPU in the benchmark at 512 instances;
+    a key that met one was answered that much later); they now walk only what came
     since."""
     gc.collect()
     gc.freeze()
