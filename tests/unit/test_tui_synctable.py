@@ -10,6 +10,7 @@ import pytest
 pytest.importorskip("textual", reason="the TUI tests need the tui extra (pip install 'pdctl[tui]')")
 
 from textual.app import App, ComposeResult
+from textual.widgets.data_table import RowKey
 
 from pdctl.tui.widgets import Column, SyncTable
 
@@ -70,3 +71,62 @@ async def test_a_long_table_keeps_its_scroll_when_rows_open_above_the_end():
         assert t.selected_key() == "r150"
         assert t.scroll_y >= y
         assert t.virtual_size.height == 1 + len(more)
+
+
+async def test_reordered_rows_are_moved_not_rebuilt():
+    app = One()
+    async with app.run_test(size=(40, 12)) as pilot:
+        t = app.query_one(SyncTable)
+        keys = [f"r{n:03}" for n in range(200)]
+        t.sync([(k, (k, "0")) for k in keys])
+        await pilot.pause()
+        t.move_cursor(row=5, animate=False)
+        kept = {k: t.rows[RowKey(k)] for k in keys}
+        backwards = keys[::-1]
+        t.sync([(k, (k, "1" if k == "r007" else "0")) for k in backwards])
+        await pilot.pause()
+        assert [str(r.key.value) for r in t.ordered_rows] == backwards
+        assert all(t.rows[RowKey(k)] is kept[k] for k in keys)  # the same rows, moved
+        assert t.get_row("r007") == ["r007", "1"]
+        assert t.selected_key() == "r005"
+        assert t.cursor_row == 194  # 199 - 5
+        assert t.virtual_size.height == 1 + 200
+
+
+async def test_cells_are_drawn_as_the_datatable_draws_them():
+    """SyncTable draws one-line cells itself; each must come out as the DataTable's own
+    rendering does, segment for segment, with and without the cursor or hover."""
+    from rich.text import Text
+    from textual.widgets import DataTable
+
+    values: list[Any] = [
+        "abc",
+        "",
+        "a longer text than the cell",
+        "[b]markup[/b]",
+        "10.0.0.7:8000",
+        "日本語のテキスト",
+        Text("bold", style="bold"),
+        Text.assemble(("red", "red"), " and ", ("dim", "dim")),
+        Text("▸ decode (256) and more", style="bold"),
+        Text("an ellipsis cut here", overflow="ellipsis"),
+        Text("", style="green"),
+        Text("no end", end=""),
+        Text("tab\there"),
+        Text("two\nlines"),
+    ]
+    app = One()
+    async with app.run_test(size=(40, 40)) as pilot:
+        t = app.query_one(SyncTable)
+        t.sync([(f"r{n}", (v, v)) for n, v in enumerate(values)])
+        await pilot.pause()
+        t.move_cursor(row=2)
+        for row in range(len(values)):
+            style = t._get_row_style(row, t.rich_style)
+            for column, width in ((0, 8), (1, 3)):
+                for cursor, hover in ((False, False), (True, False), (False, True)):
+                    t._clear_caches()
+                    ours = t._render_cell(row, column, style, width, cursor, hover)
+                    t._clear_caches()
+                    theirs = DataTable._render_cell(t, row, column, style, width, cursor, hover)
+                    assert ours == theirs, (values[row], width, cursor, hover)

@@ -262,7 +262,7 @@ async def _ui_body(f: AsyncFleet, stats: Traffic, args: argparse.Namespace, rela
 
     traffic = asyncio.create_task(_traffic(f, stats, args))
     source = LiveSource(f.spec, f.plan, title=TITLE, fleet_name=f.spec.fleet.name)
-    app = PdctlApp(source, readonly=args.readonly, theme=args.theme)
+    app = PdctlApp(source, readonly=args.readonly, theme=args.theme, settle=True)
     relay.hold()
     ui = asyncio.create_task(app.run_async())
     try:

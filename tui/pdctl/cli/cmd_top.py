@@ -127,7 +127,7 @@ def run(args: argparse.Namespace, spec: FleetSpec | None = None) -> int:
         return asyncio.run(_once(source))
     from pdctl.tui.app import PdctlApp
 
-    PdctlApp(source, readonly=args.readonly, theme=args.theme).run()
+    PdctlApp(source, readonly=args.readonly, theme=args.theme, settle=True).run()
     return 0
 
 

@@ -16,7 +16,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.screen import Screen
 from textual.suggester import SuggestFromList
-from textual.widgets import ContentSwitcher, DataTable, Footer, Input, Static
+from textual.widgets import ContentSwitcher, DataTable, Input, Static
 from textual.worker import get_current_worker
 
 from pdctl.sdk.client import RouterState
@@ -33,7 +33,7 @@ from pdctl.tui.source import PreflightResult, Source, Update
 from pdctl.tui.views import VIEWS, view_named
 from pdctl.tui.views.base import Filter, Frame, View
 from pdctl.tui.views.fleetlayout import subjects
-from pdctl.tui.widgets import AlertBanner, Tabs
+from pdctl.tui.widgets import AlertBanner, SteadyFooter, Tabs
 
 MAX_EVENTS = 5000
 """Fleet events held by the UI (the journal keeps more: `pdctl events`)."""
@@ -86,7 +86,7 @@ class MainScreen(Screen[None]):
             for v in VIEWS:
                 yield v(id=v.NAME)
         yield Input(id="prompt", classes="hidden")
-        yield Footer()
+        yield SteadyFooter()
 
     def on_mount(self) -> None:
         self.query_one("#alerts", AlertBanner).display = False

@@ -111,6 +111,9 @@ class FleetView(View):
         super().__init__(**kw)
         self.arrangement = Arrangement()
         self._frame: Frame | None = None
+        self._rows: list[Row] = []
+        """The frame's instances, drawn once: a key that only rearranges them (group,
+        sort, open a group) reuses them and the cells already drawn."""
         self._count = 0
 
     def compose(self) -> ComposeResult:
@@ -158,8 +161,9 @@ class FleetView(View):
         return out
 
     def show(self, frame: Frame) -> None:
-        self._frame = frame
-        rows = self.rows(frame)
+        if frame is not self._frame:
+            self._frame, self._rows = frame, self.rows(frame)
+        rows = self._rows
         self._count = len(rows)
         p = plan(rows, self.arrangement, partial(frame.history.series, figure="req_rate"))
         status = self.query_one("#fleet-status", Static)
