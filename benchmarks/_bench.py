@@ -61,6 +61,15 @@ def pair_spec(p: int, d: int, port: int, router: dict[str, Any] | None = None) -
     )
 
 
+def admission_room(clients: int) -> dict[str, Any]:
+    """``[router]`` settings that let ``clients`` concurrent requests in: admission's stage
+    limits and queue at that number (its defaults, 32 requests in prefill per instance and
+    512 queued, answer most of a thousand clients with 429 at once; vllm-router, with no
+    admission control, queues nothing)."""
+    room = {"prefill_in_flight_per_instance": clients, "decode_in_flight_per_instance": clients}
+    return {"admission": {**room, "max_queued": clients}}
+
+
 def pdctl_router_argv(
     prefill: str, decode: str, port: int, tmp: Path, router: dict[str, Any] | None = None
 ) -> list[str]:

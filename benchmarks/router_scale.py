@@ -52,7 +52,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from _bench import free_port, pdctl_router_argv, vllm_router_argv, write_record
+from _bench import admission_room, free_port, pdctl_router_argv, vllm_router_argv, write_record
 
 TICKS = os.sysconf("SC_CLK_TCK")
 PROMPT = "hello there, how are the prefill and decode doing"
@@ -157,15 +157,6 @@ def baseline_env(ref: str, tmp: Path) -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": os.pathsep.join(paths)}
 
 
-def room_for(args: argparse.Namespace) -> dict[str, Any]:
-    """``[router]`` settings that let every client in: admission's stage limits and queue
-    above the highest concurrency (its defaults, 32 requests in prefill per instance and
-    512 queued, answer most of c=1024 with 429 at once; vllm-router queues nothing)."""
-    top = max(args.conc_list)
-    room = {"prefill_in_flight_per_instance": top, "decode_in_flight_per_instance": top}
-    return {"admission": {**room, "max_queued": top}}
-
-
 def has_workers() -> bool:
     from pdctl.sdk.spec import RouterSpec
 
@@ -245,14 +236,18 @@ def start_contenders(
     out: list[Contender] = []
     for n in args.worker_counts:
         port = free_port()
-        extra = {**room_for(args), "workers": n} if has_workers() else room_for(args)
+        extra = (
+            {**admission_room(max(args.conc_list)), "workers": n}
+            if has_workers()
+            else admission_room(max(args.conc_list))
+        )
         cpus = args.router_cpus if n == 1 else ",".join(str(c) for c in range(n))
         argv = pdctl_router_argv(p, d, port, tmp, extra)
         name = "pdctl" if n == 1 else f"pdctl-w{n}"
         out.append(Contender(name, f"http://127.0.0.1:{port}", start(argv, cpus)))
     if args.baseline:
         port = free_port()
-        argv = pdctl_router_argv(p, d, port, tmp, room_for(args))
+        argv = pdctl_router_argv(p, d, port, tmp, admission_room(max(args.conc_list)))
         env = baseline_env(args.baseline, tmp)
         url = f"http://127.0.0.1:{port}"
         out.append(Contender(f"pdctl@{args.baseline}", url, start(argv, args.router_cpus, env)))

@@ -17,11 +17,12 @@ its stream to the end and checking it ended with ``[DONE]``.
   machine is below the router's own): the router's RSS sampled every 10 s, the last
   fifth of the run against the second fifth (flat: within ±10%).
 
-The router is started with ``router.http.max_connections`` above N and, when this
+The router is started with ``router.http.max_connections`` above N, admission's limits
+and queue at N (its defaults shed most of them at once), and, when this
 process may raise it (root), an open-files limit of ``--nofile``; the router raises its
 own soft limit to the hard one and warns when that is too low.
 
-    python benchmarks/router_streams.py [--streams 10000] [--events 32]
+    python benchmarks/router_streams.py [--streams 10000] [--events 32] [--workers 1]
         [--event-interval 1.0] [--ramp 20] [--soak 0] [--rate R] [--out FILE]
 """
 
@@ -43,7 +44,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from _bench import free_port, pdctl_router_argv, write_record
+from _bench import admission_room, free_port, pdctl_router_argv, write_record
 from router_scale import Contender, rss_mb, wait_up
 
 BODY = {"model": "tiny", "prompt": "hello there", "max_tokens": 8, "stream": True}
@@ -267,6 +268,9 @@ def main() -> int:
     ap.add_argument("--router-cpus", default="0")
     ap.add_argument("--load-cpus", default="1")
     ap.add_argument("--nofile", type=int, default=65536)
+    ap.add_argument(
+        "--workers", type=int, default=1, help="router.workers (each has its own files limit)"
+    )
     ap.add_argument("--out", default="router_streams.json")
     args = ap.parse_args()
     # a SIGTERM (a timeout, an impatient operator) still stops the mocks and the router
@@ -276,6 +280,15 @@ def main() -> int:
     if soft < args.streams + 256:
         print(f"this process may open {soft} files: too few for {args.streams} clients")
         return 2
+    # the router holds two descriptors per stream (the client's and the decode leg's)
+    per_worker = 2 * args.streams // max(1, args.workers) + 512
+    if soft < per_worker:
+        print(
+            f"note: a router process may open {soft} files and each of its {args.workers} "
+            f"worker(s) needs about {per_worker} for {args.streams} streams: expect refused "
+            "legs (503) unless the hard limit is raised or --workers is larger",
+            flush=True,
+        )
     tmp = Path(tempfile.mkdtemp(prefix="pdctl-streams-"))
     py = [sys.executable, "-m", "pdctl.sdk.router.mock", "--no-record"]
     pport, dport, rport = free_port(), free_port(), free_port()
@@ -293,7 +306,11 @@ def main() -> int:
             dec = [*py, "--role", "decode", "--port", str(dport), "--chunks", str(events)]
             dec += ["--chunk-delay-s", str(interval)]
             decode = start(dec, args.load_cpus, args.nofile)
-            router_cfg = {"http": {"max_connections": args.streams + 1024}}
+            router_cfg = {
+                "http": {"max_connections": args.streams + 1024},
+                **admission_room(args.streams),
+                **({"workers": args.workers} if args.workers > 1 else {}),
+            }
             argv = pdctl_router_argv(
                 f"http://127.0.0.1:{pport}", f"http://127.0.0.1:{dport}", rport, tmp, router_cfg
             )
