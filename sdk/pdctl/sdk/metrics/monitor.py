@@ -33,8 +33,9 @@ from pdctl.sdk.metrics.instance import (
 )
 from pdctl.sdk.metrics.overload import admission_of
 from pdctl.sdk.metrics.pairs import canary_window, pairs_of
+from pdctl.sdk.metrics.promanswers import PromRound
 from pdctl.sdk.metrics.promql import Trends
-from pdctl.sdk.metrics.promsource import PrometheusSource, PromRound, scrapes
+from pdctl.sdk.metrics.promsource import PrometheusSource, scrapes
 from pdctl.sdk.metrics.promtext import Sample, parse_text
 from pdctl.sdk.metrics.series import HISTOGRAMS as HISTOGRAMS  # re-exported: the series read
 from pdctl.sdk.metrics.series import LENGTHS as LENGTHS
