@@ -130,3 +130,46 @@ async def test_cells_are_drawn_as_the_datatable_draws_them():
                     t._clear_caches()
                     theirs = DataTable._render_cell(t, row, column, style, width, cursor, hover)
                     assert ours == theirs, (values[row], width, cursor, hover)
+
+
+async def test_cells_drawn_before_are_placed_not_drawn_again():
+    """A cell whose datum is the one drawn before comes out at its new place (rows moved)
+    as the DataTable draws it there, without being drawn again; a changed one is drawn."""
+    from rich.text import Text
+    from textual.widgets import DataTable
+
+    app = One()
+    async with app.run_test(size=(40, 20)) as pilot:
+        t = app.query_one(SyncTable)
+        rows = [(f"r{n}", (Text(f"x{n}", style="bold"), str(n))) for n in range(6)]
+        t.sync(rows)
+        await pilot.pause()
+
+        def every_cell() -> list[tuple[Any, Any]]:
+            out = []
+            for row in range(6):
+                style = t._get_row_style(row, t.rich_style)
+                for column in (0, 1):
+                    for cursor in (False, True):
+                        t._clear_caches()
+                        ours = t._render_cell(row, column, style, 6, cursor)
+                        t._clear_caches()
+                        theirs = DataTable._render_cell(t, row, column, style, 6, cursor)
+                        out.append((ours, theirs))
+            return out
+
+        every_cell()
+        drawn_again: list[object] = []
+        draw = t._draw
+
+        def counted(where: Any, datum: object, *rest: Any) -> Any:
+            drawn_again.append(datum)
+            return draw(where, datum, *rest)
+
+        t._draw = counted  # type: ignore[method-assign]
+        moved = [(k, (c[0], "new" if k == "r2" else c[1])) for k, c in rows[::-1]]
+        t.sync(moved)
+        await pilot.pause()
+        for ours, theirs in every_cell():
+            assert ours == theirs
+        assert set(drawn_again) == {"new"}  # the changed cell (with and without the cursor)

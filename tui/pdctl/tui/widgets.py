@@ -16,6 +16,7 @@ from textual._types import SegmentLines
 from textual.geometry import Region, Size
 from textual.screen import Screen
 from textual.strip import Strip
+from textual.widget import Widget
 from textual.widgets import DataTable, Footer, Static
 from textual.widgets._data_table import CellCacheKey
 from textual.widgets.data_table import ColumnKey, RowKey
@@ -84,6 +85,11 @@ def cell_line(
     return [Segment(t, meta if style is None else style + meta) for t, style, _ in styled]
 
 
+DRAWN_CELLS = 65536
+"""The most cells a table keeps drawn (:meth:`SyncTable._render_cell`): every cell of
+2,000 rows of 14 columns, with and without the cursor."""
+
+
 @dataclass
 class Paint:
     """What drawing a cell needs of the table, read once per paint."""
@@ -95,6 +101,8 @@ class Paint:
     """show_cursor, the hover cursor shown, the cursor's colours from CSS (fore, back)."""
     styles: dict[tuple[bool, bool], tuple[Style, Style]] = field(default_factory=dict)
     """(cursor, hover) → the component style under a cell and the one over it."""
+    rich_style: Style | None = None
+    """The table's own style (its ancestors' colours), read once, not once per line."""
 
 
 class SyncTable(DataTable[Cell]):
@@ -112,6 +120,11 @@ class SyncTable(DataTable[Cell]):
         self._order: list[str] = []
         self._fallback: Mapping[str, str] = {}
         self._paint: Paint | None = None
+        self._drawn: dict[tuple[object, ...], tuple[object, list[Segment]]] = {}
+        """A cell's segments without its place (the meta style naming its row and
+        column), by row, column and look, with the datum drawn: still good while the
+        cell's datum is the same, whatever else changed in the table (see
+        :meth:`_render_cell`)."""
 
     def _pick(self) -> tuple[Column, ...]:
         """The essential columns, then optional ones in order while they fit."""
@@ -189,13 +202,21 @@ class SyncTable(DataTable[Cell]):
             return
         self._row_locations = TwoWayDict({RowKey(k): n for n, k in enumerate(keys)})
         self._order = keys
+        self._placed(keys, selected)
+
+    def _placed(self, keys: list[str], selected: str | None) -> None:
+        """After rows moved: the table's virtual size, and the cursor on ``selected`` (or
+        its fallback, or clamped to the rows left)."""
         # the virtual height now (the DataTable leaves it to when idle, and would scroll
         # to the cursor after one paint at the old place: two pages drawn, not one)
         width = sum(c.get_render_width(self) for c in self.columns.values())
         header = self.header_height if self.show_header else 0
-        self.virtual_size = Size(
-            width + self._row_label_column_width, self._total_row_height + header
-        )
+        size = Size(width + self._row_label_column_width, self._total_row_height + header)
+        if size != self.virtual_size:
+            # without laying the screen out again (what setting it does): the table's own
+            # size stays; a scrollbar that comes or goes lays it out itself
+            self.set_reactive(Widget.virtual_size, size)
+            self._scroll_update(size)
         if selected is not None and selected not in self._rows:
             selected = self._fallback.get(selected)
         if selected is not None and selected in self._rows:
@@ -218,6 +239,17 @@ class SyncTable(DataTable[Cell]):
             return super().render_lines(crop)
         finally:
             self._paint = None
+
+    @property
+    def rich_style(self) -> Style:
+        """The DataTable's, computed once per paint (each line of the page asks for it,
+        and each time it walks the table's ancestors)."""
+        paint = self._paint
+        if paint is None:
+            return super().rich_style
+        if paint.rich_style is None:
+            paint.rich_style = super().rich_style
+        return paint.rich_style
 
     def _painting(self) -> Paint:
         return Paint(
@@ -246,7 +278,12 @@ class SyncTable(DataTable[Cell]):
         nested renderables, each cell rendered and cut into lines twice) costs ~70 µs a
         cell, most of a key's time when a page of 50 rows by 14 columns is redrawn.
         Header, label and fixed cells, and any cell :func:`cell_line` does not draw, go
-        the DataTable's way; the result is the same (a unit test compares them)."""
+        the DataTable's way; the result is the same (a unit test compares them).
+        A cell whose datum is the one drawn before (the same object, or an equal one:
+        a row that left the table and came back), with the same look, is not drawn
+        again (the DataTable's caches are dropped whenever any cell of the table
+        changes): only its place is added, so an update redraws only the cells that
+        changed, and a key that moves rows (a group opened, a sort) none."""
         paint = self._paint or self._painting()
         if row_index < 0 or column_index < 0 or paint.fixed:
             return super()._render_cell(row_index, column_index, base_style, width, cursor, hover)
@@ -267,29 +304,58 @@ class SyncTable(DataTable[Cell]):
         cached = self._cell_render_cache.get(key)
         if cached is not None:
             return cached
-        row = self.rows.get(row_key)
         datum = self._data.get(row_key, {}).get(column_key)
+        lit = (cursor, hover and paint.flags[1])  # the mouse's row, lit only when shown
+        look = (row_key, column_key, width, base_style, *lit, key[7], paint.flags, paint.padding)
+        drawn = self._drawn.get(look)
+        if drawn is not None and (drawn[0] is datum or drawn[0] == datum):
+            bare = drawn[1]
+        else:
+            got = self._draw((row_key, row_index, column_index), datum, base_style, width, lit)
+            if got is None:
+                return super()._render_cell(
+                    row_index, column_index, base_style, width, cursor, hover
+                )
+            bare = got
+            if len(self._drawn) >= DRAWN_CELLS:
+                self._drawn.clear()  # of rows gone and looks not drawn since
+            self._drawn[look] = (datum, bare)
+        # the place, added last (see cell_line): the same style, and the additions before
+        # it are the same for every cell, so Rich's cache of them holds
+        meta = Style.from_meta({"row": row_index, "column": column_index})
+        line = [Segment(t, meta if style is None else style + meta) for t, style, _ in bare]
+        self._cell_render_cache[key] = [line]
+        return [line]
+
+    def _draw(
+        self,
+        where: tuple[RowKey, int, int],
+        datum: object,
+        base_style: Style,
+        width: int,
+        lit: tuple[bool, bool],
+    ) -> list[Segment] | None:
+        """A one-line cell's segments without its place (``where``: its row key, row and
+        column; ``lit``: under the cursor, under the mouse); None where the DataTable's
+        own way must draw it."""
+        row_key, row_index, column_index = where
+        paint = self._paint or self._painting()
+        row = self.rows.get(row_key)
         cell: object
         if isinstance(datum, str) and "[" not in datum and ":" not in datum:
             cell = Text(datum, end="", no_wrap=True)  # what markup without tags or emoji gives
         else:  # what the DataTable's cell formatter makes of it
             cell = self._get_row_renderables(row_index).cells[column_index]
         if row is None or row.height != 1 or not isinstance(cell, Text):
-            return super()._render_cell(row_index, column_index, base_style, width, cursor, hover)
-        styles = paint.styles.get((cursor, hover))
+            return None
+        cursor, hover = lit
+        styles = paint.styles.get(lit)
         if styles is None:
-            styles = paint.styles[cursor, hover] = self._get_styles_to_render_cell(
+            styles = paint.styles[lit] = self._get_styles_to_render_cell(
                 False, False, False, hover, cursor, *paint.flags
             )
         component, post = styles
-        meta = Style.from_meta({"row": row_index, "column": column_index})
-        line = cell_line(
-            paint.console, cell, width, paint.padding, base_style + component, post, meta
-        )
-        if line is None:
-            return super()._render_cell(row_index, column_index, base_style, width, cursor, hover)
-        self._cell_render_cache[key] = [line]
-        return [line]
+        return cell_line(paint.console, cell, width, paint.padding, base_style + component, post)
 
     def selected_key(self) -> str | None:
         if not self._order or self.cursor_row < 0 or self.cursor_row >= len(self._order):
@@ -353,4 +419,4 @@ class Tabs(Static):
             t.append(f" {key} {name} ", style=style)
         if extra:
             t.append("  " + extra, style="italic")
-        self.update(t)
+        self.update(t, layout=False)  # one line high (pdctl.tcss)
