@@ -81,7 +81,7 @@ __all__ = [
 class FleetMonitor:
     """The fleet's metrics stream. Its source is either the instances themselves (each
     target's ``/metrics``, scraped concurrently) or, with ``prometheus``, an operator's
-    Prometheus (four instant queries per update, whatever the fleet's size; see
+    Prometheus (four queries per update, whatever the fleet's size; see
     :mod:`~pdctl.sdk.metrics.promsource`); the same :class:`Snapshot` comes out."""
 
     def __init__(

@@ -1,6 +1,6 @@
 """The PromQL the Prometheus source sends: pure text builders, no I/O.
 
-:func:`queries` builds one update's instant queries (the instances, their series, the
+:func:`queries` builds one update's queries (the instances, their series, the
 window's quantiles, the token-length bounds), :func:`whole_query` the quantiles of whole
 histograms (instances that restarted in the window), :func:`trends_query` the range query
 behind the UI's sparklines. Histograms are selected by exact name (Prometheus looks a

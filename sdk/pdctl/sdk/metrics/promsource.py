@@ -1,7 +1,8 @@
 """Prometheus as the monitor's source: the series pdctl derives from, read with PromQL.
 
 Instead of scraping every instance, :class:`PrometheusSource` asks the operator's
-Prometheus four instant queries per update, whatever the number of instances:
+Prometheus four queries per update (one of them a range query), whatever the number of
+instances:
 
 * ``up`` over the selector: the instances (their ``instance`` and ``role`` labels, as the
   scrape configuration pdctl generates sets them) and which ones Prometheus reaches;
