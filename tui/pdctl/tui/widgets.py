@@ -3,7 +3,7 @@ banner, the summary line and the view tabs."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from rich.cells import cell_len
@@ -25,6 +25,8 @@ from textual.widgets.data_table import Row as DataRow
 from pdctl.sdk.metrics.monitor import Alert
 
 Cell = str | Text
+Cells = Sequence[Cell] | Callable[[], Sequence[Cell]]
+"""A row's cells, or how to draw them (drawn when the row is near the screen)."""
 
 
 @dataclass(frozen=True)
@@ -118,6 +120,10 @@ class SyncTable(DataTable[Cell]):
         self._room_left = 0
         self._rows: dict[str, tuple[Cell, ...]] = {}
         self._order: list[str] = []
+        self._index: list[int] = []
+        self._pending: dict[str, Callable[[], Sequence[Cell]]] = {}
+        """Rows far from the screen whose cells were given as how to draw them: drawn
+        when they come near it (:meth:`render_lines`) or are read (:meth:`get_row`)."""
         self._fallback: Mapping[str, str] = {}
         self._paint: Paint | None = None
         self._drawn: dict[tuple[object, ...], tuple[object, list[Segment]]] = {}
@@ -141,11 +147,13 @@ class SyncTable(DataTable[Cell]):
 
     def sync(
         self,
-        rows: Sequence[tuple[str, Sequence[Cell]]],
+        rows: Sequence[tuple[str, Cells]],
         fallback: Mapping[str, str] | None = None,
     ) -> None:
-        """Show ``rows`` (key, one cell per column of ``all_columns``). The cursor stays on
-        its row's key; when that row is gone, it moves to ``fallback[key]`` (a closed
+        """Show ``rows`` (key, one cell per column of ``all_columns``, or a function that
+        draws them: called only for a row new to the table or within a page of the
+        screen, else when the row comes near the screen or is read). The cursor stays
+        on its row's key; when that row is gone, it moves to ``fallback[key]`` (a closed
         group's row) if given, else it stays at its place (clamped to the rows left)."""
         self._fallback = fallback or {}
         shown = self._pick()
@@ -157,12 +165,11 @@ class SyncTable(DataTable[Cell]):
             for c in shown:
                 self.add_column(c.label, key=c.key, width=c.width + (extra if c.grow else 0))
             self._shown, self._extra = shown, extra
-            self._rows, self._order = {}, []
-        self._apply(rows, index, selected)
+            self._rows, self._order, self._pending = {}, [], {}
+        self._index = index
+        self._apply(rows, selected)
 
-    def _apply(
-        self, rows: Sequence[tuple[str, Sequence[Cell]]], index: list[int], selected: str | None
-    ) -> None:
+    def _apply(self, rows: Sequence[tuple[str, Cells]], selected: str | None) -> None:
         """Bring the table's rows to ``rows`` in place: rows gone are dropped, new ones
         added, changed cells replaced, and the order set in one step, without the
         DataTable's clear-and-add (which re-adds and re-measures every row: seconds at
@@ -177,22 +184,17 @@ class SyncTable(DataTable[Cell]):
             for key in self._order:
                 if key not in keep:
                     del self._data[RowKey(key)], self.rows[RowKey(key)], self._rows[key]
-        for key, cells in rows:
-            new = tuple(cells[i] for i in index)
-            old = self._rows.get(key)
-            if old == new:
-                continue
-            row_key = RowKey(key)
-            if old is None:
-                self._data[row_key] = dict(zip(columns, new, strict=True))
-                self.rows[row_key] = DataRow(row_key, height=1)
-            else:
-                data = self._data[row_key]
-                for col, a, b in zip(columns, old, new, strict=True):
-                    if a != b:
-                        data[col] = b
-            self._rows[key] = new
-            changed = True
+                    self._pending.pop(key, None)
+        page = max(1, self.size.height)
+        near = range(int(self.scroll_y) - page, int(self.scroll_y) + 2 * page)
+        for n, (key, cells) in enumerate(rows):
+            if callable(cells):
+                if key in self._rows and n not in near:
+                    self._pending[key] = cells
+                    continue
+                cells = cells()
+            self._pending.pop(key, None)
+            changed = self._put(key, cells, columns) or changed
         if not changed:
             return
         # what add_row, update_cell and sort do, once for all rows and cells
@@ -204,6 +206,49 @@ class SyncTable(DataTable[Cell]):
         self._order = keys
         self._placed(keys, selected)
 
+    def _put(self, key: str, cells: Sequence[Cell], columns: list[ColumnKey]) -> bool:
+        """The row ``key``'s cells (of every column): added, or its changed cells
+        replaced; whether anything changed."""
+        new = tuple(cells[i] for i in self._index)
+        old = self._rows.get(key)
+        if old == new:
+            return False
+        row_key = RowKey(key)
+        if old is None:
+            self._data[row_key] = dict(zip(columns, new, strict=True))
+            self.rows[row_key] = DataRow(row_key, height=1)
+        else:
+            data = self._data[row_key]
+            for col, a, b in zip(columns, old, new, strict=True):
+                if a != b:
+                    data[col] = b
+        self._rows[key] = new
+        return True
+
+    def _draw_pending(self, keys: Iterable[str]) -> None:
+        """Draw the rows of ``keys`` left to draw; the DataTable's caches dropped if any
+        changed (before they are read: they are keyed by the update count)."""
+        columns = [ColumnKey(c.key) for c in self._shown]
+        changed = False
+        for key in keys:
+            draw = self._pending.pop(key, None)
+            if draw is not None:
+                changed = self._put(key, draw(), columns) or changed
+        if changed:
+            self._update_count += 1
+
+    def get_row(self, row_key: RowKey | str) -> list[Cell]:
+        self._draw_pending([str(row_key.value) if isinstance(row_key, RowKey) else row_key])
+        return super().get_row(row_key)
+
+    def get_cell(self, row_key: RowKey | str, column_key: ColumnKey | str) -> Cell:
+        self._draw_pending([str(row_key.value) if isinstance(row_key, RowKey) else row_key])
+        return super().get_cell(row_key, column_key)
+
+    def get_column(self, column_key: ColumnKey | str) -> Iterable[Cell]:
+        self._draw_pending(list(self._pending))
+        return super().get_column(column_key)
+
     def _placed(self, keys: list[str], selected: str | None) -> None:
         """After rows moved: the table's virtual size, and the cursor on ``selected`` (or
         its fallback, or clamped to the rows left)."""
@@ -212,9 +257,12 @@ class SyncTable(DataTable[Cell]):
         width = sum(c.get_render_width(self) for c in self.columns.values())
         header = self.header_height if self.show_header else 0
         size = Size(width + self._row_label_column_width, self._total_row_height + header)
-        if size != self.virtual_size:
-            # without laying the screen out again (what setting it does): the table's own
-            # size stays; a scrollbar that comes or goes lays it out itself
+        if size != self.virtual_size and self.styles.auto_dimensions:
+            self.virtual_size = size  # its height follows its rows: laid out again
+        elif size != self.virtual_size:
+            # a table of fixed height (the fleet's, 1fr) keeps its size: the screen is not
+            # laid out again (what setting it does); a scrollbar that comes or goes lays
+            # it out itself
             self.set_reactive(Widget.virtual_size, size)
             self._scroll_update(size)
         if selected is not None and selected not in self._rows:
@@ -232,8 +280,13 @@ class SyncTable(DataTable[Cell]):
             self._highlight_row(row)
 
     def render_lines(self, crop: Region) -> list[Strip]:
-        """The DataTable's, with the table's settings read once for the paint, not once
-        per cell (each a reactive attribute)."""
+        """The DataTable's, with the rows it shows drawn first (those left to draw) and
+        the table's settings read once for the paint, not once per cell (each a reactive
+        attribute)."""
+        if self._pending:
+            header = self.header_height if self.show_header else 0
+            top = max(0, int(self.scroll_y) + crop.y - header)
+            self._draw_pending(self._order[top : top + crop.height + 1])
         self._paint = self._painting()
         try:
             return super().render_lines(crop)
