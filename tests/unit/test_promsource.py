@@ -15,8 +15,17 @@ import httpx
 import pytest
 
 from pdctl.sdk.errors import PdctlError
-from pdctl.sdk.metrics.derive import Digest, Histogram, Lengths, Scrape, window_of
+from pdctl.sdk.metrics.derive import (
+    Digest,
+    Histogram,
+    Latency,
+    Lengths,
+    Scrape,
+    latency_of,
+    window_of,
+)
 from pdctl.sdk.metrics.monitor import HISTOGRAMS, LENGTHS, WANTED, FleetMonitor
+from pdctl.sdk.metrics.promanswers import Answers, PromRound, round_of, trends_of
 from pdctl.sdk.metrics.promql import (
     PrometheusError,
     queries,
@@ -24,7 +33,7 @@ from pdctl.sdk.metrics.promql import (
     trends_query,
     whole_query,
 )
-from pdctl.sdk.metrics.promsource import Answers, PromRound, round_of, scrapes, trends_of
+from pdctl.sdk.metrics.promsource import scrapes
 from pdctl.sdk.metrics.promtext import Sample
 from pdctl.sdk.metrics.targets import base_url, targets_from_urls
 from pdctl.sdk.router.mock import MockConfig, MockServer
@@ -40,6 +49,30 @@ def vector(*rows: tuple[dict[str, str], str]) -> dict[str, Any]:
             "result": [{"metric": m, "value": [1.0, v]} for m, v in rows],
         },
     }
+
+
+def matrix(*rows: tuple[dict[str, str], list[tuple[float, str]]]) -> dict[str, Any]:
+    return {
+        "status": "success",
+        "data": {
+            "resultType": "matrix",
+            "result": [{"metric": m, "values": [list(p) for p in v]} for m, v in rows],
+        },
+    }
+
+
+def now(*rows: tuple[dict[str, str], str], at: float = 100.0) -> dict[str, Any]:
+    """The series query's answer with one point each, at ``at`` (the window's end)."""
+    return matrix(*((m, [(at, v)]) for m, v in rows))
+
+
+def answer(req: httpx.Request, *rows: tuple[dict[str, str], str]) -> httpx.Response:
+    """``rows`` as Prometheus answers the request: at the range query's end (the series
+    query), or as an instant vector."""
+    form = dict(httpx.QueryParams(req.content.decode()))
+    if req.url.path.endswith("/query_range"):
+        return httpx.Response(200, json=now(*rows, at=float(form["end"])))
+    return httpx.Response(200, json=vector(*rows))
 
 
 UP = vector(
@@ -58,8 +91,10 @@ def test_queries_select_the_wanted_series_per_instance():
     assert "exported_instance" in series
     assert '__name__!~".*(_created|_bucket)"' in series  # no buckets: Prometheus reads them
     assert "vllm:time_to_first_token_seconds.*|" in series
-    # the cumulative series a window ago, marked
-    assert '_count)", fleet="demo"} offset 30000ms), "pdctl_at", "old", "", "")' in series
+    # one selector, summed once: the window's two ends are the range query's two steps
+    assert series.endswith('__name__!~".*(_created|_bucket)", fleet="demo"})')
+    assert series.count("{") == 1
+    assert "offset" not in series
     for q in ("0.5", "0.9", "0.99"):
         assert f"histogram_quantile({q}, " in quantiles
     assert quantiles.count("histogram_quantile(0.95, ") == 1  # the token lengths only
@@ -88,8 +123,7 @@ def test_whole_histograms_are_asked_for_by_instance():
 def test_bucket_mode_reads_every_bucket_in_two_queries():
     up, series, quantiles, bounds = queries(WANTED, 'fleet="demo"', buckets=True)
     assert (quantiles, bounds) == ("", "")
-    assert '__name__!~".*_created"' in series
-    assert "_count|_bucket)" in series  # buckets a window ago too
+    assert series.endswith('__name__!~".*_created", fleet="demo"})')  # buckets too
     assert up == 'up{fleet="demo"}'
 
 
@@ -107,7 +141,7 @@ def test_a_selector_that_is_not_matchers_is_refused_with_an_example():
 
 
 def test_round_reads_instances_health_and_the_routers_own_labels():
-    new = vector(
+    new = now(
         ({"__name__": "vllm:num_requests_running", "instance": "d0"}, "3"),
         ({"__name__": "vllm:x_bucket", "instance": "d0", "le": "+Inf"}, "NaN"),
         (
@@ -158,7 +192,12 @@ def test_round_reads_instances_health_and_the_routers_own_labels():
 )
 def test_answers_that_are_not_an_instant_vector_are_refused(body):
     with pytest.raises(PrometheusError, match="Prometheus"):
-        round_of(body, vector(), vector(), vector(), at=1.0, url="u")
+        round_of(body, matrix(), vector(), vector(), at=1.0, url="u")
+
+
+def test_a_series_answer_that_is_not_a_range_vector_is_refused():
+    with pytest.raises(PrometheusError, match="with no range vector"):
+        round_of(UP, vector(), vector(), vector(), at=1.0, url="u")
 
 
 def prom_transport(handler: Any) -> httpx.MockTransport:
@@ -179,7 +218,7 @@ async def test_a_server_that_is_not_prometheus_is_named():
 
 async def test_a_selector_matching_nothing_says_so():
     def handler(req: httpx.Request) -> httpx.Response:
-        return httpx.Response(200, json=vector())
+        return answer(req)
 
     with pytest.raises(PrometheusError, match=r'up\{fleet="f"\} is empty\): check --selector'):
         await poll_with(handler)
@@ -220,9 +259,7 @@ async def test_prometheus_rounds_replace_the_instance_set():
         q = dict(httpx.QueryParams(req.content.decode()))["query"]
         if q.startswith("up"):
             return httpx.Response(200, json=answers[0])
-        return httpx.Response(
-            200, json=vector(({"__name__": "vllm:num_requests_running", "instance": "d0"}, "2"))
-        )
+        return answer(req, ({"__name__": "vllm:num_requests_running", "instance": "d0"}, "2"))
 
     mon = FleetMonitor.from_prometheus("http://prom", "")
     async with httpx.AsyncClient(transport=prom_transport(handler)) as c:
@@ -235,6 +272,29 @@ async def test_prometheus_rounds_replace_the_instance_set():
     assert by["d1"].error == "no series in Prometheus"
     assert by["d1"].role == "colocated"  # no role label
     assert by["d1"].running is None
+
+
+async def test_the_series_are_asked_for_at_the_windows_two_ends():
+    """One range query of two steps, the window apart in whole milliseconds, ending where
+    the instant queries are evaluated."""
+    forms: list[tuple[str, dict[str, str]]] = []
+
+    def handler(req: httpx.Request) -> httpx.Response:
+        form = dict(httpx.QueryParams(req.content.decode()))
+        forms.append((req.url.path, form))
+        if form["query"].startswith("up"):
+            return httpx.Response(200, json=UP)
+        return answer(req, ({"__name__": "vllm:num_requests_running", "instance": "d0"}, "2"))
+
+    mon = await poll_with(handler, window_s=12.3456)
+    (series,) = [f for path, f in forms if path == "/api/v1/query_range"]
+    instants = [f for path, f in forms if path == "/api/v1/query"]
+    assert len(instants) == 3  # up, the quantiles, the bounds
+    assert series["step"] == "12346ms"
+    ms = [round(float(series[k]) * 1000) for k in ("start", "end")]
+    assert ms[1] - ms[0] == 12346
+    assert all(f["time"] == series["end"] for f in instants)
+    assert mon.snapshot().instance("d0").running == 2
 
 
 def test_endpoint_targets_are_named_by_role_and_order():
@@ -295,7 +355,7 @@ def test_answers_read_as_the_same_scrape_as_their_samples():
     rows = [
         ({"__name__": s.name, "instance": "d0"} | dict(s.labels), repr(s.value)) for s in samples
     ]
-    rnd = round_of(UP, vector(*rows), at=100.0, url="u", exprs=queries(WANTED, buckets=True))
+    rnd = round_of(UP, now(*rows), at=100.0, url="u", exprs=queries(WANTED, buckets=True))
     assert rnd.new["d0"].values == {hist + "_count": 7}
     assert rnd.new["d0"].samples[run] == [Sample(run, "", 2.0), Sample(run, "", 3.0)]
     (got,) = scrapes(rnd, "d0", 60)
@@ -319,15 +379,17 @@ def test_a_round_without_old_answers_has_no_window():
 
 def test_round_reads_the_window_ago_quantiles_and_bounds():
     count = "vllm:time_to_first_token_seconds_count"
-    series = vector(
-        ({"__name__": count, "instance": "d0"}, "10"),
-        ({"__name__": count, "instance": "d0", "pdctl_at": "old"}, "4"),
-        ({"__name__": "vllm:time_to_first_token_seconds_sum", "instance": "d0"}, "3"),
-        (
-            {"__name__": "vllm:time_to_first_token_seconds_sum", "instance": "d0"}
-            | {"pdctl_at": "old"},
-            "1.2",
-        ),
+    running = "vllm:num_requests_running"
+    series = matrix(  # the window's two ends: 40 and 100
+        ({"__name__": count, "instance": "d0"}, [(40.0, "4"), (100.0, "10")]),
+        ({"__name__": "vllm:time_to_first_token_seconds_sum", "instance": "d0"}, [(40.0, "1.2")]),
+        ({"__name__": running, "instance": "d0"}, [(40.0, "7"), (100.0, "2")]),
+        ({"__name__": "vllm:request_success_total", "instance": "d0"}, [(40.0, "x")]),
+    )
+    series["data"]["result"][1]["values"].append([100.0, "3"])
+    series["data"]["result"].append({"metric": {"__name__": "vllm:a_total", "instance": "d0"}})
+    series["data"]["result"].append(
+        {"metric": {"__name__": "vllm:b_total", "instance": "d0"}, "values": "not a list"}
     )
     hist = {"instance": "d0", "pdctl_h": "vllm:time_to_first_token_seconds"}
     quantiles = vector(
@@ -348,7 +410,12 @@ def test_round_reads_the_window_ago_quantiles_and_bounds():
     old, new = scrapes(rnd, "d0", 60)
     assert old.at == 40.0
     assert old.total(count) == 4
-    assert "pdctl_at" not in old.by_name[count][0].raw_labels
+    assert old.by_name[count] == [Sample(count, "", 4.0)]
+    assert not old.has(running)  # a gauge: its value now only
+    assert new.total(running) == 2
+    assert not old.has("vllm:request_success_total")  # not a number: no value
+    assert not new.has("vllm:a_total")
+    assert not new.has("vllm:b_total")
     w = window_of(new, old, "vllm:time_to_first_token_seconds")
     assert isinstance(w, Digest)
     assert w.count == 6
@@ -362,29 +429,20 @@ async def test_a_router_answering_garbage_requests_leaves_the_pairs_empty():
     """With --prometheus and --router: a router whose recent-requests answer is not the
     object it should be costs the per-pair figures, not the update."""
     up = vector(({"__name__": "up", "instance": "d0", "role": "decode"}, "1"))
-    running = vector(({"__name__": "vllm:num_requests_running", "instance": "d0"}, "1"))
 
     def handler(req: httpx.Request) -> httpx.Response:
         if req.url.host == "router":
             return httpx.Response(200, json=["not", "an", "object"])
         q = dict(httpx.QueryParams(req.content.decode()))["query"]
-        return httpx.Response(200, json=up if q.startswith("up") else running)
+        if q.startswith("up"):
+            return httpx.Response(200, json=up)
+        return answer(req, ({"__name__": "vllm:num_requests_running", "instance": "d0"}, "1"))
 
     mon = FleetMonitor.from_prometheus("http://prom", "", router_url="http://router:8000")
     async with httpx.AsyncClient(transport=prom_transport(handler)) as c:
         snap = await mon.poll(c)
     assert snap.pairs == ()
     assert snap.instance("d0").running == 1.0
-
-
-def matrix(*rows: tuple[dict[str, str], list[tuple[float, str]]]) -> dict[str, Any]:
-    return {
-        "status": "success",
-        "data": {
-            "resultType": "matrix",
-            "result": [{"metric": m, "values": [list(p) for p in v]} for m, v in rows],
-        },
-    }
 
 
 def test_trends_query_is_the_updates_method_over_a_range():
@@ -419,9 +477,9 @@ async def test_trends_come_from_one_range_query_and_fill_the_history():
     seen: list[str] = []
 
     def handler(req: httpx.Request) -> httpx.Response:
-        seen.append(req.url.path)
         form = dict(httpx.QueryParams(req.content.decode()))
-        if req.url.path.endswith("query_range"):
+        seen.append(req.url.path)
+        if req.url.path.endswith("query_range") and "pdctl_f" in form["query"]:
             assert float(form["end"]) - float(form["start"]) == pytest.approx(2 * 1.0)
             assert form["step"] == "1.0"
             return httpx.Response(
@@ -439,19 +497,18 @@ async def test_trends_come_from_one_range_query_and_fill_the_history():
                     ({"__name__": "up", "instance": "d1", "role": "decode"}, "1"),
                 ),
             )
-        return httpx.Response(
-            200,
-            json=vector(
-                ({"__name__": "vllm:num_requests_running", "instance": "d0"}, "2"),
-                ({"__name__": "vllm:num_requests_running", "instance": "d1"}, "1"),
-            ),
+        return answer(
+            req,
+            ({"__name__": "vllm:num_requests_running", "instance": "d0"}, "2"),
+            ({"__name__": "vllm:num_requests_running", "instance": "d1"}, "1"),
         )
 
     mon = FleetMonitor.from_prometheus("http://prom", "", interval_s=1.0)
     async with httpx.AsyncClient(transport=httpx.MockTransport(handler)) as c:
         snap = await mon.poll(c)
+        seen.clear()
         trends = await mon.trends(c, points=3)
-    assert seen.count("/api/v1/query_range") == 1
+    assert seen == ["/api/v1/query_range"]
     assert trends == {"req_rate": {"d0": [(1.0, 2.0), (2.0, 4.0)], "d1": [(2.0, 1.0)]}}
     h = History(groups=lambda i: (f"role:{i.role}",))
     h.backfill(trends, snap)
@@ -481,3 +538,32 @@ def test_token_lengths_read_the_same_from_buckets_and_from_prometheus(buckets):
     d = Digest({0.95: p95}, h.sum, h.count, h.bounds)
     assert Lengths.of(d) == Lengths.of(h)
     assert Lengths.of(Digest({}, 0.0, 0.0, h.bounds)) == Lengths()
+
+
+H = "vllm:h"
+
+
+def digest_scrape(count: float | None, total: float, quantiles: dict[str, dict[float, float]]):
+    values = {H + "_sum": total} | ({} if count is None else {H + "_count": count})
+    return Scrape.grouped(values, {}, 1.0, quantiles, {})
+
+
+@pytest.mark.parametrize(
+    ("new", "old"),
+    [
+        ((10.0, 5.0, {H: {0.5: 0.1, 0.9: 0.2, 0.99: 0.3}}), (4.0, 2.0, {})),
+        ((10.0, 5.0, {H: {0.5: 0.1}}), None),  # nothing a window ago: the whole
+        ((3.0, 1.0, {H: {0.5: 0.1}}), (4.0, 2.0, {})),  # the count fell: the whole
+        ((4.0, 2.0, {H: {0.5: 0.1}}), (4.0, 2.0, {})),  # no observation in the window
+        ((4.0, 2.0, {}), (1.0, 1.0, {})),  # no quantile answered
+        ((None, 2.0, {}), (1.0, 1.0, {})),  # no histogram
+        ((0.0, 0.0, {H: {}}), None),
+    ],
+)
+def test_latency_of_is_latency_of_the_window(new, old):
+    """The shortcut over Prometheus' answers gives what the window's Digest gives."""
+    a = digest_scrape(*new)
+    b = None if old is None else digest_scrape(*old)
+    assert latency_of(a, b, H) == Latency.of(window_of(a, b, H))
+    direct = Scrape([Sample(H + "_bucket", 'le="+Inf"', 3.0)], 1.0)  # buckets: the same path
+    assert latency_of(direct, None, H) == Latency.of(window_of(direct, None, H))

@@ -130,3 +130,101 @@ async def test_cells_are_drawn_as_the_datatable_draws_them():
                     t._clear_caches()
                     theirs = DataTable._render_cell(t, row, column, style, width, cursor, hover)
                     assert ours == theirs, (values[row], width, cursor, hover)
+
+
+async def test_cells_drawn_before_are_placed_not_drawn_again():
+    """A cell whose datum is the one drawn before comes out at its new place (rows moved)
+    as the DataTable draws it there, without being drawn again; a changed one is drawn."""
+    from rich.text import Text
+    from textual.widgets import DataTable
+
+    app = One()
+    async with app.run_test(size=(40, 20)) as pilot:
+        t = app.query_one(SyncTable)
+        rows = [(f"r{n}", (Text(f"x{n}", style="bold"), str(n))) for n in range(6)]
+        t.sync(rows)
+        await pilot.pause()
+
+        def every_cell() -> list[tuple[Any, Any]]:
+            out = []
+            for row in range(6):
+                style = t._get_row_style(row, t.rich_style)
+                for column in (0, 1):
+                    for cursor in (False, True):
+                        t._clear_caches()
+                        ours = t._render_cell(row, column, style, 6, cursor)
+                        t._clear_caches()
+                        theirs = DataTable._render_cell(t, row, column, style, 6, cursor)
+                        out.append((ours, theirs))
+            return out
+
+        every_cell()
+        drawn_again: list[object] = []
+        draw = t._draw
+
+        def counted(where: Any, datum: object, *rest: Any) -> Any:
+            drawn_again.append(datum)
+            return draw(where, datum, *rest)
+
+        t._draw = counted  # type: ignore[method-assign,assignment]
+        moved = [(k, (c[0], "new" if k == "r2" else c[1])) for k, c in rows[::-1]]
+        t.sync(moved)
+        await pilot.pause()
+        for ours, theirs in every_cell():
+            assert ours == theirs
+        assert set(drawn_again) == {"new"}  # the changed cell (with and without the cursor)
+
+
+async def test_rows_far_from_the_screen_are_drawn_when_they_come_near_it():
+    """Rows given as how to draw them: those new to the table or within a page of the
+    screen are drawn at once, the others when they are scrolled to or read, and then
+    show their latest cells."""
+    app = One()
+    async with app.run_test(size=(40, 12)) as pilot:
+        t = app.query_one(SyncTable)
+        keys = [f"r{n:03}" for n in range(200)]
+        calls: list[str] = []
+
+        def rows(value: str) -> list[tuple[str, Any]]:
+            def draw(k: str) -> Any:
+                def cells() -> tuple[str, str]:
+                    calls.append(k)
+                    return (k, value)
+
+                return cells
+
+            return [(k, draw(k)) for k in keys]
+
+        t.sync(rows("0"))
+        await pilot.pause()
+        assert len(calls) == 200  # new rows: drawn at once
+        calls.clear()
+        t.sync(rows("1"))
+        await pilot.pause()
+        assert calls  # the rows near the screen only
+        assert len(calls) < 60
+        assert "r150" not in calls
+        assert t.get_row("r151") == ["r151", "1"]  # read: drawn
+        t.move_cursor(row=150, animate=False)
+        await pilot.pause()  # the page around row 150 painted: its rows drawn first
+        assert "r150" in calls
+        assert list(t._data[RowKey("r150")].values()) == ["r150", "1"]
+        assert t.get_row("r199") == ["r199", "1"]
+        assert t.get_column("b") is not None
+        assert set(t.get_column("b")) == {"1"}
+        assert not t._pending  # every row drawn once read
+
+
+async def test_a_table_of_auto_height_grows_and_shrinks_with_its_rows():
+    app = One()  # no stylesheet: the DataTable's own height, auto
+    async with app.run_test(size=(40, 20)) as pilot:
+        t = app.query_one(SyncTable)
+        t.sync([(k, (k, "")) for k in "abc"])
+        await pilot.pause()
+        assert t.size.height == 1 + 3
+        t.sync([(k, (k, "")) for k in "abcdefgh"])
+        await pilot.pause()
+        assert t.size.height == 1 + 8
+        t.sync([(k, (k, "")) for k in "ab"])
+        await pilot.pause()
+        assert t.size.height == 1 + 2

@@ -3,7 +3,7 @@ banner, the summary line and the view tabs."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from rich.cells import cell_len
@@ -16,6 +16,7 @@ from textual._types import SegmentLines
 from textual.geometry import Region, Size
 from textual.screen import Screen
 from textual.strip import Strip
+from textual.widget import Widget
 from textual.widgets import DataTable, Footer, Static
 from textual.widgets._data_table import CellCacheKey
 from textual.widgets.data_table import ColumnKey, RowKey
@@ -24,6 +25,8 @@ from textual.widgets.data_table import Row as DataRow
 from pdctl.sdk.metrics.monitor import Alert
 
 Cell = str | Text
+Cells = Sequence[Cell] | Callable[[], Sequence[Cell]]
+"""A row's cells, or how to draw them (drawn when the row is near the screen)."""
 
 
 @dataclass(frozen=True)
@@ -84,6 +87,11 @@ def cell_line(
     return [Segment(t, meta if style is None else style + meta) for t, style, _ in styled]
 
 
+DRAWN_CELLS = 65536
+"""The most cells a table keeps drawn (:meth:`SyncTable._render_cell`): every cell of
+2,000 rows of 14 columns, with and without the cursor."""
+
+
 @dataclass
 class Paint:
     """What drawing a cell needs of the table, read once per paint."""
@@ -95,6 +103,8 @@ class Paint:
     """show_cursor, the hover cursor shown, the cursor's colours from CSS (fore, back)."""
     styles: dict[tuple[bool, bool], tuple[Style, Style]] = field(default_factory=dict)
     """(cursor, hover) → the component style under a cell and the one over it."""
+    rich_style: Style | None = None
+    """The table's own style (its ancestors' colours), read once, not once per line."""
 
 
 class SyncTable(DataTable[Cell]):
@@ -110,8 +120,17 @@ class SyncTable(DataTable[Cell]):
         self._room_left = 0
         self._rows: dict[str, tuple[Cell, ...]] = {}
         self._order: list[str] = []
+        self._index: list[int] = []
+        self._pending: dict[str, Callable[[], Sequence[Cell]]] = {}
+        """Rows far from the screen whose cells were given as how to draw them: drawn
+        when they come near it (:meth:`render_lines`) or are read (:meth:`get_row`)."""
         self._fallback: Mapping[str, str] = {}
         self._paint: Paint | None = None
+        self._drawn: dict[tuple[object, ...], tuple[object, list[Segment]]] = {}
+        """A cell's segments without its place (the meta style naming its row and
+        column), by row, column and look, with the datum drawn: still good while the
+        cell's datum is the same, whatever else changed in the table (see
+        :meth:`_render_cell`)."""
 
     def _pick(self) -> tuple[Column, ...]:
         """The essential columns, then optional ones in order while they fit."""
@@ -128,11 +147,13 @@ class SyncTable(DataTable[Cell]):
 
     def sync(
         self,
-        rows: Sequence[tuple[str, Sequence[Cell]]],
+        rows: Sequence[tuple[str, Cells]],
         fallback: Mapping[str, str] | None = None,
     ) -> None:
-        """Show ``rows`` (key, one cell per column of ``all_columns``). The cursor stays on
-        its row's key; when that row is gone, it moves to ``fallback[key]`` (a closed
+        """Show ``rows`` (key, one cell per column of ``all_columns``, or a function that
+        draws them: called only for a row new to the table or within a page of the
+        screen, else when the row comes near the screen or is read). The cursor stays
+        on its row's key; when that row is gone, it moves to ``fallback[key]`` (a closed
         group's row) if given, else it stays at its place (clamped to the rows left)."""
         self._fallback = fallback or {}
         shown = self._pick()
@@ -144,12 +165,11 @@ class SyncTable(DataTable[Cell]):
             for c in shown:
                 self.add_column(c.label, key=c.key, width=c.width + (extra if c.grow else 0))
             self._shown, self._extra = shown, extra
-            self._rows, self._order = {}, []
-        self._apply(rows, index, selected)
+            self._rows, self._order, self._pending = {}, [], {}
+        self._index = index
+        self._apply(rows, selected)
 
-    def _apply(
-        self, rows: Sequence[tuple[str, Sequence[Cell]]], index: list[int], selected: str | None
-    ) -> None:
+    def _apply(self, rows: Sequence[tuple[str, Cells]], selected: str | None) -> None:
         """Bring the table's rows to ``rows`` in place: rows gone are dropped, new ones
         added, changed cells replaced, and the order set in one step, without the
         DataTable's clear-and-add (which re-adds and re-measures every row: seconds at
@@ -164,22 +184,17 @@ class SyncTable(DataTable[Cell]):
             for key in self._order:
                 if key not in keep:
                     del self._data[RowKey(key)], self.rows[RowKey(key)], self._rows[key]
-        for key, cells in rows:
-            new = tuple(cells[i] for i in index)
-            old = self._rows.get(key)
-            if old == new:
-                continue
-            row_key = RowKey(key)
-            if old is None:
-                self._data[row_key] = dict(zip(columns, new, strict=True))
-                self.rows[row_key] = DataRow(row_key, height=1)
-            else:
-                data = self._data[row_key]
-                for col, a, b in zip(columns, old, new, strict=True):
-                    if a != b:
-                        data[col] = b
-            self._rows[key] = new
-            changed = True
+                    self._pending.pop(key, None)
+        page = max(1, self.size.height)
+        near = range(int(self.scroll_y) - page, int(self.scroll_y) + 2 * page)
+        for n, (key, cells) in enumerate(rows):
+            if callable(cells):
+                if key in self._rows and n not in near:
+                    self._pending[key] = cells
+                    continue
+                cells = cells()
+            self._pending.pop(key, None)
+            changed = self._put(key, cells, columns) or changed
         if not changed:
             return
         # what add_row, update_cell and sort do, once for all rows and cells
@@ -189,13 +204,67 @@ class SyncTable(DataTable[Cell]):
             return
         self._row_locations = TwoWayDict({RowKey(k): n for n, k in enumerate(keys)})
         self._order = keys
+        self._placed(keys, selected)
+
+    def _put(self, key: str, cells: Sequence[Cell], columns: list[ColumnKey]) -> bool:
+        """The row ``key``'s cells (of every column): added, or its changed cells
+        replaced; whether anything changed."""
+        new = tuple(cells[i] for i in self._index)
+        old = self._rows.get(key)
+        if old == new:
+            return False
+        row_key = RowKey(key)
+        if old is None:
+            self._data[row_key] = dict(zip(columns, new, strict=True))
+            self.rows[row_key] = DataRow(row_key, height=1)
+        else:
+            data = self._data[row_key]
+            for col, a, b in zip(columns, old, new, strict=True):
+                if a != b:
+                    data[col] = b
+        self._rows[key] = new
+        return True
+
+    def _draw_pending(self, keys: Iterable[str]) -> None:
+        """Draw the rows of ``keys`` left to draw; the DataTable's caches dropped if any
+        changed (before they are read: they are keyed by the update count)."""
+        columns = [ColumnKey(c.key) for c in self._shown]
+        changed = False
+        for key in keys:
+            draw = self._pending.pop(key, None)
+            if draw is not None:
+                changed = self._put(key, draw(), columns) or changed
+        if changed:
+            self._update_count += 1
+
+    def get_row(self, row_key: RowKey | str) -> list[Cell]:
+        self._draw_pending([str(row_key.value) if isinstance(row_key, RowKey) else row_key])
+        return super().get_row(row_key)
+
+    def get_cell(self, row_key: RowKey | str, column_key: ColumnKey | str) -> Cell:
+        self._draw_pending([str(row_key.value) if isinstance(row_key, RowKey) else row_key])
+        return super().get_cell(row_key, column_key)
+
+    def get_column(self, column_key: ColumnKey | str) -> Iterable[Cell]:
+        self._draw_pending(list(self._pending))
+        return super().get_column(column_key)
+
+    def _placed(self, keys: list[str], selected: str | None) -> None:
+        """After rows moved: the table's virtual size, and the cursor on ``selected`` (or
+        its fallback, or clamped to the rows left)."""
         # the virtual height now (the DataTable leaves it to when idle, and would scroll
         # to the cursor after one paint at the old place: two pages drawn, not one)
         width = sum(c.get_render_width(self) for c in self.columns.values())
         header = self.header_height if self.show_header else 0
-        self.virtual_size = Size(
-            width + self._row_label_column_width, self._total_row_height + header
-        )
+        size = Size(width + self._row_label_column_width, self._total_row_height + header)
+        if size != self.virtual_size and self.styles.auto_dimensions:
+            self.virtual_size = size  # its height follows its rows: laid out again
+        elif size != self.virtual_size:
+            # a table of fixed height (the fleet's, 1fr) keeps its size: the screen is not
+            # laid out again (what setting it does); a scrollbar that comes or goes lays
+            # it out itself
+            self.set_reactive(Widget.virtual_size, size)
+            self._scroll_update(size)
         if selected is not None and selected not in self._rows:
             selected = self._fallback.get(selected)
         if selected is not None and selected in self._rows:
@@ -211,13 +280,29 @@ class SyncTable(DataTable[Cell]):
             self._highlight_row(row)
 
     def render_lines(self, crop: Region) -> list[Strip]:
-        """The DataTable's, with the table's settings read once for the paint, not once
-        per cell (each a reactive attribute)."""
+        """The DataTable's, with the rows it shows drawn first (those left to draw) and
+        the table's settings read once for the paint, not once per cell (each a reactive
+        attribute)."""
+        if self._pending:
+            header = self.header_height if self.show_header else 0
+            top = max(0, int(self.scroll_y) + crop.y - header)
+            self._draw_pending(self._order[top : top + crop.height + 1])
         self._paint = self._painting()
         try:
             return super().render_lines(crop)
         finally:
             self._paint = None
+
+    @property
+    def rich_style(self) -> Style:
+        """The DataTable's, computed once per paint (each line of the page asks for it,
+        and each time it walks the table's ancestors)."""
+        paint = self._paint
+        if paint is None:
+            return super().rich_style
+        if paint.rich_style is None:
+            paint.rich_style = super().rich_style
+        return paint.rich_style
 
     def _painting(self) -> Paint:
         return Paint(
@@ -246,7 +331,12 @@ class SyncTable(DataTable[Cell]):
         nested renderables, each cell rendered and cut into lines twice) costs ~70 µs a
         cell, most of a key's time when a page of 50 rows by 14 columns is redrawn.
         Header, label and fixed cells, and any cell :func:`cell_line` does not draw, go
-        the DataTable's way; the result is the same (a unit test compares them)."""
+        the DataTable's way; the result is the same (a unit test compares them).
+        A cell whose datum is the one drawn before (the same object, or an equal one:
+        a row that left the table and came back), with the same look, is not drawn
+        again (the DataTable's caches are dropped whenever any cell of the table
+        changes): only its place is added, so an update redraws only the cells that
+        changed, and a key that moves rows (a group opened, a sort) none."""
         paint = self._paint or self._painting()
         if row_index < 0 or column_index < 0 or paint.fixed:
             return super()._render_cell(row_index, column_index, base_style, width, cursor, hover)
@@ -267,29 +357,58 @@ class SyncTable(DataTable[Cell]):
         cached = self._cell_render_cache.get(key)
         if cached is not None:
             return cached
-        row = self.rows.get(row_key)
         datum = self._data.get(row_key, {}).get(column_key)
+        lit = (cursor, hover and paint.flags[1])  # the mouse's row, lit only when shown
+        look = (row_key, column_key, width, base_style, *lit, key[7], paint.flags, paint.padding)
+        drawn = self._drawn.get(look)
+        if drawn is not None and (drawn[0] is datum or drawn[0] == datum):
+            bare = drawn[1]
+        else:
+            got = self._draw((row_key, row_index, column_index), datum, base_style, width, lit)
+            if got is None:
+                return super()._render_cell(
+                    row_index, column_index, base_style, width, cursor, hover
+                )
+            bare = got
+            if len(self._drawn) >= DRAWN_CELLS:
+                self._drawn.clear()  # of rows gone and looks not drawn since
+            self._drawn[look] = (datum, bare)
+        # the place, added last (see cell_line): the same style, and the additions before
+        # it are the same for every cell, so Rich's cache of them holds
+        meta = Style.from_meta({"row": row_index, "column": column_index})
+        line = [Segment(t, meta if style is None else style + meta) for t, style, _ in bare]
+        self._cell_render_cache[key] = [line]
+        return [line]
+
+    def _draw(
+        self,
+        where: tuple[RowKey, int, int],
+        datum: object,
+        base_style: Style,
+        width: int,
+        lit: tuple[bool, bool],
+    ) -> list[Segment] | None:
+        """A one-line cell's segments without its place (``where``: its row key, row and
+        column; ``lit``: under the cursor, under the mouse); None where the DataTable's
+        own way must draw it."""
+        row_key, row_index, column_index = where
+        paint = self._paint or self._painting()
+        row = self.rows.get(row_key)
         cell: object
         if isinstance(datum, str) and "[" not in datum and ":" not in datum:
             cell = Text(datum, end="", no_wrap=True)  # what markup without tags or emoji gives
         else:  # what the DataTable's cell formatter makes of it
             cell = self._get_row_renderables(row_index).cells[column_index]
         if row is None or row.height != 1 or not isinstance(cell, Text):
-            return super()._render_cell(row_index, column_index, base_style, width, cursor, hover)
-        styles = paint.styles.get((cursor, hover))
+            return None
+        cursor, hover = lit
+        styles = paint.styles.get(lit)
         if styles is None:
-            styles = paint.styles[cursor, hover] = self._get_styles_to_render_cell(
+            styles = paint.styles[lit] = self._get_styles_to_render_cell(
                 False, False, False, hover, cursor, *paint.flags
             )
         component, post = styles
-        meta = Style.from_meta({"row": row_index, "column": column_index})
-        line = cell_line(
-            paint.console, cell, width, paint.padding, base_style + component, post, meta
-        )
-        if line is None:
-            return super()._render_cell(row_index, column_index, base_style, width, cursor, hover)
-        self._cell_render_cache[key] = [line]
-        return [line]
+        return cell_line(paint.console, cell, width, paint.padding, base_style + component, post)
 
     def selected_key(self) -> str | None:
         if not self._order or self.cursor_row < 0 or self.cursor_row >= len(self._order):
@@ -353,4 +472,4 @@ class Tabs(Static):
             t.append(f" {key} {name} ", style=style)
         if extra:
             t.append("  " + extra, style="italic")
-        self.update(t)
+        self.update(t, layout=False)  # one line high (pdctl.tcss)

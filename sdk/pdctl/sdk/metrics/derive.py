@@ -233,6 +233,20 @@ def window_of(new: Scrape, old: Scrape | None, base: str) -> Window | None:
         if h is None or old is None:
             return h
         return h.minus(old.histogram(base))
+    counted = _counted(new, old, base)
+    if counted is None:
+        return None
+    return Digest(
+        new.quantiles.get(base, {}),
+        counted[1],
+        counted[0],
+        new.bounds.get(base, ()) if new.bounds is not None else (),
+    )
+
+
+def _counted(new: Scrape, old: Scrape | None, base: str) -> tuple[float, float] | None:
+    """The window's (count, sum) of histogram ``base`` from its ``_count`` and ``_sum``
+    (all of ``new`` when :func:`whole_window`); None without a count."""
     count = new.total(base + "_count")
     if count is None:
         return None
@@ -242,12 +256,7 @@ def window_of(new: Scrape, old: Scrape | None, base: str) -> Window | None:
         if before is not None and not count < before:  # not whole_window(new, old, base)
             count -= before
             total -= old.total(base + "_sum") or 0.0
-    return Digest(
-        new.quantiles.get(base, {}),
-        total,
-        count,
-        new.bounds.get(base, ()) if new.bounds is not None else (),
-    )
+    return count, total
 
 
 @dataclass(frozen=True)
@@ -265,6 +274,25 @@ class Latency:
         if h is None:
             return cls()
         return cls(h.quantile(0.5), h.quantile(0.9), h.quantile(0.99), h.mean, h.count)
+
+
+def latency_of(new: Scrape, old: Scrape | None, base: str) -> Latency:
+    """``Latency.of(window_of(new, old, base))``, without the :class:`Digest` in between
+    where Prometheus computed the quantiles (the same figures: one call per histogram
+    of every instance of every update)."""
+    quantiles = new.quantiles
+    if quantiles is None:
+        return Latency.of(window_of(new, old, base))
+    counted = _counted(new, old, base)
+    if counted is None:
+        return Latency()
+    count, total = counted
+    if count <= 0:
+        return Latency(count=count)
+    q = quantiles.get(base)
+    if not q:
+        return Latency(mean=total / count, count=count)
+    return Latency(q.get(0.5), q.get(0.9), q.get(0.99), total / count, count)
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,15 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from pdctl.sdk.metrics.derive import Latency, Lengths, Scrape, Window, counter_delta, window_of
+from pdctl.sdk.metrics.derive import (
+    Latency,
+    Lengths,
+    Scrape,
+    Window,
+    counter_delta,
+    latency_of,
+    window_of,
+)
 from pdctl.sdk.metrics.pairs import canary_of
 from pdctl.sdk.metrics.rendezvous import present, rendezvous_of
 from pdctl.sdk.metrics.series import ROUTER_E2E, ROUTER_TTFT, V
@@ -37,11 +45,14 @@ def instance_of(t: Target, hist: Sequence[Scrape], base: dict[str, Any]) -> Inst
     def window(name: str, prefix: str = V) -> Window | None:
         return window_of(new, old, prefix + name)
 
+    def latency(name: str) -> Latency:
+        return latency_of(new, old, V + name)
+
     if t.role == "router":  # what the router measured of every request it answered
         e2e = window(ROUTER_E2E, "")
         return InstanceMetrics(
             **base,
-            ttft=Latency.of(window(ROUTER_TTFT, "")),
+            ttft=latency_of(new, old, ROUTER_TTFT),
             e2e=Latency.of(e2e),
             request_rate=(e2e.count / dt) if (e2e is not None and dt > 0) else None,
             span_s=dt if old is not None else None,
@@ -53,17 +64,18 @@ def instance_of(t: Target, hist: Sequence[Scrape], base: dict[str, Any]) -> Inst
     )
     src_new = new.by_label(V + "prompt_tokens_by_source_total", "source")
     src_old = old.by_label(V + "prompt_tokens_by_source_total", "source") if old else {}
+    pdctl = present(new)
     return InstanceMetrics(
         **base,
         request_rate=(done / dt) if (done is not None and dt > 0) else None,
-        ttft=Latency.of(window("time_to_first_token_seconds")),
-        itl=Latency.of(window("inter_token_latency_seconds")),
-        tpot=Latency.of(window("request_time_per_output_token_seconds")),
-        e2e=Latency.of(window("e2e_request_latency_seconds")),
+        ttft=latency("time_to_first_token_seconds"),
+        itl=latency("inter_token_latency_seconds"),
+        tpot=latency("request_time_per_output_token_seconds"),
+        e2e=latency("e2e_request_latency_seconds"),
         running=new.total(V + "num_requests_running"),
         waiting=new.total(V + "num_requests_waiting"),
         kv_usage=new.total(V + "kv_cache_usage_perc"),
-        transfers=transfers_of(t, new, old, dt, window),
+        transfers=transfers_of(t, new, old, dt, window, latency),
         kv_fetch_by_stage=new.by_label(V + "num_requests_kv_fetch_by_stage", "stage"),
         prompt_tokens_by_source=src_new,
         prompt_tokens_by_source_window={
@@ -71,8 +83,8 @@ def instance_of(t: Target, hist: Sequence[Scrape], base: dict[str, Any]) -> Inst
         }
         if old
         else {},
-        rendezvous=rendezvous_of(new, old, t.role),
-        pdctl_series=present(new),
+        rendezvous=rendezvous_of(new, old, t.role) if pdctl else None,
+        pdctl_series=pdctl,
         prompt_tokens=Lengths.of(window("request_prompt_tokens")),
         output_tokens=Lengths.of(window("request_generation_tokens")),
         span_s=dt if old is not None else None,
@@ -85,6 +97,7 @@ def transfers_of(
     old: Scrape | None,
     dt: float,
     window: Callable[[str], Window | None],
+    latency: Callable[[str], Latency],
 ) -> Transfers:
     """NIXL's figures on ``t`` (the WRITE initiator records them)."""
     total_bytes = new.total(V + "nixl_bytes_transferred_sum")
@@ -112,8 +125,8 @@ def transfers_of(
         transfers_window=handles,
         bytes_per_request=per_req,
         per_request_note=note,
-        xfer_time=Latency.of(window("nixl_xfer_time_seconds")),
-        post_time=Latency.of(window("nixl_post_time_seconds")),
+        xfer_time=latency("nixl_xfer_time_seconds"),
+        post_time=latency("nixl_post_time_seconds"),
         descriptors_per_transfer=desc_h.mean if desc_h is not None else None,
         failed_transfers=new.total(V + "nixl_num_failed_transfers_total"),
         failed_notifications=new.total(V + "nixl_num_failed_notifications_total"),

@@ -33,8 +33,9 @@ from pdctl.sdk.metrics.instance import (
 )
 from pdctl.sdk.metrics.overload import admission_of
 from pdctl.sdk.metrics.pairs import canary_window, pairs_of
+from pdctl.sdk.metrics.promanswers import PromRound
 from pdctl.sdk.metrics.promql import Trends
-from pdctl.sdk.metrics.promsource import PrometheusSource, PromRound, scrapes
+from pdctl.sdk.metrics.promsource import PrometheusSource, scrapes
 from pdctl.sdk.metrics.promtext import Sample, parse_text
 from pdctl.sdk.metrics.series import HISTOGRAMS as HISTOGRAMS  # re-exported: the series read
 from pdctl.sdk.metrics.series import LENGTHS as LENGTHS
@@ -80,7 +81,7 @@ __all__ = [
 class FleetMonitor:
     """The fleet's metrics stream. Its source is either the instances themselves (each
     target's ``/metrics``, scraped concurrently) or, with ``prometheus``, an operator's
-    Prometheus (four instant queries per update, whatever the fleet's size; see
+    Prometheus (four queries per update, whatever the fleet's size; see
     :mod:`~pdctl.sdk.metrics.promsource`); the same :class:`Snapshot` comes out."""
 
     def __init__(

@@ -1,6 +1,6 @@
 """The PromQL the Prometheus source sends: pure text builders, no I/O.
 
-:func:`queries` builds one update's instant queries (the instances, their series, the
+:func:`queries` builds one update's queries (the instances, their series, the
 window's quantiles, the token-length bounds), :func:`whole_query` the quantiles of whole
 histograms (instances that restarted in the window), :func:`trends_query` the range query
 behind the UI's sparklines. Histograms are selected by exact name (Prometheus looks a
@@ -59,12 +59,15 @@ LENGTH_QUANTILE = 0.95
 HIST = "pdctl_h"
 """The label naming the histogram in the quantile answers (its name less ``_bucket``)."""
 QLABEL = "pdctl_q"
-AT = "pdctl_at"
-"""The label marking the series evaluated one window ago."""
+CUMULATIVE = ("_total", "_sum", "_count", "_bucket")
+"""The name endings of the series whose value a window ago is read (counters and
+histograms); of the others (gauges) only the value now."""
 
 
 class Queries(NamedTuple):
-    """One update's PromQL (an empty one is not sent)."""
+    """One update's PromQL (an empty one is not sent). ``series`` is sent as a range
+    query of two steps, the window's ends (:func:`window_ms`); the others as instant
+    queries at its end."""
 
     up: str
     series: str
@@ -72,8 +75,13 @@ class Queries(NamedTuple):
     bounds: str
 
 
+def window_ms(window_s: float) -> int:
+    """The window in whole milliseconds (Prometheus' resolution), at least 1."""
+    return max(1, round(window_s * 1000))
+
+
 def _offset(window_s: float) -> str:
-    return f"{max(1, round(window_s * 1000))}ms"
+    return f"{window_ms(window_s)}ms"
 
 
 def literals(values: Iterable[str]) -> str:
@@ -129,16 +137,10 @@ def queries(
     extra = f", {sel}" if sel else ""
     by = ", ".join(("__name__", instance_label, *KEPT_LABELS, *EXPORTED))
     names = f'__name__=~"{name_regex(prefixes)}"'
-    if buckets:
-        plain = f'{names}, __name__!~".*_created"{extra}'
-        cumulative = f'{names}, __name__=~".*(_total|_sum|_count|_bucket)"{extra}'
-    else:
-        plain = f'{names}, __name__!~".*(_created|_bucket)"{extra}'
-        cumulative = f'{names}, __name__=~".*(_total|_sum|_count)"{extra}'
-    series = (
-        f"sum by ({by}) ({{{plain}}}) or label_replace(sum by ({by}) "
-        f'({{{cumulative}}} offset {_offset(window_s)}), "{AT}", "old", "", "")'
-    )
+    skip = "_created" if buckets else "(_created|_bucket)"
+    # one range query of two steps (the window's ends): each series once, with its value
+    # at both ends, where an instant query would name every cumulative series twice
+    series = f'sum by ({by}) ({{{names}, __name__!~".*{skip}"{extra}}})'
     if buckets:
         return Queries(f"up{{{sel}}}", series, "", "")
     parts: list[tuple[float, str]] = []

@@ -1,14 +1,15 @@
 """Prometheus as the monitor's source: the series pdctl derives from, read with PromQL.
 
 Instead of scraping every instance, :class:`PrometheusSource` asks the operator's
-Prometheus four instant queries per update, whatever the number of instances:
+Prometheus four queries per update (one of them a range query), whatever the number of
+instances:
 
 * ``up`` over the selector: the instances (their ``instance`` and ``role`` labels, as the
   scrape configuration pdctl generates sets them) and which ones Prometheus reaches;
 * the series the monitor reads (:data:`~pdctl.sdk.metrics.monitor.WANTED`) except
   histogram buckets, summed per instance, name and the labels the derivations look at,
-  evaluated now, and the cumulative ones (``_total``, ``_sum``, ``_count``) evaluated one
-  window ago too (``offset``);
+  as a range query of two steps: each series once, with its value now and one window
+  ago (of which the cumulative ones', ``_total``, ``_sum``, ``_count``, are read);
 * the window's quantiles of every histogram per instance, computed in Prometheus:
   ``histogram_quantile`` over each bucket's increase between the same two instants
   (:func:`window_expr`), so an instance answers with a few figures, not its ~300
@@ -32,258 +33,32 @@ lookback), so the figures match direct scraping within one scrape interval. The 
 series keep their upstream in ``exported_instance``/``exported_role`` (the target's labels
 win); they are read back under their own names.
 
-Sans-IO apart from :meth:`PrometheusSource.collect`: :func:`queries` builds the PromQL,
-:func:`round_of` turns Prometheus' JSON answers into a :class:`PromRound`.
+Sans-IO apart from :meth:`PrometheusSource.collect`: :func:`~pdctl.sdk.metrics.promql.
+queries` builds the PromQL, :func:`~pdctl.sdk.metrics.promanswers.round_of` turns
+Prometheus' JSON answers into a :class:`~pdctl.sdk.metrics.promanswers.PromRound`.
 """
 
 from __future__ import annotations
 
 import gc
-import math
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field, replace
-from typing import Any, NamedTuple
+from dataclasses import replace
+from typing import Any
 
 import httpx
 
 from pdctl.sdk.metrics.derive import Scrape, whole_window
+from pdctl.sdk.metrics.promanswers import Answers, PromRound, round_of, trends_of, whole_of
 from pdctl.sdk.metrics.promql import (
-    AT,
-    EXPORTED,
-    FIGURE,
-    HIST,
-    KEPT_LABELS,
-    QLABEL,
     PrometheusError,
-    Queries,
     Trends,
-    escape,
     queries,
     selector_of,
     trends_query,
     whole_query,
+    window_ms,
 )
-from pdctl.sdk.metrics.promtext import Sample
-from pdctl.sdk.metrics.snapshot import Target
-
-Quantiles = dict[str, dict[float, float]]
-"""Histogram base name → {q: value}, for one instance's window."""
-
-
-class Answers(NamedTuple):
-    """One instance's series at one instant, by name (a :meth:`Scrape.grouped`)."""
-
-    values: dict[str, float]
-    """The series of one sample without labels: their values (most series)."""
-    samples: dict[str, list[Sample]]
-    """The others: their samples, in the answer's order."""
-
-
-@dataclass(frozen=True)
-class PromRound:
-    """One update's worth of answers, per instance."""
-
-    at: float
-    """Unix time the newest answers were evaluated at."""
-    targets: tuple[Target, ...]
-    new: dict[str, Answers] = field(default_factory=dict)
-    """Instance → its series now."""
-    old: dict[str, Answers] = field(default_factory=dict)
-    """Instance → its cumulative series a window ago."""
-    down: dict[str, str] = field(default_factory=dict)
-    """Instance → why it has no data (Prometheus cannot scrape it)."""
-    queries: int = 0
-    quantiles: dict[str, Quantiles] = field(default_factory=dict)
-    """Instance → its window's quantiles, as Prometheus computed them."""
-    bounds: dict[str, tuple[float, ...]] = field(default_factory=dict)
-    """Histogram base name → its finite bucket bounds (the token-length histograms)."""
-    buckets: bool = False
-    """The answers hold every bucket (pdctl computes the quantiles)."""
-    whole: dict[str, Quantiles] = field(default_factory=dict)
-    """Instance → the quantiles of its whole histograms (:func:`whole_query`), for the
-    histograms whose window is all they hold."""
-
-
-def trends_of(body: Any, expr: str, instance_label: str = "instance") -> Trends:
-    """A range query's answer (a matrix) as :data:`Trends`."""
-    if not isinstance(body, Mapping) or body.get("status") != "success":
-        err = body.get("error") if isinstance(body, Mapping) else None
-        raise PrometheusError(f"Prometheus refused {expr[:120]!r}: {err or 'not a result'}")
-    data = body.get("data")
-    if not isinstance(data, Mapping) or data.get("resultType") != "matrix":
-        raise PrometheusError(f"Prometheus answered {expr[:120]!r} with no range vector")
-    out: Trends = {}
-    for r in data.get("result") or ():
-        if not isinstance(r, Mapping):
-            continue
-        metric = r.get("metric") or {}
-        inst, fig = metric.get(instance_label), metric.get(FIGURE)
-        if not inst or not fig:
-            continue
-        points: list[tuple[float, float]] = []
-        for pt in r.get("values") or ():
-            try:
-                t, v = float(pt[0]), float(pt[1])
-            except (IndexError, TypeError, ValueError):
-                continue
-            if math.isfinite(v):
-                points.append((t, v))
-        out.setdefault(fig, {})[inst] = points
-    return out
-
-
-def _vector(body: Any, expr: str) -> list[dict[str, Any]]:
-    if not isinstance(body, Mapping) or body.get("status") != "success":
-        err = body.get("error") if isinstance(body, Mapping) else None
-        raise PrometheusError(f"Prometheus refused {expr[:120]!r}: {err or 'not a result'}")
-    data = body.get("data")
-    if not isinstance(data, Mapping) or data.get("resultType") != "vector":
-        raise PrometheusError(f"Prometheus answered {expr[:120]!r} with no instant vector")
-    result = data.get("result")
-    if not isinstance(result, list):
-        raise PrometheusError(f"Prometheus answered {expr[:120]!r} without a result list")
-    return result
-
-
-_READ = {k: k for k in KEPT_LABELS} | {k: k[len("exported_") :] for k in EXPORTED}
-
-
-def _value(r: Mapping[str, Any]) -> float | None:
-    try:
-        return float(r["value"][1])
-    except (KeyError, IndexError, TypeError, ValueError):
-        return None
-
-
-def _samples(
-    result: list[dict[str, Any]], instance_label: str
-) -> tuple[dict[str, Answers], dict[str, Answers]]:
-    """(now, a window ago): each instance's series, by the :data:`AT` label, grouped by
-    name as they are read (the scrapes index them as they are)."""
-    new: dict[str, Answers] = {}
-    old: dict[str, Answers] = {}
-    read = _READ
-    for r in result:
-        try:
-            metric = r["metric"]
-            name, inst = metric["__name__"], metric[instance_label]
-            value = float(r["value"][1])
-        except (KeyError, IndexError, TypeError, ValueError):
-            continue
-        if not name or not inst:
-            continue
-        n = len(metric)
-        at_old = n > 2 and metric.get(AT) == "old"
-        # most series carry only their name and instance (and the mark): a bare value
-        if n <= 2 + at_old:
-            raw = ""
-        else:
-            raw = ",".join(f'{read[k]}="{escape(v)}"' for k, v in metric.items() if k in read and v)
-        out = old if at_old else new
-        got = out.get(inst)
-        if got is None:
-            out[inst] = got = Answers({}, {})
-        values, samples = got
-        if not raw and name not in values and name not in samples:
-            values[name] = value
-            continue
-        lst = samples.get(name)
-        if lst is None:
-            samples[name] = lst = []
-            if name in values:  # a second series of the name: both become samples
-                lst.append(Sample(name, "", values.pop(name)))
-        lst.append(Sample(name, raw, value))
-    return new, old
-
-
-def _quantiles(result: list[dict[str, Any]], instance_label: str) -> dict[str, Quantiles]:
-    out: dict[str, Quantiles] = {}
-    qs: dict[str, float | None] = {}  # the few quantile labels, parsed once
-    for r in result:
-        try:
-            metric = r["metric"]
-            inst, hist, q = metric[instance_label], metric[HIST], metric[QLABEL]
-            value = float(r["value"][1])
-        except (KeyError, IndexError, TypeError, ValueError):
-            continue
-        if not inst or not hist or not q:
-            continue
-        qf = qs[q] if q in qs else qs.setdefault(q, _float(q))
-        if qf is None:
-            continue
-        per = out.get(inst)
-        if per is None:
-            out[inst] = per = {}
-        h = per.get(hist)
-        if h is None:
-            per[hist] = h = {}
-        h[qf] = value
-    return out
-
-
-def _float(v: str) -> float | None:
-    try:
-        return float(v)
-    except ValueError:
-        return None
-
-
-def _bounds(result: list[dict[str, Any]]) -> dict[str, tuple[float, ...]]:
-    found: dict[str, set[float]] = {}
-    for r in result:
-        metric = r.get("metric") or {}
-        name, le = metric.get("__name__", ""), metric.get("le")
-        if not name.endswith("_bucket") or le is None:
-            continue
-        try:
-            b = float(le)
-        except ValueError:
-            continue
-        if math.isfinite(b):
-            found.setdefault(name[: -len("_bucket")], set()).add(b)
-    return {k: tuple(sorted(v)) for k, v in found.items()}
-
-
-def round_of(
-    up: Any,
-    series: Any,
-    quantiles: Any = None,
-    bounds: Any = None,
-    *,
-    at: float,
-    url: str,
-    instance_label: str = "instance",
-    role_label: str = "role",
-    exprs: Queries | None = None,
-) -> PromRound:
-    """A :class:`PromRound` from the JSON bodies of the four queries (two in bucket
-    mode: ``exprs`` with no quantile query)."""
-    ex = exprs or Queries("up", "series", "quantiles", "bounds")
-    targets: list[Target] = []
-    down: dict[str, str] = {}
-    for r in _vector(up, ex.up):
-        metric = r.get("metric") or {}
-        name = metric.get(instance_label)
-        if not name:
-            continue
-        targets.append(Target(name, metric.get(role_label, "colocated"), url))
-        if _value(r) != 1:
-            down[name] = "Prometheus cannot scrape it (up == 0)"
-    order = {"prefill": 0, "decode": 1, "colocated": 2, "router": 3}
-    targets.sort(key=lambda t: (order.get(t.role, 2), t.name))
-    new, old = _samples(_vector(series, ex.series), instance_label)
-    return PromRound(
-        at,
-        tuple(targets),
-        new,
-        old,
-        down,
-        sum(1 for q in ex if q),
-        _quantiles(_vector(quantiles, ex.quantiles), instance_label) if ex.quantiles else {},
-        _bounds(_vector(bounds, ex.bounds)) if ex.bounds else {},
-        buckets=not ex.quantiles,
-    )
 
 
 class PrometheusSource:
@@ -316,15 +91,26 @@ class PrometheusSource:
         self.bytes_received = 0
         """The answers' bodies, in bytes (what an update costs to decode)."""
 
-    async def _query(self, client: httpx.AsyncClient, expr: str, at: float) -> httpx.Response:
-        """The instant query's answer, not decoded yet (:meth:`_json`)."""
+    async def _query(
+        self, client: httpx.AsyncClient, expr: str, at: float, steps_ms: int = 0
+    ) -> httpx.Response:
+        """The instant query's answer at ``at``, or with ``steps_ms`` the range query's
+        at ``at`` and ``steps_ms`` before (two steps); not decoded yet (:meth:`_json`)."""
         self.queries_sent += 1
+        end_ms = round(at * 1000)
+        if steps_ms:
+            path = "/api/v1/query_range"
+            data = {
+                "query": expr,
+                "start": _seconds(end_ms - steps_ms),
+                "end": _seconds(end_ms),
+                "step": f"{steps_ms}ms",
+            }
+        else:
+            path, data = "/api/v1/query", {"query": expr, "time": _seconds(end_ms)}
         try:
             r = await client.post(
-                self.url + "/api/v1/query",
-                data={"query": expr, "time": f"{at:.3f}"},
-                headers=self.headers,
-                timeout=self.timeout_s,
+                self.url + path, data=data, headers=self.headers, timeout=self.timeout_s
             )
         except httpx.HTTPError as e:
             raise PrometheusError(f"Prometheus at {self.url} did not answer: {e}") from e
@@ -394,7 +180,11 @@ class PrometheusSource:
 
         inst = self.instance_label
         qs = queries(prefixes, self.selector, inst, window_s, histograms, lengths, self.buckets)
-        answers = await asyncio.gather(*(self._query(client, q, at) for q in qs if q))
+        at = round(at * 1000) / 1000  # Prometheus' resolution: the answers' time
+        steps = window_ms(window_s)
+        answers = await asyncio.gather(
+            *(self._query(client, q, at, steps if q is qs.series else 0) for q in qs if q)
+        )
         # decoded and read with the collector off, the decoded bodies dropped before it
         # resumes: it never walks their hundreds of thousands of dicts and lists
         with _gc_paused():
@@ -405,6 +195,7 @@ class PrometheusSource:
                 instance_label=inst,
                 role_label=self.role_label,
                 exprs=qs,
+                window_s=steps / 1000,
             )
         if not rnd.targets:
             raise PrometheusError(
@@ -420,8 +211,13 @@ class PrometheusSource:
         expr = whole_query(need, self.selector, inst, histograms, lengths)
         answer = await self._query(client, expr, at)
         with _gc_paused():
-            whole = _quantiles(_vector(self._json(answer), expr), inst)
+            whole = whole_of(self._json(answer), expr, inst)
         return replace(rnd, whole=whole, queries=rnd.queries + 1)
+
+
+def _seconds(ms: int) -> str:
+    """Milliseconds as Prometheus' decimal seconds, exactly."""
+    return f"{ms // 1000}.{ms % 1000:03d}"
 
 
 @contextmanager

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pdctl.sdk.metrics.derive import Latency, Scrape, counter_delta, window_of
+from pdctl.sdk.metrics.derive import Latency, Scrape, counter_delta, latency_of
 
 PREFIX = "pdctl:"
 
@@ -228,7 +228,7 @@ def rendezvous_of(new: Scrape, old: Scrape | None, role: str) -> Rendezvous | No
         return None
 
     def window(base: str) -> Latency:
-        return Latency.of(window_of(new, old, base))
+        return latency_of(new, old, base)
 
     def delta(name: str, match: dict[str, str] | None = None) -> float:
         now = new.total(name, match)

@@ -172,7 +172,8 @@ class MainScreen(Screen[None]):
         self.history.record(snap)
         lines = 1 if self.app.size.height < 30 else 4
         self.query_one(AlertBanner).show(snap.alerts, snap.at, lines)
-        self.query_one("#summary", Static).update(self._summary(update))
+        # one line high whatever it says: no layout of the screen for it
+        self.query_one("#summary", Static).update(self._summary(update), layout=False)
         self.view.show(self.frame())
         top = self.app.screen
         if top is not self and hasattr(top, "show_update"):

@@ -174,7 +174,7 @@ class FleetView(View):
                 line += f" · {p.outliers} outlier(s) first (!)"
             if p.grouping != "none":
                 line += " · groups: sums, the largest KV and TTFT p99, the median p50s"
-            status.update(Text(line, style="dim"))
+            status.update(Text(line, style="dim"), layout=False)  # one line high
         self.table.sync(p.rows, fallback=p.fallback)
 
     def _redraw(self, arrangement: Arrangement) -> None:

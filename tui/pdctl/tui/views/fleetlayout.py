@@ -20,7 +20,7 @@ from rich.text import Text
 
 from pdctl.sdk.metrics.monitor import InstanceMetrics
 from pdctl.tui import fmt
-from pdctl.tui.widgets import Cell
+from pdctl.tui.widgets import Cell, Cells
 
 GROUPINGS = ("none", "role", "group", "host")
 AUTO_GROUP_AT = 64
@@ -47,6 +47,11 @@ class Row:
     @cached_property
     def cells(self) -> tuple[Cell, ...]:
         return self.draw()
+
+    def drawn(self) -> tuple[Cell, ...]:
+        """:attr:`cells`, as a function: the table calls it for the rows near the
+        screen only (one row per instance: 500 rows, one page shown)."""
+        return self.cells
 
     @cached_property
     def order(self) -> tuple[object, ...]:
@@ -247,7 +252,7 @@ class Plan:
     """The table's rows: (key, cells); group rows' keys start with :data:`GROUP_PREFIX`,
     outliers' with :data:`OUTLIER_PREFIX` (then the instance's name)."""
 
-    rows: list[tuple[str, tuple[Cell, ...]]]
+    rows: list[tuple[str, Cells]]
     grouping: str
     outliers: int
     fallback: dict[str, str]
@@ -264,8 +269,8 @@ def plan(
     grouping = arrangement.resolved(len(rows))
     ordered = sort_rows(rows, arrangement)
     if grouping == "none":
-        return Plan([(r.name, r.cells) for r in ordered], grouping, 0, {})
-    out: list[tuple[str, tuple[Cell, ...]]] = []
+        return Plan([(r.name, r.drawn) for r in ordered], grouping, 0, {})
+    out: list[tuple[str, Cells]] = []
     flagged = outliers(ordered)
     for r, why in flagged:
         name = Text(f"! {r.name} ", style="bold yellow")
@@ -291,7 +296,7 @@ def plan(
         for r in groups[g]:
             fallback[r.name] = gkey
             if is_open:
-                out.append((r.name, r.cells))
+                out.append((r.name, r.drawn))
     return Plan(out, grouping, len(flagged), fallback)
 
 
