@@ -67,13 +67,16 @@ CHILDREN: list[subprocess.Popen[bytes]] = []
 """Every process this script started, for :func:`on_sigterm`."""
 
 
-def start(argv: list[str], cpus: str, nofile: int) -> subprocess.Popen[bytes]:
-    proc = subprocess.Popen(
-        ["taskset", "-c", cpus, *argv],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        preexec_fn=lambda: raise_nofile(nofile),
-    )
+def start(argv: list[str], cpus: str, nofile: int, log: Path) -> subprocess.Popen[bytes]:
+    """``argv`` pinned to ``cpus``, its standard error to ``log`` (a pipe nobody reads
+    would stop a process that writes much there once it is full)."""
+    with log.open("ab") as err:
+        proc = subprocess.Popen(
+            ["taskset", "-c", cpus, *argv],
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+            preexec_fn=lambda: raise_nofile(nofile),
+        )
     CHILDREN.append(proc)
     return proc
 
@@ -97,11 +100,32 @@ def on_sigterm(*_: object) -> None:
 class Stats:
     def __init__(self) -> None:
         self.errors: Counter[str] = Counter()
+        self.refusals: Counter[str] = Counter()
+        """Answers other than 200 by status, ``pdctl-drop-reason`` and message (what
+        refused them: admission, a leg that could not be opened, the connection cap)."""
         self.ttfb: list[float] = []
         self.duration: list[float] = []
         self.ok = 0
         self.open = 0
         self.peak_open = 0
+
+
+async def refusal(status: int, head: bytes, reader: asyncio.StreamReader) -> str:
+    """``status``, the drop reason and the error message of a refused request."""
+    reason = "-"
+    for line in head.split(b"\r\n")[1:]:
+        name, _, value = line.partition(b":")
+        if name.strip().lower() == b"pdctl-drop-reason":
+            reason = value.strip().decode(errors="replace")
+    try:
+        body = await asyncio.wait_for(reader.read(4096), 5.0)
+    except (OSError, TimeoutError):
+        body = b""
+    text = body.decode(errors="replace")
+    with contextlib.suppress(ValueError, AttributeError, TypeError):
+        # a JSON error body (maybe chunked: its JSON starts at the first brace)
+        text = json.loads(text[text.index("{") : text.rindex("}") + 1])["error"]["message"]
+    return f"{status} {reason}: {text[:200]}"
 
 
 async def one_stream(host: str, port: int, payload: bytes, stats: Stats) -> None:
@@ -116,6 +140,7 @@ async def one_stream(host: str, port: int, payload: bytes, stats: Stats) -> None
         status = int(head.split(b" ", 2)[1])
         if status != 200:
             stats.errors[f"http {status}"] += 1
+            stats.refusals[await refusal(status, head, reader)] += 1
             return
         first = True
         tail = b""
@@ -153,6 +178,14 @@ def request_bytes(port: int) -> bytes:
     ).encode() + body
 
 
+def tail(log: Path, lines: int = 20) -> list[str]:
+    """The last ``lines`` lines of a process's standard error."""
+    try:
+        return log.read_text(errors="replace").splitlines()[-lines:]
+    except OSError:
+        return []
+
+
 def pct(xs: list[float], q: float) -> float | None:
     if not xs:
         return None
@@ -187,6 +220,7 @@ async def many(port: int, n: int, ramp_s: float, pid: int) -> dict[str, Any]:
         "streams": n,
         "completed": stats.ok,
         "errors": dict(stats.errors),
+        "refusals": dict(stats.refusals),
         "peak_concurrent_client_streams": stats.peak_open,
         "idle": idle,
         "peak": {"rss_mb": round(peak_rss, 1), "open_files": peak_fds},
@@ -249,6 +283,7 @@ async def soak(port: int, seconds: float, rate: float, pid: int) -> dict[str, An
         "sent": sent,
         "completed": stats.ok,
         "errors": dict(stats.errors),
+        "refusals": dict(stats.refusals),
         "rss_mb_samples": samples,
         "rss_late_over_early": round(ratio, 3) if ratio is not None else None,
     }
@@ -293,7 +328,12 @@ def main() -> int:
     py = [sys.executable, "-m", "pdctl.sdk.router.mock", "--no-record"]
     pport, dport, rport = free_port(), free_port(), free_port()
     procs = [
-        start([*py, "--role", "prefill", "--port", str(pport)], args.load_cpus, args.nofile),
+        start(
+            [*py, "--role", "prefill", "--port", str(pport)],
+            args.load_cpus,
+            args.nofile,
+            tmp / "prefill.log",
+        ),
     ]
     rec: dict[str, Any] = {"args": vars(args)}
     try:
@@ -305,7 +345,7 @@ def main() -> int:
                 break
             dec = [*py, "--role", "decode", "--port", str(dport), "--chunks", str(events)]
             dec += ["--chunk-delay-s", str(interval)]
-            decode = start(dec, args.load_cpus, args.nofile)
+            decode = start(dec, args.load_cpus, args.nofile, tmp / f"decode-{label}.log")
             router_cfg = {
                 "http": {"max_connections": args.streams + 1024},
                 **admission_room(args.streams),
@@ -314,7 +354,8 @@ def main() -> int:
             argv = pdctl_router_argv(
                 f"http://127.0.0.1:{pport}", f"http://127.0.0.1:{dport}", rport, tmp, router_cfg
             )
-            router = start(argv, args.router_cpus, args.nofile)
+            router_log = tmp / f"router-{label}.log"
+            router = start(argv, args.router_cpus, args.nofile, router_log)
             procs += [decode, router]
             time.sleep(1.0)
             wait_up(Contender("pdctl", f"http://127.0.0.1:{rport}", router))
@@ -340,6 +381,7 @@ def main() -> int:
                 rec[f"{label}_router_exit_s"] = None  # not out within 60 s of SIGTERM
             decode.terminate()
             decode.wait(10)
+            rec[f"{label}_router_stderr_tail"] = tail(router_log)
             procs = procs[:1]
     finally:
         for p in procs:
