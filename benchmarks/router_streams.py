@@ -18,8 +18,8 @@ its stream to the end and checking it ended with ``[DONE]``.
   fifth of the run against the second fifth (flat: within ±10%).
 
 The router is started with ``router.http.max_connections`` above N, admission's limits
-and queue at N (its defaults shed most of them at once), and, when this
-process may raise it (root), an open-files limit of ``--nofile``; the router raises its
+and queue at N in each worker (its defaults shed most of them at once;
+``_bench.admission_room`` says why per worker), and, when this process may raise it (root), an open-files limit of ``--nofile``; the router raises its
 own soft limit to the hard one and warns when that is too low.
 
     python benchmarks/router_streams.py [--streams 10000] [--events 32] [--workers 1]
@@ -45,12 +45,23 @@ from pathlib import Path
 from typing import Any
 
 from _bench import admission_room, free_port, pdctl_router_argv, write_record
-from router_scale import Contender, rss_mb, wait_up
+from router_scale import Contender, rss_mb, tree_pids, wait_up
 
 BODY = {"model": "tiny", "prompt": "hello there", "max_tokens": 8, "stream": True}
 
 
 def open_files(pid: int) -> int:
+    """Open files of ``pid``'s process tree (a router with workers: the parent's and every
+    worker's; each process has its own limit: :func:`most_open_files`)."""
+    return sum(max(0, _fds(p)) for p in tree_pids(pid))
+
+
+def most_open_files(pid: int) -> int:
+    """The most open files of one process in ``pid``'s tree (what a process limit bounds)."""
+    return max((_fds(p) for p in tree_pids(pid)), default=-1)
+
+
+def _fds(pid: int) -> int:
     try:
         return len(os.listdir(f"/proc/{pid}/fd"))
     except OSError:
@@ -201,10 +212,11 @@ async def many(port: int, n: int, ramp_s: float, pid: int) -> dict[str, Any]:
         tasks.append(asyncio.create_task(one_stream("127.0.0.1", port, payload, stats)))
         if ramp_s > 0 and i % 100 == 99:  # a ramp, not a SYN flood on one backlog
             await asyncio.sleep(ramp_s * 100 / n)
-    peak_rss, peak_fds = 0.0, 0
+    peak_rss, peak_fds, peak_one = 0.0, 0, 0
     while not all(t.done() for t in tasks):
         peak_rss = max(peak_rss, rss_mb(pid))
         peak_fds = max(peak_fds, open_files(pid))
+        peak_one = max(peak_one, most_open_files(pid))
         print(
             f"\r  open streams {stats.open:6d}  done {stats.ok:6d}  errors "
             f"{sum(stats.errors.values()):5d}  router {rss_mb(pid):7.1f} MiB "
@@ -223,7 +235,11 @@ async def many(port: int, n: int, ramp_s: float, pid: int) -> dict[str, Any]:
         "refusals": dict(stats.refusals),
         "peak_concurrent_client_streams": stats.peak_open,
         "idle": idle,
-        "peak": {"rss_mb": round(peak_rss, 1), "open_files": peak_fds},
+        "peak": {
+            "rss_mb": round(peak_rss, 1),
+            "open_files": peak_fds,
+            "open_files_one_process": peak_one,
+        },
         "after": after,
         "mib_per_1000_streams": round((peak_rss - idle["rss_mb"]) / (n / 1000), 2) if n else None,
         "ttfb_ms": {"p50": pct(stats.ttfb, 0.5), "p99": pct(stats.ttfb, 0.99)},
@@ -348,7 +364,7 @@ def main() -> int:
             decode = start(dec, args.load_cpus, args.nofile, tmp / f"decode-{label}.log")
             router_cfg = {
                 "http": {"max_connections": args.streams + 1024},
-                **admission_room(args.streams),
+                **admission_room(args.streams, args.workers),
                 **({"workers": args.workers} if args.workers > 1 else {}),
             }
             argv = pdctl_router_argv(
