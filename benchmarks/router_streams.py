@@ -19,8 +19,9 @@ its stream to the end and checking it ended with ``[DONE]``.
 
 The router is started with ``router.http.max_connections`` above N, admission's limits
 and queue at N in each worker (its defaults shed most of them at once;
-``_bench.admission_room`` says why per worker), and, when this process may raise it (root), an open-files limit of ``--nofile``; the router raises its
-own soft limit to the hard one and warns when that is too low.
+``_bench.admission_room`` says why per worker), and, when this process may raise it
+(root), an open-files limit of ``--nofile``; the router raises its own soft limit to the
+hard one and warns when that is too low.
 
     python benchmarks/router_streams.py [--streams 10000] [--events 32] [--workers 1]
         [--event-interval 1.0] [--ramp 20] [--soak 0] [--rate R] [--out FILE]
