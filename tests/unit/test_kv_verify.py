@@ -254,6 +254,24 @@ def test_an_unwritten_block_is_caught(caplog: pytest.LogCaptureFixture):
     assert results == ["mismatch"]
 
 
+@pytest.mark.parametrize("bad", [8, 10**9, -1])
+def test_a_block_id_from_the_wire_outside_the_cache_fails_the_receive_not_the_engine(
+    bad: int, caplog: pytest.LogCaptureFixture
+):
+    """A notification naming a block the decode does not await (beyond the cache, or
+    negative) is answered as a mismatch; the cache is never indexed with it (an index
+    error on the engine thread would end the engine)."""
+    p, d, results, d_kv = pair()
+    notif, dst = prefill_write(p, True, dst=[4, 5], src=[1, 2])
+    land(p.worker.device_kv_caches, d_kv, [1, 2], dst)
+    tagged = kvdigest.parse(notif)
+    assert tagged is not None
+    spoilt = kvdigest.encode([*tagged.digests.items(), (bad, 0x1234)], tagged.plain)
+    assert decode_check(d, spoilt, [4, 5]) == ["cmpl-r1-0-bbbb"]
+    assert results == ["mismatch"]
+    assert f"[{bad}] written but not awaited" in caplog.text
+
+
 def test_no_digest_from_the_prefill_is_missing_not_failed():
     _p, d, results, _kv = pair()
     assert decode_check(d, b"cmpl-r1-0-bbbb:1", [4, 5]) == []

@@ -308,9 +308,9 @@ class KvVerifier:
                 self.report(MISSING, rid)
                 continue
             if rid in slices:  # prefill TP > decode TP: every head slice
-                bad = self._compare_slices(rid, meta, sliced or {}, slices[rid])
+                bad = self._compare(rid, meta, sliced or {}, slices[rid])
             else:
-                bad = self._compare(rid, meta, expected if expected is not None else {})
+                bad = self._compare(rid, meta, {(0, 1): expected or {}}, 1)
             if bad:
                 failed.append(rid)
         for rid in [r for r in self.expected if r not in metadata]:
@@ -339,47 +339,22 @@ class KvVerifier:
             cache[block].zero_()
         _log.warning("pdctl: failpoint %s: zeroed block %d of %s", FAILPOINT_KV_CORRUPT, block, rid)
 
-    def _compare(self, rid: str, meta: Any, expected: dict[int, int]) -> bool:
-        awaited = _single_group(getattr(meta, "local_physical_block_ids", None) or ())
-        if awaited is None:
-            awaited = []
-        if self.corrupt is not None and self.corrupt.flips(rid) and expected:
-            self._flip(min(expected))
-        caches = self._caches()
-        ids = sorted(expected)
-        got = dict(zip(ids, kvdigest.block_digests(caches, ids), strict=True))
-        wrong = [b for b in ids if got[b] != expected[b]]
-        unwritten = sorted(set(awaited) - set(expected))
-        foreign = sorted(set(expected) - set(awaited))
-        if not (wrong or unwritten or foreign):
-            self.report(OK, rid)
-            return False
-        self.detected += 1
-        self.report(MISMATCH, rid)
-        _log.error(
-            "pdctl: KV of %s does not match what the prefill sent: blocks %s differ, %s "
-            "not written, %s written but not awaited (of %d); failing the receive "
-            "(kv_load_failure_policy decides: recompute or error)",
-            rid,
-            wrong,
-            unwritten,
-            foreign,
-            len(awaited),
-        )
-        return True
-
-    def _compare_slices(
+    def _compare(
         self,
         rid: str,
         meta: Any,
         sliced: dict[tuple[int, int], dict[int, int]],
         k: int,
     ) -> bool:
-        """D: the check when a prefill at ``k`` x this TP wrote the blocks, one head slice
-        per prefill rank. ``sliced``: ``(index, parts)`` → that slice's digests (a
-        notification that carried none, or whole-block digests, vouches for no slice)."""
+        """D: the check of one request's destination blocks. ``k``: head slices per
+        block (1 for a prefill at this TP; ``k`` when a prefill at ``k`` x this TP wrote
+        them, one slice per prefill rank); ``sliced``: ``(index, parts)`` → that slice's
+        digests (a notification that carried none, or digests of another shape, vouches
+        for no slice). Only blocks the request awaits are read: a block id from the wire
+        that is not one of them (or not a block at all) is *foreign*, never indexed."""
         awaited = _single_group(getattr(meta, "local_physical_block_ids", None) or ()) or []
-        blocks = sorted({b for d in sliced.values() for b in d})
+        mine = set(awaited)
+        blocks = sorted({b for d in sliced.values() for b in d} & mine)
         if self.corrupt is not None and self.corrupt.flips(rid) and blocks:
             self._flip(blocks[0])
         caches = self._caches()
@@ -389,33 +364,36 @@ class KvVerifier:
         for (index, parts), digests in sorted(sliced.items()):
             if parts != k:
                 continue  # a slice of another shape vouches for nothing (unvouched below)
-            ids = sorted(digests)
-            got = kvdigest.block_digests(caches, ids, part=(index, k))
+            ids = sorted(set(digests) & mine)
+            got = kvdigest.block_digests(caches, ids, part=(index, k) if k > 1 else None)
             for b, g in zip(ids, got, strict=True):
                 if g != digests[b]:
                     wrong.setdefault(b, []).append(index)
-            unwritten |= set(awaited) - set(digests)
-            foreign |= set(digests) - set(awaited)
+            unwritten |= mine - set(digests)
+            foreign |= set(digests) - mine
         unvouched = sorted(set(range(k)) - {i for i, n in sliced if n == k})
         if not (wrong or unwritten or foreign or unvouched):
             self.report(OK, rid)
             return False
         self.detected += 1
         self.report(MISMATCH, rid)
+        differing = {b: wrong[b] for b in sorted(wrong)}
+        slices = (
+            f"; head slices of {k} per block (prefill TP {k}x this one): differing "
+            f"{differing}, no digest for {unvouched}"
+            if k > 1
+            else ""
+        )
         _log.error(
             "pdctl: KV of %s does not match what the prefill sent: blocks %s differ, %s "
-            "not written, %s written but not awaited (of %d); head slices of %d per block "
-            "(prefill TP %dx this one): differing %s, no digest for %s; failing the "
-            "receive (kv_load_failure_policy decides: recompute or error)",
+            "not written, %s written but not awaited (of %d)%s; failing the receive "
+            "(kv_load_failure_policy decides: recompute or error)",
             rid,
             sorted(wrong),
             sorted(unwritten),
             sorted(foreign),
             len(awaited),
-            k,
-            k,
-            {b: wrong[b] for b in sorted(wrong)},
-            unvouched,
+            slices,
         )
         return True
 
