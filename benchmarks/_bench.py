@@ -62,13 +62,19 @@ def pair_spec(p: int, d: int, port: int, router: dict[str, Any] | None = None) -
     )
 
 
-def admission_room(clients: int) -> dict[str, Any]:
+def admission_room(clients: int, workers: int = 1) -> dict[str, Any]:
     """``[router]`` settings that let ``clients`` concurrent requests in: admission's stage
     limits and queue at that number (its defaults, 32 requests in prefill per instance and
     512 queued, answer most of a thousand clients with 429 at once; vllm-router, with no
-    admission control, queues nothing)."""
-    room = {"prefill_in_flight_per_instance": clients, "decode_in_flight_per_instance": clients}
-    return {"admission": {**room, "max_queued": clients}}
+    admission control, queues nothing). With ``workers`` router processes, each enforces
+    1/``workers`` of every limit while the kernel spreads connections over them unevenly
+    (by a hash of each connection's addresses): the limits are ``clients`` times
+    ``workers``, so that each worker has room for every client (at exactly ``clients``, 10,000
+    streams over two workers had 110 refused with 503 ``decode_saturated``: the worker that
+    got more than 5,000 queued the rest until they timed out)."""
+    n = clients * max(1, workers)
+    room = {"prefill_in_flight_per_instance": n, "decode_in_flight_per_instance": n}
+    return {"admission": {**room, "max_queued": n}}
 
 
 def pdctl_router_argv(

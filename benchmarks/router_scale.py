@@ -18,7 +18,7 @@ the mocks and the load generator pinned to the others. Load comes from ``h2load`
   ``python -m venv ~/.cache/pdctl/bench-vllm-router &&
   ~/.cache/pdctl/bench-vllm-router/bin/pip install vllm-router==0.1.17``;
 * pdctl's admission control is given room for every client (stage limits and queue at
-  the highest ``--conc``): its defaults shed most of c=1024 with 429 at once, which
+  the highest ``--conc``, in each worker): its defaults shed most of c=1024 with 429 at once, which
   vllm-router, with no admission control, never does;
 * every cell is run ``--rounds`` times, the contenders alternating within a round;
   medians of the rounds are reported, with ratios (pdctl / vllm-router per cell, pdctl's
@@ -237,7 +237,7 @@ def start_contenders(
     for n in args.worker_counts:
         port = free_port()
         extra = (
-            {**admission_room(max(args.conc_list)), "workers": n}
+            {**admission_room(max(args.conc_list), n), "workers": n}
             if has_workers()
             else admission_room(max(args.conc_list))
         )

@@ -18,9 +18,10 @@ its stream to the end and checking it ended with ``[DONE]``.
   fifth of the run against the second fifth (flat: within ±10%).
 
 The router is started with ``router.http.max_connections`` above N, admission's limits
-and queue at N (its defaults shed most of them at once), and, when this
-process may raise it (root), an open-files limit of ``--nofile``; the router raises its
-own soft limit to the hard one and warns when that is too low.
+and queue at N in each worker (its defaults shed most of them at once;
+``_bench.admission_room`` says why per worker), and, when this process may raise it
+(root), an open-files limit of ``--nofile``; the router raises its own soft limit to the
+hard one and warns when that is too low.
 
     python benchmarks/router_streams.py [--streams 10000] [--events 32] [--workers 1]
         [--event-interval 1.0] [--ramp 20] [--soak 0] [--rate R] [--out FILE]
@@ -45,12 +46,23 @@ from pathlib import Path
 from typing import Any
 
 from _bench import admission_room, free_port, pdctl_router_argv, write_record
-from router_scale import Contender, rss_mb, wait_up
+from router_scale import Contender, rss_mb, tree_pids, wait_up
 
 BODY = {"model": "tiny", "prompt": "hello there", "max_tokens": 8, "stream": True}
 
 
 def open_files(pid: int) -> int:
+    """Open files of ``pid``'s process tree (a router with workers: the parent's and every
+    worker's; each process has its own limit: :func:`most_open_files`)."""
+    return sum(max(0, _fds(p)) for p in tree_pids(pid))
+
+
+def most_open_files(pid: int) -> int:
+    """The most open files of one process in ``pid``'s tree (what a process limit bounds)."""
+    return max((_fds(p) for p in tree_pids(pid)), default=-1)
+
+
+def _fds(pid: int) -> int:
     try:
         return len(os.listdir(f"/proc/{pid}/fd"))
     except OSError:
@@ -67,13 +79,16 @@ CHILDREN: list[subprocess.Popen[bytes]] = []
 """Every process this script started, for :func:`on_sigterm`."""
 
 
-def start(argv: list[str], cpus: str, nofile: int) -> subprocess.Popen[bytes]:
-    proc = subprocess.Popen(
-        ["taskset", "-c", cpus, *argv],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        preexec_fn=lambda: raise_nofile(nofile),
-    )
+def start(argv: list[str], cpus: str, nofile: int, log: Path) -> subprocess.Popen[bytes]:
+    """``argv`` pinned to ``cpus``, its standard error to ``log`` (a pipe nobody reads
+    would stop a process that writes much there once it is full)."""
+    with log.open("ab") as err:
+        proc = subprocess.Popen(
+            ["taskset", "-c", cpus, *argv],
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+            preexec_fn=lambda: raise_nofile(nofile),
+        )
     CHILDREN.append(proc)
     return proc
 
@@ -97,11 +112,32 @@ def on_sigterm(*_: object) -> None:
 class Stats:
     def __init__(self) -> None:
         self.errors: Counter[str] = Counter()
+        self.refusals: Counter[str] = Counter()
+        """Answers other than 200 by status, ``pdctl-drop-reason`` and message (what
+        refused them: admission, a leg that could not be opened, the connection cap)."""
         self.ttfb: list[float] = []
         self.duration: list[float] = []
         self.ok = 0
         self.open = 0
         self.peak_open = 0
+
+
+async def refusal(status: int, head: bytes, reader: asyncio.StreamReader) -> str:
+    """``status``, the drop reason and the error message of a refused request."""
+    reason = "-"
+    for line in head.split(b"\r\n")[1:]:
+        name, _, value = line.partition(b":")
+        if name.strip().lower() == b"pdctl-drop-reason":
+            reason = value.strip().decode(errors="replace")
+    try:
+        body = await asyncio.wait_for(reader.read(4096), 5.0)
+    except (OSError, TimeoutError):
+        body = b""
+    text = body.decode(errors="replace")
+    with contextlib.suppress(ValueError, AttributeError, TypeError):
+        # a JSON error body (maybe chunked: its JSON starts at the first brace)
+        text = json.loads(text[text.index("{") : text.rindex("}") + 1])["error"]["message"]
+    return f"{status} {reason}: {text[:200]}"
 
 
 async def one_stream(host: str, port: int, payload: bytes, stats: Stats) -> None:
@@ -116,6 +152,7 @@ async def one_stream(host: str, port: int, payload: bytes, stats: Stats) -> None
         status = int(head.split(b" ", 2)[1])
         if status != 200:
             stats.errors[f"http {status}"] += 1
+            stats.refusals[await refusal(status, head, reader)] += 1
             return
         first = True
         tail = b""
@@ -153,6 +190,14 @@ def request_bytes(port: int) -> bytes:
     ).encode() + body
 
 
+def tail(log: Path, lines: int = 20) -> list[str]:
+    """The last ``lines`` lines of a process's standard error."""
+    try:
+        return log.read_text(errors="replace").splitlines()[-lines:]
+    except OSError:
+        return []
+
+
 def pct(xs: list[float], q: float) -> float | None:
     if not xs:
         return None
@@ -168,10 +213,11 @@ async def many(port: int, n: int, ramp_s: float, pid: int) -> dict[str, Any]:
         tasks.append(asyncio.create_task(one_stream("127.0.0.1", port, payload, stats)))
         if ramp_s > 0 and i % 100 == 99:  # a ramp, not a SYN flood on one backlog
             await asyncio.sleep(ramp_s * 100 / n)
-    peak_rss, peak_fds = 0.0, 0
+    peak_rss, peak_fds, peak_one = 0.0, 0, 0
     while not all(t.done() for t in tasks):
         peak_rss = max(peak_rss, rss_mb(pid))
         peak_fds = max(peak_fds, open_files(pid))
+        peak_one = max(peak_one, most_open_files(pid))
         print(
             f"\r  open streams {stats.open:6d}  done {stats.ok:6d}  errors "
             f"{sum(stats.errors.values()):5d}  router {rss_mb(pid):7.1f} MiB "
@@ -187,9 +233,14 @@ async def many(port: int, n: int, ramp_s: float, pid: int) -> dict[str, Any]:
         "streams": n,
         "completed": stats.ok,
         "errors": dict(stats.errors),
+        "refusals": dict(stats.refusals),
         "peak_concurrent_client_streams": stats.peak_open,
         "idle": idle,
-        "peak": {"rss_mb": round(peak_rss, 1), "open_files": peak_fds},
+        "peak": {
+            "rss_mb": round(peak_rss, 1),
+            "open_files": peak_fds,
+            "open_files_one_process": peak_one,
+        },
         "after": after,
         "mib_per_1000_streams": round((peak_rss - idle["rss_mb"]) / (n / 1000), 2) if n else None,
         "ttfb_ms": {"p50": pct(stats.ttfb, 0.5), "p99": pct(stats.ttfb, 0.99)},
@@ -249,6 +300,7 @@ async def soak(port: int, seconds: float, rate: float, pid: int) -> dict[str, An
         "sent": sent,
         "completed": stats.ok,
         "errors": dict(stats.errors),
+        "refusals": dict(stats.refusals),
         "rss_mb_samples": samples,
         "rss_late_over_early": round(ratio, 3) if ratio is not None else None,
     }
@@ -293,7 +345,12 @@ def main() -> int:
     py = [sys.executable, "-m", "pdctl.sdk.router.mock", "--no-record"]
     pport, dport, rport = free_port(), free_port(), free_port()
     procs = [
-        start([*py, "--role", "prefill", "--port", str(pport)], args.load_cpus, args.nofile),
+        start(
+            [*py, "--role", "prefill", "--port", str(pport)],
+            args.load_cpus,
+            args.nofile,
+            tmp / "prefill.log",
+        ),
     ]
     rec: dict[str, Any] = {"args": vars(args)}
     try:
@@ -305,16 +362,17 @@ def main() -> int:
                 break
             dec = [*py, "--role", "decode", "--port", str(dport), "--chunks", str(events)]
             dec += ["--chunk-delay-s", str(interval)]
-            decode = start(dec, args.load_cpus, args.nofile)
+            decode = start(dec, args.load_cpus, args.nofile, tmp / f"decode-{label}.log")
             router_cfg = {
                 "http": {"max_connections": args.streams + 1024},
-                **admission_room(args.streams),
+                **admission_room(args.streams, args.workers),
                 **({"workers": args.workers} if args.workers > 1 else {}),
             }
             argv = pdctl_router_argv(
                 f"http://127.0.0.1:{pport}", f"http://127.0.0.1:{dport}", rport, tmp, router_cfg
             )
-            router = start(argv, args.router_cpus, args.nofile)
+            router_log = tmp / f"router-{label}.log"
+            router = start(argv, args.router_cpus, args.nofile, router_log)
             procs += [decode, router]
             time.sleep(1.0)
             wait_up(Contender("pdctl", f"http://127.0.0.1:{rport}", router))
@@ -340,6 +398,7 @@ def main() -> int:
                 rec[f"{label}_router_exit_s"] = None  # not out within 60 s of SIGTERM
             decode.terminate()
             decode.wait(10)
+            rec[f"{label}_router_stderr_tail"] = tail(router_log)
             procs = procs[:1]
     finally:
         for p in procs:

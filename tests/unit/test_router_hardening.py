@@ -108,6 +108,46 @@ async def test_slow_body_is_cut_and_never_routed():
         await healthy(t.url)
 
 
+async def test_a_shorter_deadline_after_a_longer_one_is_still_kept():
+    # the connection's timer is armed for the 30 s head deadline; the body's 0.5 s
+    # deadline comes after it and is due first
+    async with rig("push", router={"http": {**HTTP, "header_timeout_s": 30}}) as t:
+        head = (
+            b"POST /v1/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
+            b"content-length: 500\r\n\r\n"
+        )
+        loop = asyncio.get_running_loop()
+        t0 = loop.time()
+        out = await raw(t.url, head + b'{"model": "tiny", ', wait_s=5.0)
+        assert out.startswith(b"HTTP/1.1 408")
+        assert loop.time() - t0 < 3.0
+        assert t.d.state.requests == []
+
+
+async def test_each_request_on_a_kept_connection_gets_its_own_head_deadline():
+    async with rig("push", router={"http": HTTP}) as t:
+        host, port = t.url.removeprefix("http://").split(":")
+        r, w = await asyncio.open_connection(host, int(port))
+        loop = asyncio.get_running_loop()
+        for _ in range(3):  # answered requests, each within its deadline, past the first's
+            w.write(b"GET /health HTTP/1.1\r\nhost: x\r\n\r\n")
+            got = await asyncio.wait_for(r.readuntil(b"\r\n\r\n"), 2)
+            assert got.startswith(b"HTTP/1.1 200")
+            length = int(got.lower().split(b"content-length: ")[1].split(b"\r\n")[0])
+            await r.readexactly(length)
+            await asyncio.sleep(0.3)
+        w.write(b"GET /health HTTP/1.1\r\nhost: x\r\n")  # a head that never ends
+        reading = asyncio.create_task(r.read())
+        t0 = loop.time()
+        while not reading.done() and loop.time() - t0 < 5:
+            w.write(b"x")
+            await asyncio.sleep(0.1)
+        got = await asyncio.wait_for(reading, 1)
+        assert got.startswith(b"HTTP/1.1 408")
+        assert loop.time() - t0 < 2.0  # header_timeout_s = 0.5
+        w.close()
+
+
 async def test_connection_flood_evicts_the_longest_idle_and_health_still_answers():
     async with rig("push", router={"http": {**HTTP, "header_timeout_s": 30}}) as t:
         host, port = t.url.removeprefix("http://").split(":")

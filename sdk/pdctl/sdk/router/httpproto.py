@@ -36,6 +36,9 @@ class HardenedHttpTools(HttpToolsProtocol):
         self._pd_in_head = True
         self._pd_refused = False
         self._pd_timer: asyncio.TimerHandle | None = None
+        self._pd_timer_at = 0.0
+        self._pd_due: float | None = None
+        self._pd_why: tuple[int, str] = (408, "")
         self._pd_born = time.monotonic()
         cert = transport.get_extra_info("peercert")
         self._pd_cert_subject = _subject(cert) if cert else None
@@ -51,21 +54,48 @@ class HardenedHttpTools(HttpToolsProtocol):
         self._pd_arm(self.limits.header_timeout_s, 408, "nothing received")
 
     # -- timers and refusals
+    # A request moves its connection's deadline (head, then body, then none) without
+    # touching the loop's timers: one timer per connection stays armed at the earliest
+    # deadline it may have to enforce and, when it fires, looks at the deadline in force
+    # (past: refuse; later: wait for it; none: stop). Arming and cancelling a timer for
+    # each of a request's stages cost two timers per request.
     def _pd_arm(self, after: float, status: int, why: str) -> None:
-        self._pd_disarm()
-        self._pd_timer = self.loop.call_later(after, self._pd_refuse, status, why)
+        due = self.loop.time() + after
+        self._pd_due, self._pd_why = due, (status, why)
+        if self._pd_timer is not None:
+            if self._pd_timer_at <= due:
+                return  # it fires first and waits on for this deadline
+            self._pd_timer.cancel()
+        self._pd_timer_at = due
+        self._pd_timer = self.loop.call_at(due, self._pd_tick)
 
     def _pd_disarm(self) -> None:
+        self._pd_due = None  # the timer, if armed, finds nothing to enforce
+
+    def _pd_tick(self) -> None:
+        self._pd_timer = None
+        due = self._pd_due
+        if due is None:
+            return
+        if self.loop.time() < due:  # the deadline moved on since the timer was set
+            self._pd_timer_at = due
+            self._pd_timer = self.loop.call_at(due, self._pd_tick)
+            return
+        self._pd_refuse(*self._pd_why)
+
+    def _pd_stop(self) -> None:
+        self._pd_due = None
         if self._pd_timer is not None:
             self._pd_timer.cancel()
             self._pd_timer = None
 
     def _pd_refuse(self, status: int, why: str) -> None:
         self._pd_refused = True
-        self._pd_disarm()
+        self._pd_stop()
         if self.transport.is_closing():
             return
-        if self.cycle is None or not self.cycle.response_started:
+        cycle = self.cycle  # on a kept connection, the last request's until a new head ends
+        if cycle is None or not cycle.response_started or cycle.response_complete:
             body = why.encode()
             self.transport.write(
                 b"HTTP/1.1 " + _STATUS[status] + b"\r\ncontent-type: text/plain\r\n"
@@ -154,7 +184,7 @@ class HardenedHttpTools(HttpToolsProtocol):
             _idle(self.server_state)[id(self)] = self
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self._pd_disarm()
+        self._pd_stop()
         _idle(self.server_state).pop(id(self), None)
         cycle: Any = self.cycle
         super().connection_lost(exc)

@@ -118,6 +118,9 @@ def server_config(app: RouterApp, host: str, port: int) -> Any:
         access_log=False,
         log_level="warning",
         timeout_keep_alive=limits.idle_timeout_s,
+        # the client is the TCP peer (what the audit records), never a header's word;
+        # and no middleware per request to find that out
+        proxy_headers=False,
         backlog=4096,
         **tls,
     )

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import random
 import time
-import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -12,8 +13,20 @@ from pdctl.sdk.router.instances import Upstream
 from pdctl.sdk.router.promreg import Registry
 from pdctl.sdk.router.tracing import RequestTrace, Tracer
 
+_IDS = random.Random()
+"""Where request ids come from: seeded from the system's randomness once per process,
+then 128 bits per id without a system call (an id names a request in vLLM and in the KV
+transfer; it needs to be unique, not secret). A forked child draws a new seed (the
+parent's ids are not repeated)."""
+os.register_at_fork(after_in_child=_IDS.seed)
 
-@dataclass
+
+def request_id() -> str:
+    """A new request's id: ``pdctl-`` and 32 hex digits."""
+    return f"pdctl-{_IDS.getrandbits(128):032x}"
+
+
+@dataclass(slots=True)
 class Timeline:
     """One request's path through the fleet; times are seconds since ``received``."""
 
@@ -60,7 +73,7 @@ class Timeline:
     ) -> Timeline:
         """A new request's timeline (and its trace, continuing ``traceparent``)."""
         tl = cls(
-            id=f"pdctl-{uuid.uuid4().hex}",
+            id=request_id(),
             mode=mode,
             endpoint=endpoint,
             stream=stream,
