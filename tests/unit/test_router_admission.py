@@ -398,6 +398,31 @@ async def test_higher_classes_arriving_during_the_wait_shed_lower_classes_first(
     t.release()
 
 
+async def test_a_request_shed_for_its_prediction_makes_no_room_first():
+    """At a full queue, a higher-class request predicted to miss its deadline is shed
+    without shedding the lower one queued; one predicted to meet it takes its place
+    (429 to the lower one, a shed after queueing)."""
+    a, _, clock = make(decode_in_flight_per_instance=1, max_queued=1, max_queue_wait_s=60)
+    holder = await paced(a, clock)
+    batch = asyncio.create_task(a.enter("batch"))
+    await asyncio.sleep(0)
+    assert a.state()["queued"] == 1
+    wait = a.pace.wait_s(CLASSES.index("interactive"), 0)
+    assert wait is not None
+    out = await a.enter("interactive", deadline=clock.t + wait / 2)
+    assert isinstance(out, Shed)
+    assert out.reason == "slo_unreachable"
+    assert not batch.done()  # still queued
+    inter = asyncio.create_task(a.enter("interactive", deadline=clock.t + wait * 2))
+    shed = await asyncio.wait_for(batch, 1)
+    assert isinstance(shed, Shed)
+    assert (shed.status, shed.queued) == (429, True)
+    holder.release()
+    t = await asyncio.wait_for(inter, 1)
+    assert isinstance(t, Ticket)
+    t.release()
+
+
 async def test_a_predicted_wait_past_max_queue_wait_is_shed_at_arrival():
     a, reg, clock = make(decode_in_flight_per_instance=1, max_queue_wait_s=10)
     holder = await paced(a, clock)

@@ -252,14 +252,17 @@ class Admission:
         if full is None and not self._queue:
             self.pace.taken(rank)
             return self._admit(klass, now, queued=False)
+        cap = self._cap(self.limits["queue"]) if self.limits["queue"] else 0
+        crowded = len(self._queue) >= cap
+        if crowded and not any(self._queued[rank + 1 :]):  # no lower class to make room
+            what = full or "prefill_saturated"
+            return self._refuse(429, what, klass, f"the router's queue is full ({cap} waiting)")
         ahead = sum(self._queued[: rank + 1])
         late = self._predicted_late(rank, ahead, deadline, service_s, now, full)
         if late is not None:
             return late
-        cap = self._cap(self.limits["queue"]) if self.limits["queue"] else 0
-        if len(self._queue) >= cap and not self._evict_below(klass, full):
-            what = full or "prefill_saturated"
-            return self._refuse(429, what, klass, f"the router's queue is full ({cap} waiting)")
+        if crowded:
+            self._evict_below(klass, full)
         w = _Waiter(klass, now)
         heapq.heappush(self._queue, (w.rank, next(self._order), w))
         self._queued[w.rank] += 1
@@ -364,15 +367,10 @@ class Admission:
         slots = max(1, self._cap(self.limits["decode"] * max(1, len(self.decodes))))
         return min(30.0, max(0.5, (len(self._queue) + 1) * self._hold_s / slots))
 
-    def _evict_below(self, klass: str, full: str | None) -> bool:
-        """Shed the newest queued request of a class lower than ``klass`` (True), to
-        make room for it; False when none is lower."""
-        rank = CLASSES.index(klass)
-        if not any(self._queued[rank + 1 :]):
-            return False
-        worst = max(self._queue, key=lambda e: (e[0], e[1]), default=None)
-        if worst is None or worst[0] <= rank:
-            return False
+    def _evict_below(self, klass: str, full: str | None) -> None:
+        """Shed the newest queued request of the lowest class, lower than ``klass`` (one
+        is queued), to make room for it."""
+        worst = max(self._queue, key=lambda e: (e[0], e[1]))
         w = worst[2]
         self._queue.remove(worst)
         heapq.heapify(self._queue)
@@ -381,7 +379,6 @@ class Admission:
         why = f"shed for a request of class {klass}: the queue is full"
         shed = self._refuse(429, full or "prefill_saturated", w.klass, why, queued=True)
         w.future.set_result(shed)
-        return True
 
     def _drop(self, w: _Waiter) -> None:
         for i, e in enumerate(self._queue):
