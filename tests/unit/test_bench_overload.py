@@ -14,7 +14,7 @@ from pdctl.sdk.bench.overload import (
     run_overload,
     summary,
 )
-from pdctl.sdk.bench.overloadside import renice, shed_delta
+from pdctl.sdk.bench.overloadside import histogram_delta, renice
 from pdctl.sdk.router.mock import MockConfig
 from tests.unit.test_router import rig
 
@@ -81,8 +81,12 @@ async def test_both_arms_run_in_one_run_and_only_admission_sheds():
             assert r["url"] == (on.url if arm == WITH else off.url)
             assert set(r["ttft_prediction"]) == {"predicted", "error_p50", "error_p90"}
             assert set(r["client_loop_lag"]) == {"p50_ms", "p99_ms", "max_ms"}
+            assert set(r["tcp_drops"]) <= {"ListenDrops", "TCPSynRetrans"}
             if arm == WITHOUT:
                 assert r["router_shed"] is None  # no admission, no shed answers to time
+                assert r["router_loop_lag"] is None
+            else:
+                assert r["router_loop_lag"]["n"] > 0
     for r in record["rounds"][WITH]:
         # the router's own count of its shed answers is the client's
         router = r["router_shed"]
@@ -107,12 +111,12 @@ def test_the_routers_shed_timings_are_one_arms_share_of_its_histogram():
         "arrival": {0.01: 100.0, 0.05: 200.0, 0.1: 202.0, float("inf"): 203.0},
         "queued": {0.01: 0.0, 0.05: 0.0, 0.1: 1.0, float("inf"): 1.0},
     }
-    got = shed_delta(before, after)
+    got = histogram_delta(before, after)
     assert got == {
         "arrival": {"n": 200, "within_50ms": 197, "p99_under_ms": 100.0, "max_under_ms": None},
         "queued": {"n": 1, "within_50ms": 0, "p99_under_ms": 100.0, "max_under_ms": 100.0},
     }
-    assert shed_delta(None, None) is None
+    assert histogram_delta(None, None) is None
 
 
 def test_the_cli_preset_plans_from_its_arguments(capsys, tmp_path, monkeypatch):

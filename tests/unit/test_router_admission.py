@@ -265,6 +265,7 @@ def test_metrics_are_exported_from_zero():
         assert f'pdctl_router_shed_total{{reason="decode_saturated",class="{k}"}} 0.0' in text
         assert f'pdctl_router_queue_depth{{class="{k}"}} 0.0' in text
     assert 'pdctl_router_stage_in_flight{stage="prefill"} 0.0' in text
+    assert "pdctl_router_loop_lag_seconds_count 0.0" in text
 
 
 def test_spec_defaults_and_errors_name_the_field():

@@ -46,6 +46,9 @@ def rows(record: dict[str, Any]) -> list[dict[str, Any]]:
                     "shed": r["shed"],
                     "shed_within_50ms": r["shed_within_50ms"],
                     "router_shed": _router_shed(r.get("router_shed")),
+                    "router_loop_lag": _lag(r.get("router_loop_lag")),
+                    "client_loop_lag_max_ms": (r.get("client_loop_lag") or {}).get("max_ms"),
+                    "tcp_drops": r.get("tcp_drops"),
                     "interactive_ttft_p99_ms": r["interactive_ttft_p99_ms"],
                     "prediction_error_p50": r["ttft_prediction"]["error_p50"],
                     "lost": r["lost"],
@@ -126,6 +129,13 @@ def _router_shed(rs: dict[str, Any] | None) -> str:
         for when, v in rs.items()
         if v["n"]
     )
+
+
+def _lag(lag: dict[str, Any] | None) -> str:
+    """The router's event-loop lag over the arm (bucket bounds)."""
+    if not lag or not lag["n"]:
+        return "-"
+    return f"p99 <={lag['p99_under_ms']} ms, max <={lag['max_under_ms']} ms"
 
 
 def _slowest(back: dict[str, float | None] | None) -> float | str | None:

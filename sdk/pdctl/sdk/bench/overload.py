@@ -40,8 +40,17 @@ from typing import Any
 import httpx
 
 from pdctl.sdk import chaos
-from pdctl.sdk.bench.overloadside import FAST_S, LoopLag, shed_delta, shed_seconds
+from pdctl.sdk.bench.overloadside import (
+    FAST_S,
+    LOOP_LAG,
+    SHED_ANSWER,
+    Lags,
+    histogram_delta,
+    router_histograms,
+    tcp_drops,
+)
 from pdctl.sdk.chaos import completion
+from pdctl.sdk.router.looplag import LoopLag
 from pdctl.sdk.router.predictor import error_summary
 from pdctl.sdk.spec import FleetSpec
 from pdctl.sdk.urls import router_url
@@ -163,10 +172,11 @@ async def arm(
     url: str, rate: float, plan: OverloadPlan, seed: int
 ) -> tuple[list[Outcome], dict[str, float | None]]:
     """Poisson arrivals at ``rate`` for ``plan.duration_s``, classes drawn from MIX; the
-    outcomes and the client's event-loop lag (:class:`LoopLag`) meanwhile."""
+    outcomes and the client's event-loop lag meanwhile."""
     rng = random.Random(seed)
     limits = httpx.Limits(max_connections=None, max_keepalive_connections=64)
-    async with httpx.AsyncClient(timeout=None, limits=limits) as c, LoopLag() as lag:
+    lag = Lags()
+    async with httpx.AsyncClient(timeout=None, limits=limits) as c, LoopLag(lag.lags.append):
         tasks: list[asyncio.Task[Outcome]] = []
         t0 = time.perf_counter()
         at, i = 0.0, 0
@@ -276,14 +286,18 @@ async def run_overload(
         order = list(arms.items()) if r % 2 == 0 else list(arms.items())[::-1]
         for name, url in order:
             async with httpx.AsyncClient(timeout=30) as c:
-                before = await shed_seconds(c, url)
+                before, drops = await router_histograms(c, url), tcp_drops()
             outs, lag = await offer(url, rate, plan, seed=plan.seed + r)
             s = summary(outs, plan.duration_s)
             s["client_loop_lag"] = lag
+            s["tcp_drops"] = {k: v - drops.get(k, 0) for k, v in tcp_drops().items()}
             async with httpx.AsyncClient(timeout=30) as c:
                 if idle:
                     s["kv_idle_after_s"] = (await chaos.kv_back_to_idle(c, idle, wait_s=60))[0]
-                s["router_shed"] = shed_delta(before, await shed_seconds(c, url))
+                after = await router_histograms(c, url)
+                s["router_shed"] = histogram_delta(before.get(SHED_ANSWER), after.get(SHED_ANSWER))
+                lags = histogram_delta(before.get(LOOP_LAG), after.get(LOOP_LAG))
+                s["router_loop_lag"] = None if lags is None else lags.get("")
                 reqs = (await c.get(url + "/v1/pdctl/requests?limit=10000")).json()["requests"]
             # the router's TTFT predictions against what it measured (its last 1,000)
             s["ttft_prediction"] = error_summary(reqs)

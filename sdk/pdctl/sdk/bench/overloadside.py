@@ -5,17 +5,18 @@ priority (a measurement setup choice, :func:`renice`).
 * :func:`shed_seconds` reads ``pdctl_router_shed_answer_seconds`` (the router's time from
   reading a request to its shed answer sent, per class and when it was shed) from a
   router's ``/metrics``; :func:`shed_delta` is one arm's share of it.
-* :class:`LoopLag` samples how late the client's own event loop wakes: a client that
-  lags sees every answer late by as much, whatever the router did.
+* the load client's event-loop lag (:class:`Lags`) and the router's
+  (``pdctl_router_loop_lag_seconds``): a loop that lags delays every answer by as much,
+  whatever the router decided, and a router's lag comes before its read-to-answer timer;
+* :func:`tcp_drops`: connections dropped before any program saw them.
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import os
-import time
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -23,45 +24,49 @@ import httpx
 from pdctl.sdk.metrics.promtext import parse_text
 
 SHED_ANSWER = "pdctl_router_shed_answer_seconds"
+LOOP_LAG = "pdctl_router_loop_lag_seconds"
 FAST_S = 0.05
 """A shed answer within this long counts as 'at once' (the issue's 50 ms)."""
 
 Buckets = dict[str, dict[float, float]]
-"""Per ``when`` (arrival, queued): cumulative counts by upper bound (``inf`` the count)."""
+"""Per value of a label (``""`` for none): cumulative counts by upper bound (``inf``:
+the count)."""
 
 
-async def shed_seconds(client: httpx.AsyncClient, url: str) -> Buckets | None:
-    """The router's shed-answer histogram summed over classes, or None (no admission:
-    the router exports none)."""
+async def router_histograms(client: httpx.AsyncClient, url: str) -> dict[str, Buckets]:
+    """The router's shed-answer histogram per ``when`` (summed over classes) and its
+    loop-lag histogram (under ``""``), as its ``/metrics`` has them now; a histogram it
+    does not export (no admission) is absent."""
     try:
         r = await client.get(url + "/metrics", timeout=10)
         r.raise_for_status()
     except httpx.HTTPError:
-        return None
+        return {}
     samples, _ = parse_text(r.text)
-    out: Buckets = {}
+    out: dict[str, Buckets] = {}
     for s in samples:
-        if s.name != SHED_ANSWER + "_bucket":
-            continue
-        le = s.label("le")
-        bound = float("inf") if le == "+Inf" else float(le)
-        row = out.setdefault(s.label("when"), {})
-        row[bound] = row.get(bound, 0.0) + s.value
-    return out or None
+        for name, label in ((SHED_ANSWER, "when"), (LOOP_LAG, "")):
+            if s.name != name + "_bucket":
+                continue
+            le = s.label("le")
+            bound = float("inf") if le == "+Inf" else float(le)
+            row = out.setdefault(name, {}).setdefault(s.label(label) if label else "", {})
+            row[bound] = row.get(bound, 0.0) + s.value
+    return out
 
 
-def shed_delta(before: Buckets | None, after: Buckets | None) -> dict[str, Any] | None:
-    """One arm's shed answers as the router timed them: per ``when`` how many, how many
-    within :data:`FAST_S`, and the bucket bound under which 99% and all of them came
-    (ms; None past the last finite bound)."""
-    if after is None:
+def histogram_delta(before: Buckets | None, after: Buckets | None) -> dict[str, Any] | None:
+    """One arm's share of a router histogram: per label value how many, how many within
+    :data:`FAST_S`, and the bucket bound under which 99% and all of them came (ms; None
+    past the last finite bound)."""
+    if not after:
         return None
     out: dict[str, Any] = {}
-    for when, row in sorted(after.items()):
-        base = (before or {}).get(when, {})
+    for key, row in sorted(after.items()):
+        base = (before or {}).get(key, {})
         cum = sorted((b, n - base.get(b, 0.0)) for b, n in row.items())
         total = cum[-1][1] if cum else 0.0
-        out[when] = {
+        out[key] = {
             "n": int(total),
             "within_50ms": int(sum(n for b, n in cum if b == FAST_S)),
             "p99_under_ms": _under(cum, 0.99 * total),
@@ -79,31 +84,11 @@ def _under(cum: list[tuple[float, float]], k: float) -> float | None:
     return None
 
 
-class LoopLag:
-    """Samples how late the running loop wakes from a :data:`PERIOD_S` sleep, while
-    entered (``async with``)."""
-
-    PERIOD_S = 0.01
+class Lags:
+    """The lags a :class:`~pdctl.sdk.router.looplag.LoopLag` saw, summarised."""
 
     def __init__(self) -> None:
         self.lags: list[float] = []
-        self._task: asyncio.Task[None] | None = None
-
-    async def _run(self) -> None:
-        while True:
-            t = time.perf_counter()
-            await asyncio.sleep(self.PERIOD_S)
-            self.lags.append(max(0.0, time.perf_counter() - t - self.PERIOD_S))
-
-    async def __aenter__(self) -> LoopLag:
-        self._task = asyncio.get_running_loop().create_task(self._run())
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
 
     def summary(self) -> dict[str, float | None]:
         """p50, p99 and the largest lag (ms)."""
@@ -115,6 +100,25 @@ class LoopLag:
             return round(xs[min(len(xs) - 1, int(f * len(xs)))] * 1000, 1)
 
         return {"p50_ms": q(0.5), "p99_ms": q(0.99), "max_ms": round(xs[-1] * 1000, 1)}
+
+
+def tcp_drops() -> dict[str, int]:
+    """This machine's count of connections its listeners dropped and of SYNs sent again
+    (``/proc/net/netstat``; empty where there is none): a dropped SYN is sent again
+    after 1 s, then 3 s, 7 s, and a request waits that long before any router sees it.
+    Machine-wide: other programs' connections count too."""
+    try:
+        lines = Path("/proc/net/netstat").read_text().splitlines()
+    except OSError:
+        return {}
+    out: dict[str, int] = {}
+    for names, values in zip(lines[::2], lines[1::2], strict=False):
+        if names.startswith("TcpExt:"):
+            row = dict(zip(names.split()[1:], values.split()[1:], strict=False))
+            for k in ("ListenDrops", "TCPSynRetrans"):
+                if k in row:
+                    out[k] = int(row[k])
+    return out
 
 
 def renice(pids: Iterable[int | None], nice: int) -> list[int]:
