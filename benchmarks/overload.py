@@ -49,13 +49,16 @@ from pdctl.sdk.fleet import Fleet
 from pdctl.sdk.paths import tiny_model_dir
 
 
-async def run(plan: OverloadPlan, fleet: Fleet, arms: dict[str, str]) -> dict[str, Any]:
+async def run(
+    plan: OverloadPlan, fleet: Fleet, arms: dict[str, str], pids: dict[str, int]
+) -> dict[str, Any]:
     urls = [p.url for p in fleet.fleet.plan.instances]
     async with httpx.AsyncClient() as c:
         for url in arms.values():
             assert await chaos.time_to_service(c, url) is not None
         await asyncio.sleep(1)
-    return await run_overload(arms, plan, instances=urls, say=lambda s: print(s, flush=True))
+    say = print
+    return await run_overload(arms, plan, instances=urls, router_pids=pids, say=say)
 
 
 def main() -> int:
@@ -114,7 +117,7 @@ def main() -> int:
             wait_health(with_url)
             wait_health(without_url)
             arms = {WITH: with_url, WITHOUT: without_url}
-            record = asyncio.run(run(plan, fleet, arms))
+            record = asyncio.run(run(plan, fleet, arms, {WITH: p1.pid, WITHOUT: p2.pid}))
             record["args"] = vars(args)
         finally:
             for p in (p1, p2):

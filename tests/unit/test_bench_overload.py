@@ -14,7 +14,7 @@ from pdctl.sdk.bench.overload import (
     run_overload,
     summary,
 )
-from pdctl.sdk.bench.overloadside import histogram_delta, renice
+from pdctl.sdk.bench.overloadside import cpu_seconds, histogram_delta, renice
 from pdctl.sdk.router.mock import MockConfig
 from tests.unit.test_router import rig
 
@@ -47,7 +47,14 @@ def test_summary_counts_goodput_sheds_and_the_interactive_tail():
 
 async def test_both_arms_run_in_one_run_and_only_admission_sheds():
     plan = OverloadPlan(
-        load=4, duration_s=1.0, rounds=2, capacity_s=0.5, conc=2, prompt_words=4, give_up_s=20
+        load=4,
+        duration_s=1.0,
+        rounds=2,
+        capacity_s=0.5,
+        conc=2,
+        prompt_words=4,
+        give_up_s=20,
+        client_processes=1,  # one process of its own: the path the benchmark takes
     )
     slow = MockConfig(role="decode", delay_s=0.1)
     tight = {
@@ -80,7 +87,8 @@ async def test_both_arms_run_in_one_run_and_only_admission_sheds():
             assert r["lost"] == 0
             assert r["url"] == (on.url if arm == WITH else off.url)
             assert set(r["ttft_prediction"]) == {"predicted", "error_p50", "error_p90"}
-            assert set(r["client_loop_lag"]) == {"p50_ms", "p99_ms", "max_ms"}
+            (client,) = r["client_loop_lag"]["processes"]
+            assert set(client) == {"p50_ms", "p99_ms", "max_ms", "cpu_share"}
             assert set(r["tcp_drops"]) <= {"ListenDrops", "TCPSynRetrans"}
             if arm == WITHOUT:
                 assert r["router_shed"] is None  # no admission, no shed answers to time
@@ -176,3 +184,13 @@ def _pgid(pid: int) -> int | None:
         return os.getpgid(pid)
     except ProcessLookupError:
         return None
+
+
+def test_cpu_seconds_of_a_process():
+    import os
+
+    used = cpu_seconds(os.getpid())
+    assert used is not None
+    assert used > 0
+    assert cpu_seconds(None) is None
+    assert cpu_seconds(2**22 + 12345) is None  # no such process

@@ -47,7 +47,8 @@ def rows(record: dict[str, Any]) -> list[dict[str, Any]]:
                     "shed_within_50ms": r["shed_within_50ms"],
                     "router_shed": _router_shed(r.get("router_shed")),
                     "router_loop_lag": _lag(r.get("router_loop_lag")),
-                    "client_loop_lag_max_ms": (r.get("client_loop_lag") or {}).get("max_ms"),
+                    "clients": _clients(r.get("client_loop_lag")),
+                    "router_cpu_share": r.get("router_cpu_share"),
                     "tcp_drops": r.get("tcp_drops"),
                     "interactive_ttft_p99_ms": r["interactive_ttft_p99_ms"],
                     "prediction_error_p50": r["ttft_prediction"]["error_p50"],
@@ -83,6 +84,7 @@ def run(args: argparse.Namespace, spec: Any, source: str) -> int:
                     {WITH: on_url, WITHOUT: off_url},
                     plan,
                     instances=instances,
+                    router_pids={WITH: on.pid, WITHOUT: off.pid},
                     say=lambda s: err.print(f"[dim]{s}[/]"),
                 )
             )
@@ -136,6 +138,12 @@ def _lag(lag: dict[str, Any] | None) -> str:
     if not lag or not lag["n"]:
         return "-"
     return f"p99 <={lag['p99_under_ms']} ms, max <={lag['max_under_ms']} ms"
+
+
+def _clients(lag: dict[str, Any] | None) -> str:
+    """Per load-client process: its CPU share and its event loop's largest lag."""
+    procs = (lag or {}).get("processes") or []
+    return ", ".join(f"cpu {p.get('cpu_share')} lag max {p.get('max_ms')} ms" for p in procs)
 
 
 def _slowest(back: dict[str, float | None] | None) -> float | str | None:

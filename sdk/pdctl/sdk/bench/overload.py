@@ -8,8 +8,10 @@ admission); then ``load`` times that capacity is offered as Poisson arrivals for
 with a mix of priority classes and ``pdctl-slo-ttft-ms`` headers (:data:`MIX`). A client
 gives up after ``give_up_s`` (it closes its connection: the router cancels both legs).
 
-The load client runs in a process of its own (``client_process``), so that its event
-loop shares nothing with the process that started the fleet and the routers.
+The load is offered by ``client_processes`` processes of their own (each a Poisson
+stream of its share of the rate: together one Poisson stream), so that the clients'
+event loops share nothing with the process that started the fleet and the routers, and
+no one client's loop is so busy that it delays the answers it times.
 
 Per arm and round (:func:`summary`): goodput (requests whose first token came within
 their SLO, per second of offered load), answers by status, shed answers (429/503/504
@@ -45,6 +47,7 @@ from pdctl.sdk.bench.overloadside import (
     LOOP_LAG,
     SHED_ANSWER,
     Lags,
+    cpu_seconds,
     histogram_delta,
     router_histograms,
     tcp_drops,
@@ -79,8 +82,8 @@ class OverloadPlan:
     decode_in_flight: int = 4
     max_queued: int = 64
     seed: int = 1
-    client_process: bool = True
-    """Offer the load from a process of its own (False: from the caller's event loop)."""
+    client_processes: int = 2
+    """Processes offering the load, each its share (0: the caller's event loop)."""
     engine_nice: int = 10
     """The engines' CPU priority while the benchmark runs (``nice``; 0 leaves it):
     where engines, routers and the client share a few cores, the engines' busy threads
@@ -176,6 +179,7 @@ async def arm(
     rng = random.Random(seed)
     limits = httpx.Limits(max_connections=None, max_keepalive_connections=64)
     lag = Lags()
+    cpu0 = time.process_time()
     async with httpx.AsyncClient(timeout=None, limits=limits) as c, LoopLag(lag.lags.append):
         tasks: list[asyncio.Task[Outcome]] = []
         t0 = time.perf_counter()
@@ -187,7 +191,8 @@ async def arm(
             tasks.append(asyncio.create_task(one(c, url, seed * 1000000 + i, klass, slo, plan)))
             i += 1
         outs = await asyncio.gather(*tasks)
-    return outs, lag.summary()
+    busy = (time.process_time() - cpu0) / max(1e-9, time.perf_counter() - t0)
+    return outs, {**lag.summary(), "cpu_share": round(busy, 3)}
 
 
 def _arm_here(
@@ -199,15 +204,23 @@ def _arm_here(
 
 async def offer(
     url: str, rate: float, plan: OverloadPlan, seed: int
-) -> tuple[list[Outcome], dict[str, float | None]]:
-    """:func:`arm`, from a process of its own when ``plan.client_process``."""
-    if not plan.client_process:
-        return await arm(url, rate, plan, seed)
+) -> tuple[list[Outcome], dict[str, Any]]:
+    """:func:`arm` at ``rate`` in all, from ``plan.client_processes`` processes of their
+    own; the outcomes together, and per process its loop lag and CPU share."""
+    k = plan.client_processes
+    if k <= 0:
+        outs, lag = await arm(url, rate, plan, seed)
+        return outs, {"processes": [lag]}
     ctx = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(1, mp_context=ctx) as pool:
-        return await asyncio.get_running_loop().run_in_executor(
-            pool, _arm_here, url, rate, plan, seed
+    loop = asyncio.get_running_loop()
+    with ProcessPoolExecutor(k, mp_context=ctx) as pool:
+        parts = await asyncio.gather(
+            *(
+                loop.run_in_executor(pool, _arm_here, url, rate / k, plan, seed * 100 + j)
+                for j in range(k)
+            )
         )
+    return [o for outs, _ in parts for o in outs], {"processes": [lag for _, lag in parts]}
 
 
 def summary(outs: Sequence[Outcome], duration_s: float) -> dict[str, Any]:
@@ -268,13 +281,15 @@ async def run_overload(
     plan: OverloadPlan,
     *,
     instances: Sequence[str] = (),
+    router_pids: Mapping[str, int] | None = None,
     after_arm: AfterArm | None = None,
     say: Callable[[str], None] | None = None,
 ) -> dict[str, Any]:
     """Capacity through the arm without admission, then each round offers ``plan.load``
     times it through every arm, the arms' order alternating round by round. ``arms``
     maps :data:`WITH` and :data:`WITHOUT` to router URLs; given the ``instances``' URLs,
-    each arm's figures add the seconds until their KV is back at its idle value."""
+    each arm's figures add the seconds until their KV is back at its idle value; given
+    each arm's router process (``router_pids``), the share of a core it used."""
     async with httpx.AsyncClient(timeout=30) as c:
         idle = await chaos.fresh_idle(c, instances) if instances else {}
     cap = await capacity(arms[WITHOUT], plan)
@@ -287,9 +302,15 @@ async def run_overload(
         for name, url in order:
             async with httpx.AsyncClient(timeout=30) as c:
                 before, drops = await router_histograms(c, url), tcp_drops()
+            pid = (router_pids or {}).get(name)
+            cpu0, t0 = cpu_seconds(pid), time.perf_counter()
             outs, lag = await offer(url, rate, plan, seed=plan.seed + r)
+            cpu1, took = cpu_seconds(pid), time.perf_counter() - t0
             s = summary(outs, plan.duration_s)
             s["client_loop_lag"] = lag
+            known = cpu0 is not None and cpu1 is not None
+            share = ((cpu1 or 0.0) - (cpu0 or 0.0)) / took
+            s["router_cpu_share"] = round(share, 3) if known else None
             s["tcp_drops"] = {k: v - drops.get(k, 0) for k, v in tcp_drops().items()}
             async with httpx.AsyncClient(timeout=30) as c:
                 if idle:

@@ -121,6 +121,18 @@ def tcp_drops() -> dict[str, int]:
     return out
 
 
+def cpu_seconds(pid: int | None) -> float | None:
+    """CPU seconds (user and system) process ``pid`` has used, or None (unknown)."""
+    if not pid:
+        return None
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = stat.rsplit(")", 1)[-1].split()  # after the command's name, which may hold spaces
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def renice(pids: Iterable[int | None], nice: int) -> list[int]:
     """Lower the CPU priority of each process group in ``pids`` (every thread of every
     process in it, those started later included) to ``nice``; the groups changed.
