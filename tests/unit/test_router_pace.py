@@ -92,3 +92,23 @@ def test_the_rates_forget_an_old_load():
     assert slow is not None
     assert slow > 20 * fast
     assert slow == pytest.approx(1.0, rel=0.15)  # the one place more than seen: 10%
+
+
+async def test_loop_lag_sees_a_loop_held_up():
+    """A loop blocked for 60 ms wakes the sampler at least 50 ms late (its 10 ms sleep
+    started before the block); stopped, it samples no more."""
+    import asyncio
+    import time
+
+    from pdctl.sdk.router.looplag import LoopLag
+
+    lags: list[float] = []
+    async with LoopLag(lags.append, period_s=0.01) as lag:
+        await asyncio.sleep(0.03)
+        time.sleep(0.06)  # noqa: ASYNC251 - the loop held up on purpose
+        await asyncio.sleep(0.03)
+    assert max(lags) >= 0.05
+    seen = len(lags)
+    await asyncio.sleep(0.05)
+    assert len(lags) == seen
+    await lag.stop()  # stopping twice is harmless
