@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import importlib.util
+import math
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -14,6 +15,7 @@ import pytest
 
 from pdctl.sdk.router.admission import CLASSES, Admission, Shed, Ticket
 from pdctl.sdk.router.instances import Upstream
+from pdctl.sdk.router.pace import SPREAD_Z
 from pdctl.sdk.router.promreg import Registry
 from pdctl.sdk.router.saturation import GAUGES, Reading, reading_of
 from pdctl.sdk.spec import AdmissionSpec
@@ -392,7 +394,8 @@ async def test_higher_classes_arriving_during_the_wait_shed_lower_classes_first(
     # one interactive request queued ahead: the next one's wait is for two places
     two = a.pace.wait_s(ranks["interactive"], 1)
     assert two is not None
-    assert two == pytest.approx(2 * inter)
+    z = SPREAD_Z  # a wait for k places: (k + z sqrt(k)) / the pace they free at
+    assert two / inter == pytest.approx((2 + z * math.sqrt(2)) / (1 + z))
     holder.release()
     t = await asyncio.wait_for(queued, 1)
     assert isinstance(t, Ticket)

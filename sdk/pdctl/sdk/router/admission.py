@@ -312,14 +312,14 @@ class Admission:
         full: str | None,
     ) -> Shed | None:
         """The answer for a request that would queue but is predicted to miss its
-        deadline (its wait plus ``service_s``; only with ``slo_routing``) or to wait
-        past ``max_queue_wait_s``, or None (it queues; so does every request while the
-        pace is unknown)."""
-        wait = self.pace.wait_s(rank, ahead)
+        deadline (its wait plus ``service_s``) or to wait past ``max_queue_wait_s``, or
+        None (it queues; so does every request while the pace is unknown, and every one
+        without ``slo_routing``)."""
+        wait = self.pace.wait_s(rank, ahead) if self.spec.slo_routing else None
         if wait is None:
             return None
         m, klass = 1 + self.spec.slo_margin, CLASSES[rank]
-        if deadline is not None and self.spec.slo_routing:
+        if deadline is not None:
             left = deadline - now
             if (wait + service_s) * m > left:
                 how = (

@@ -85,7 +85,8 @@ class AdmissionSpec(_Strict):
         "(the places ahead of it and the higher-class requests expected meanwhile, at "
         "the pace places free) plus its predicted TTFT does not meet it; lower classes "
         "are shed first, an interactive request only when it would miss with every lower "
-        "class out of its way. Pairs without a prediction yet, and a queue whose pace is "
+        "class out of its way; one without an SLO is shed (503) when its predicted wait "
+        "passes max_queue_wait_s. Pairs without a prediction yet, and a queue whose pace is "
         "not known yet, never shed. The predictions and their error are measured either "
         "way.",
     )
