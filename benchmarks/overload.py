@@ -12,13 +12,14 @@ connection: the router cancels both legs).
 
 Reported per arm (medians of rounds): goodput (requests whose first token came within
 their SLO, per second of offered load), answers by status, the slowest and p99 time to a
-shed answer (429/503/504 with ``pdctl-drop-reason``), p99 TTFT of admitted interactive
-requests, requests lost (no answer and no error), and seconds until both instances' KV is
-back at its idle value, and the router's TTFT predictions against the TTFTs it measured
-(median and p90 of the relative error, :func:`~pdctl.sdk.router.predictor.error_summary`).
-Prints the ratio of goodputs and writes a JSON record. The load, the arms and the
-figures are :mod:`pdctl.sdk.bench.overload` (what ``pdctl bench --preset overload``
-runs); this script adds the KV back to idle after each arm.
+shed answer (429/503/504 with ``pdctl-drop-reason``) as the client saw it and as the
+router timed it, p99 TTFT of admitted interactive requests, requests lost (no answer and
+no error), and seconds until the instances' KV is back at its idle value, and the
+router's TTFT predictions against the TTFTs it measured (median and p90 of the relative
+error, :func:`~pdctl.sdk.router.predictor.error_summary`). Prints the ratio of goodputs
+and writes a JSON record. The load, the arms and the figures are
+:mod:`pdctl.sdk.bench.overload` (what ``pdctl bench --preset overload`` runs). The
+engines run at ``--engine-nice`` (10) while it measures (docs/bench.md says why).
 
     python benchmarks/overload.py [--load 4] [--duration 60] [--rounds 1]
         [--set decode.0.count=2] [--out overload.json]
@@ -42,25 +43,22 @@ from _bench import free_port, wait_health, write_record
 from pdctl.cli.cmd_demo import DEMO_WORDS
 from pdctl.sdk import chaos
 from pdctl.sdk.bench.overload import WITH, WITHOUT, OverloadPlan, run_overload, start_router
+from pdctl.sdk.bench.overloadside import renice
 from pdctl.sdk.demo import load_demo_spec
 from pdctl.sdk.fleet import Fleet
 from pdctl.sdk.paths import tiny_model_dir
 
 
-async def run(plan: OverloadPlan, fleet: Fleet, arms: dict[str, str]) -> dict[str, Any]:
+async def run(
+    plan: OverloadPlan, fleet: Fleet, arms: dict[str, str], pids: dict[str, int]
+) -> dict[str, Any]:
     urls = [p.url for p in fleet.fleet.plan.instances]
     async with httpx.AsyncClient() as c:
         for url in arms.values():
             assert await chaos.time_to_service(c, url) is not None
         await asyncio.sleep(1)
-        idle = await chaos.fresh_idle(c, urls)
-
-    async def kv_idle(_arm: str, _url: str) -> dict[str, Any]:
-        async with httpx.AsyncClient() as c:
-            back, _ = await chaos.kv_back_to_idle(c, idle, wait_s=60)
-        return {"kv_idle_after_s": back}
-
-    return await run_overload(arms, plan, after_arm=kv_idle, say=lambda s: print(s, flush=True))
+    say = print
+    return await run_overload(arms, plan, instances=urls, router_pids=pids, say=say)
 
 
 def main() -> int:
@@ -75,6 +73,12 @@ def main() -> int:
     ap.add_argument("--give-up", type=float, default=20.0, help="client timeout (s)")
     ap.add_argument("--decode-in-flight", type=int, default=4)
     ap.add_argument("--prefill-in-flight", type=int, default=2)
+    ap.add_argument(
+        "--engine-nice",
+        type=int,
+        default=10,
+        help="the engines' CPU priority while measuring (0 leaves it; see docs/bench.md)",
+    )
     ap.add_argument(
         "--set",
         action="append",
@@ -101,16 +105,19 @@ def main() -> int:
         give_up_s=args.give_up,
         prefill_in_flight=args.prefill_in_flight,
         decode_in_flight=args.decode_in_flight,
+        engine_nice=args.engine_nice,
         words=tuple(DEMO_WORDS),
     )
     with Fleet(spec, ready_timeout=400, grace=5) as fleet:
+        if plan.engine_nice:
+            renice([s.pid for s in fleet.status()], plan.engine_nice)
         with_url, p1 = start_router(spec, plan.admission(), folder, free_port())
         without_url, p2 = start_router(spec, {"enabled": False}, folder, free_port())
         try:
             wait_health(with_url)
             wait_health(without_url)
             arms = {WITH: with_url, WITHOUT: without_url}
-            record = asyncio.run(run(plan, fleet, arms))
+            record = asyncio.run(run(plan, fleet, arms, {WITH: p1.pid, WITHOUT: p2.pid}))
             record["args"] = vars(args)
         finally:
             for p in (p1, p2):

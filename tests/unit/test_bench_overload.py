@@ -3,6 +3,7 @@ pdctl's mock engines behind two routers, one with admission and one without."""
 
 from __future__ import annotations
 
+import time
 from contextlib import AsyncExitStack
 
 from pdctl.sdk.bench.overload import (
@@ -13,6 +14,7 @@ from pdctl.sdk.bench.overload import (
     run_overload,
     summary,
 )
+from pdctl.sdk.bench.overloadside import cpu_seconds, histogram_delta, renice
 from pdctl.sdk.router.mock import MockConfig
 from tests.unit.test_router import rig
 
@@ -45,7 +47,14 @@ def test_summary_counts_goodput_sheds_and_the_interactive_tail():
 
 async def test_both_arms_run_in_one_run_and_only_admission_sheds():
     plan = OverloadPlan(
-        load=4, duration_s=1.0, rounds=2, capacity_s=0.5, conc=2, prompt_words=4, give_up_s=20
+        load=4,
+        duration_s=1.0,
+        rounds=2,
+        capacity_s=0.5,
+        conc=2,
+        prompt_words=4,
+        give_up_s=20,
+        client_processes=1,  # one process of its own: the path the benchmark takes
     )
     slow = MockConfig(role="decode", delay_s=0.1)
     tight = {
@@ -78,6 +87,19 @@ async def test_both_arms_run_in_one_run_and_only_admission_sheds():
             assert r["lost"] == 0
             assert r["url"] == (on.url if arm == WITH else off.url)
             assert set(r["ttft_prediction"]) == {"predicted", "error_p50", "error_p90"}
+            (client,) = r["client_loop_lag"]["processes"]
+            assert set(client) == {"p50_ms", "p99_ms", "max_ms", "cpu_share"}
+            assert set(r["tcp_drops"]) <= {"ListenDrops", "TCPSynRetrans"}
+            if arm == WITHOUT:
+                assert r["router_shed"] is None  # no admission, no shed answers to time
+                assert r["router_loop_lag"] is None
+            else:
+                assert r["router_loop_lag"]["n"] > 0
+    for r in record["rounds"][WITH]:
+        # the router's own count of its shed answers is the client's
+        router = r["router_shed"]
+        assert sum(v["n"] for v in router.values()) == r["shed"]
+        assert set(router) == {"arrival", "queued"}
     assert all(r["shed"] == 0 for r in record["rounds"][WITHOUT])
     shed = [r for r in record["rounds"][WITH] if r["shed"]]
     assert shed, "at 4x capacity with one place in flight, admission sheds"
@@ -89,6 +111,20 @@ async def test_both_arms_run_in_one_run_and_only_admission_sheds():
             assert klass in ("interactive", "standard", "batch")
     med = record["goodput_median_rps"]
     assert record["goodput_ratio"] == (med[WITH] / med[WITHOUT] if med[WITHOUT] else None)
+
+
+def test_the_routers_shed_timings_are_one_arms_share_of_its_histogram():
+    before = {"arrival": {0.01: 2.0, 0.05: 3.0, 0.1: 3.0, float("inf"): 3.0}}
+    after = {
+        "arrival": {0.01: 100.0, 0.05: 200.0, 0.1: 202.0, float("inf"): 203.0},
+        "queued": {0.01: 0.0, 0.05: 0.0, 0.1: 1.0, float("inf"): 1.0},
+    }
+    got = histogram_delta(before, after)
+    assert got == {
+        "arrival": {"n": 200, "within_50ms": 197, "p99_under_ms": 100.0, "max_under_ms": None},
+        "queued": {"n": 1, "within_50ms": 0, "p99_under_ms": 100.0, "max_under_ms": 100.0},
+    }
+    assert histogram_delta(None, None) is None
 
 
 def test_the_cli_preset_plans_from_its_arguments(capsys, tmp_path, monkeypatch):
@@ -113,3 +149,48 @@ def test_the_cli_rows_name_each_arm_and_round():
     r["ttft_prediction"] = {"predicted": 0, "error_p50": None, "error_p90": None}
     (row,) = rows({"rounds": {WITH: [r]}})
     assert (row["arm"], row["round"], row["goodput_rps"], row["shed"]) == (WITH, 1, 1.0, 0)
+
+
+def test_renice_lowers_every_process_of_a_group():
+    import os
+    import subprocess
+    import sys
+
+    code = "import subprocess, sys, time; subprocess.Popen(['sleep', '30']); time.sleep(30)"
+    leader = subprocess.Popen([sys.executable, "-c", code], start_new_session=True)
+    try:
+        for _ in range(200):  # its child, in the same group, started
+            members = [
+                int(p)
+                for p in os.listdir("/proc")
+                if p.isdigit() and _pgid(int(p)) == leader.pid and int(p) != leader.pid
+            ]
+            if members:
+                break
+            time.sleep(0.01)
+        assert members
+        assert renice([None, leader.pid], 7) == [leader.pid]
+        for pid in (leader.pid, *members):
+            assert os.getpriority(os.PRIO_PROCESS, pid) == 7
+    finally:
+        os.killpg(leader.pid, 9)
+        leader.wait()
+
+
+def _pgid(pid: int) -> int | None:
+    import os
+
+    try:
+        return os.getpgid(pid)
+    except ProcessLookupError:
+        return None
+
+
+def test_cpu_seconds_of_a_process():
+    import os
+
+    used = cpu_seconds(os.getpid())
+    assert used is not None
+    assert used > 0
+    assert cpu_seconds(None) is None
+    assert cpu_seconds(2**22 + 12345) is None  # no such process

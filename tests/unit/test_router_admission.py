@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import importlib.util
+import math
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -14,6 +15,7 @@ import pytest
 
 from pdctl.sdk.router.admission import CLASSES, Admission, Shed, Ticket
 from pdctl.sdk.router.instances import Upstream
+from pdctl.sdk.router.pace import SPREAD_Z
 from pdctl.sdk.router.promreg import Registry
 from pdctl.sdk.router.saturation import GAUGES, Reading, reading_of
 from pdctl.sdk.spec import AdmissionSpec
@@ -265,6 +267,7 @@ def test_metrics_are_exported_from_zero():
         assert f'pdctl_router_shed_total{{reason="decode_saturated",class="{k}"}} 0.0' in text
         assert f'pdctl_router_queue_depth{{class="{k}"}} 0.0' in text
     assert 'pdctl_router_stage_in_flight{stage="prefill"} 0.0' in text
+    assert "pdctl_router_loop_lag_seconds_count 0.0" in text
 
 
 def test_spec_defaults_and_errors_name_the_field():
@@ -315,46 +318,134 @@ async def test_a_stage_with_no_eligible_instance_is_not_overload():
     assert isinstance(await a.enter("standard"), Ticket)
 
 
-async def test_a_predicted_queue_wait_past_the_deadline_is_shed_at_once():
-    """Once its class's queue pace is seen (one place in 2 s), a standard request whose
-    wait alone would pass its deadline is shed at once (503 slo_unreachable, the
-    predicted wait named); an interactive one still queues, and so does a batch one,
-    its class's pace not seen yet."""
-    a, reg, clock = make(decode_in_flight_per_instance=1, max_queue_wait_s=10)
+async def paced(a: Admission, clock: Clock, first: str = "interactive") -> Ticket:
+    """Teach ``a`` (one place in all) its pace: a standard request holds the place, one
+    of class ``first`` queues for 2 s of the clock and takes it when it frees. Returns
+    the ticket now holding the place."""
     held = await a.enter("standard")
     assert isinstance(held, Ticket)
     # before the pace is known nothing is shed for it: this one queues
-    queued = asyncio.create_task(a.enter("standard", deadline=clock.t + 0.5))
+    queued = asyncio.create_task(a.enter(first, deadline=clock.t + 0.5))
     await asyncio.sleep(0)
     assert a.state()["queued"] == 1
     clock.t += 2.0
     held.release()
     got = await asyncio.wait_for(queued, 1)
-    assert isinstance(got, Ticket)  # one place moved in 2 s of the clock
-    out = await a.enter("standard", deadline=clock.t + 1.0)
+    assert isinstance(got, Ticket)
+    return got
+
+
+async def test_a_request_predicted_to_miss_its_deadline_is_shed_at_arrival():
+    """Once the pace is seen, a request that would queue is queued only when its
+    predicted wait, plus its predicted time to a first byte once placed, times
+    (1 + slo_margin), is within its time left; else 503 slo_unreachable at once, the
+    prediction named."""
+    a, reg, clock = make(decode_in_flight_per_instance=1, max_queue_wait_s=10)
+    holder = await paced(a, clock)
+    wait = a.pace.wait_s(CLASSES.index("interactive"), 0)
+    assert wait is not None
+    assert 0 < wait < 10
+    margin = 1 + a.spec.slo_margin
+    out = await a.enter("interactive", deadline=clock.t + wait * margin * 0.95)
     assert isinstance(out, Shed)
-    assert (out.status, out.reason) == (503, "slo_unreachable")
+    assert (out.status, out.reason, out.queued) == (503, "slo_unreachable", False)
     assert "predicted queue wait" in out.message
-    assert sample(reg, "pdctl_router_shed_total", "slo_unreachable", "standard") == 1
+    assert sample(reg, "pdctl_router_shed_total", "slo_unreachable", "interactive") == 1
     assert a.state()["queued"] == 0
-    waits = [
-        asyncio.create_task(a.enter("interactive", deadline=clock.t + 1.0)),
-        asyncio.create_task(a.enter("batch", deadline=clock.t + 1.0)),
-        asyncio.create_task(a.enter("standard", deadline=clock.t + 30.0)),
-    ]
+    # the time to a first byte once placed counts as well
+    left = wait * margin * 1.05
+    out = await a.enter("interactive", deadline=clock.t + left, service_s=wait)
+    assert isinstance(out, Shed)
+    assert "ms to a first byte" in out.message
+    fits = asyncio.create_task(a.enter("interactive", deadline=clock.t + left))
     await asyncio.sleep(0)
-    assert a.state()["queued"] == 3
-    got.release()
-    for w in (waits[0], waits[2], waits[1]):  # admitted highest class first
-        t = await asyncio.wait_for(w, 1)
-        assert isinstance(t, Ticket)
-        t.release()
+    assert a.state()["queued"] == 1  # predicted within it: queued
+    holder.release()
+    t = await asyncio.wait_for(fits, 1)
+    assert isinstance(t, Ticket)
+    t.release()
 
 
-async def test_a_request_given_up_on_teaches_its_class_pace():
-    """A batch request that waited out its deadline in the queue (504) is evidence of
-    its class's pace: the next batch request with as little time is shed at once."""
+async def test_higher_classes_arriving_during_the_wait_shed_lower_classes_first():
+    """A request's wait counts the places higher classes take meanwhile: with the same
+    time left, an interactive request is queued while a standard one is shed, and a
+    batch one is shed with time a standard one would be queued with."""
     a, _, clock = make(decode_in_flight_per_instance=1, max_queue_wait_s=10)
+    holder = await paced(a, clock)
+    ranks = {k: CLASSES.index(k) for k in CLASSES}
+    inter, std = a.pace.wait_s(ranks["interactive"], 0), a.pace.wait_s(ranks["standard"], 0)
+    assert inter is not None
+    assert std is not None
+    batch = a.pace.wait_s(ranks["batch"], 0)
+    assert batch is not None
+    # the interactive requests taking places slow a standard one, both a batch one
+    assert inter < std < batch
+    m = 1 + a.spec.slo_margin
+    out = await a.enter("batch", deadline=clock.t + std * m * 1.05)  # a standard one fits
+    assert isinstance(out, Shed)
+    assert out.reason == "slo_unreachable"
+    left = (inter + std) / 2 * m
+    out = await a.enter("standard", deadline=clock.t + left)
+    assert isinstance(out, Shed)
+    assert out.reason == "slo_unreachable"
+    queued = asyncio.create_task(a.enter("interactive", deadline=clock.t + left))
+    await asyncio.sleep(0)
+    assert a.state()["queued"] == 1
+    # one interactive request queued ahead: the next one's wait is for two places
+    two = a.pace.wait_s(ranks["interactive"], 1)
+    assert two is not None
+    z = SPREAD_Z  # a wait for k places: (k + z sqrt(k)) / the pace they free at
+    assert two / inter == pytest.approx((2 + z * math.sqrt(2)) / (1 + z))
+    holder.release()
+    t = await asyncio.wait_for(queued, 1)
+    assert isinstance(t, Ticket)
+    t.release()
+
+
+async def test_a_request_shed_for_its_prediction_makes_no_room_first():
+    """At a full queue, a higher-class request predicted to miss its deadline is shed
+    without shedding the lower one queued; one predicted to meet it takes its place
+    (429 to the lower one, a shed after queueing)."""
+    a, _, clock = make(decode_in_flight_per_instance=1, max_queued=1, max_queue_wait_s=60)
+    holder = await paced(a, clock)
+    batch = asyncio.create_task(a.enter("batch"))
+    await asyncio.sleep(0)
+    assert a.state()["queued"] == 1
+    wait = a.pace.wait_s(CLASSES.index("interactive"), 0)
+    assert wait is not None
+    out = await a.enter("interactive", deadline=clock.t + wait / 2)
+    assert isinstance(out, Shed)
+    assert out.reason == "slo_unreachable"
+    assert not batch.done()  # still queued
+    inter = asyncio.create_task(a.enter("interactive", deadline=clock.t + wait * 2))
+    shed = await asyncio.wait_for(batch, 1)
+    assert isinstance(shed, Shed)
+    assert (shed.status, shed.queued) == (429, True)
+    holder.release()
+    t = await asyncio.wait_for(inter, 1)
+    assert isinstance(t, Ticket)
+    t.release()
+
+
+async def test_a_predicted_wait_past_max_queue_wait_is_shed_at_arrival():
+    a, reg, clock = make(decode_in_flight_per_instance=1, max_queue_wait_s=10)
+    holder = await paced(a, clock)
+    wait = a.pace.wait_s(CLASSES.index("standard"), 0)
+    assert wait is not None
+    a.max_queue_wait_s = wait  # the margin puts the predicted wait past it
+    out = await a.enter("standard")  # no deadline: max_queue_wait_s is its limit
+    assert isinstance(out, Shed)
+    assert (out.status, out.reason, out.queued) == (503, "decode_saturated", False)
+    assert "max_queue_wait_s" in out.message
+    assert sample(reg, "pdctl_router_shed_total", "decode_saturated", "standard") == 1
+    holder.release()
+
+
+async def test_a_queue_where_no_place_frees_teaches_its_pace():
+    """A batch request that waited out its deadline in the queue (504, shed after
+    queueing) is evidence enough: with no place freed in 5 s, the next batch request with
+    as little time is shed at arrival."""
+    a, reg, clock = make(decode_in_flight_per_instance=1, max_queue_wait_s=10)
     held = await a.enter("standard")
     assert isinstance(held, Ticket)
     waiting = asyncio.create_task(a.enter("batch", deadline=clock.t + 0.05))
@@ -362,10 +453,14 @@ async def test_a_request_given_up_on_teaches_its_class_pace():
     clock.t += 5.0  # the admission's clock: it waited 5 s for its place
     out = await asyncio.wait_for(waiting, 1)
     assert isinstance(out, Shed)
-    assert out.status == 504  # waited its deadline out
+    assert (out.status, out.queued) == (504, True)
+    a.answered(out, 5.0)
     nxt = await a.enter("batch", deadline=clock.t + 1.0)
     assert isinstance(nxt, Shed)
-    assert (nxt.status, nxt.reason) == (503, "slo_unreachable")
+    assert (nxt.status, nxt.reason, nxt.queued) == (503, "slo_unreachable", False)
+    a.answered(nxt, 0.002)
+    assert sample(reg, "pdctl_router_shed_answer_seconds", "batch", "queued") == 1
+    assert sample(reg, "pdctl_router_shed_answer_seconds", "batch", "arrival") == 1
     held.release()
 
 

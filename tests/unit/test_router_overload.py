@@ -87,7 +87,32 @@ async def test_full_router_sheds_at_once_with_a_reason_and_counts_it():
         text = (await c.get(t.url + "/metrics")).text
         assert 'pdctl_router_shed_total{reason="decode_saturated",class="batch"} 1.0' in text
         assert 'pdctl_router_admitted_total{class="standard",queued="false"} 1.0' in text
+        # its answer's time from read to sent, as shed at arrival
+        arrival = 'pdctl_router_shed_answer_seconds_count{class="batch",when="arrival"}'
+        assert f"{arrival} 1.0" in text
         assert t.d.state.received == 1  # the shed request never reached the fleet
+
+
+async def test_a_request_whose_slo_passes_in_the_queue_is_answered_504_as_a_later_shed():
+    """Before the queue's pace is known a request queues; its SLO passing there is a
+    504 slo_unreachable, counted as shed after queueing."""
+    slow = MockConfig(role="decode", delay_s=1.0)
+    adm = {"decode_in_flight_per_instance": 1}
+    async with (
+        rig("push", decodes=[slow], router={"admission": adm}) as t,
+        httpx.AsyncClient(timeout=10) as c,
+    ):
+        first = asyncio.create_task(c.post(t.url + URL, json=body()))
+        await settle(lambda: t.d.state.in_flight == 1)
+        hs = {"pdctl-slo-ttft-ms": "100"}
+        r = await c.post(t.url + URL, json=body(), headers=hs)
+        assert r.status_code == 504, r.text
+        assert r.headers["pdctl-drop-reason"] == "slo_unreachable"
+        assert (await first).status_code == 200
+        text = (await c.get(t.url + "/metrics")).text
+        late = 'pdctl_router_shed_answer_seconds_count{class="standard",when="queued"}'
+        assert f"{late} 1.0" in text
+        assert t.d.state.received == 1
 
 
 async def test_queued_request_runs_when_room_comes():

@@ -313,12 +313,15 @@ async def test_a_sheddable_request_no_pair_can_serve_in_time_is_shed(klass):
         assert r.headers["pdctl-drop-reason"] == "slo_unreachable"
 
 
-async def test_interactive_is_never_shed_for_its_slo():
+async def test_interactive_is_shed_only_when_no_pair_can_come_near_its_slo():
+    """An interactive request is sent on to the fastest pair when that one misses its SLO
+    within the margin, and shed at once (503 slo_unreachable) when every pair misses it
+    by more: nothing lower is in its way, it cannot be served in time."""
     async with rig("push", decodes=TWO_DECODES) as t, httpx.AsyncClient() as c:
         pred = t.router.instances.predictor
         (p,) = t.router.prefills
         fast, slow = t.router.decodes
-        trained(pred, (p.name, fast.name), 30.0)
+        trained(pred, (p.name, fast.name), 2.1)  # misses 2000 ms, within the 10% margin
         trained(pred, (p.name, slow.name), 60.0)
         hs = {"pdctl-slo-ttft-ms": "2000", "pdctl-priority": "interactive"}
         r = await c.post(t.url + URL, json=body(), headers=hs)
@@ -328,6 +331,16 @@ async def test_interactive_is_never_shed_for_its_slo():
         assert any("no pair predicted" in n for n in q["notes"])
         text = (await c.get(t.url + "/metrics")).text
         assert 'pdctl_router_slo_routing_total{decision="missed"} 1.0' in text
+        trained(pred, (p.name, fast.name), 30.0)
+        r = await c.post(t.url + URL, json=body(), headers=hs)
+        assert r.status_code == 503, r.text
+        assert r.headers["pdctl-drop-reason"] == "slo_unreachable"
+        assert len(t.router.recent()) == 1  # never reached the fleet
+        text = (await c.get(t.url + "/metrics")).text
+        assert 'pdctl_router_shed_total{reason="slo_unreachable",class="interactive"} 1.0' in text
+        assert (
+            'pdctl_router_shed_answer_seconds_count{class="interactive",when="arrival"} 1.0' in text
+        )
 
 
 async def test_an_unknown_prediction_never_sheds():

@@ -8,29 +8,52 @@ admission); then ``load`` times that capacity is offered as Poisson arrivals for
 with a mix of priority classes and ``pdctl-slo-ttft-ms`` headers (:data:`MIX`). A client
 gives up after ``give_up_s`` (it closes its connection: the router cancels both legs).
 
+The load is offered by ``client_processes`` processes of their own (each a Poisson
+stream of its share of the rate: together one Poisson stream), so that the clients'
+event loops share nothing with the process that started the fleet and the routers, and
+no one client's loop is so busy that it delays the answers it times.
+
 Per arm and round (:func:`summary`): goodput (requests whose first token came within
 their SLO, per second of offered load), answers by status, shed answers (429/503/504
-with ``pdctl-drop-reason``) by status, reason and class and how many came within 50 ms,
-p99 TTFT of admitted interactive requests, requests lost (no answer and no error) and the
-router's TTFT predictions against what it measured (median |error|).
+with ``pdctl-drop-reason``) by status, reason and class and how many came within 50 ms
+as the client saw them, and as the router timed them from reading the request to its
+answer sent, at arrival or after queueing (``router_shed``,
+:mod:`~pdctl.sdk.bench.overloadside`), the client's event-loop lag, p99 TTFT of admitted
+interactive requests, requests lost (no answer and no error), the router's TTFT
+predictions against what it measured (median |error|) and, given the instances, the
+seconds until their KV is back at idle.
 """
 
 from __future__ import annotations
 
 import asyncio
+import multiprocessing
 import random
 import statistics
 import subprocess
 import sys
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 import httpx
 
+from pdctl.sdk import chaos
+from pdctl.sdk.bench.overloadside import (
+    FAST_S,
+    LOOP_LAG,
+    SHED_ANSWER,
+    Lags,
+    cpu_seconds,
+    histogram_delta,
+    router_histograms,
+    tcp_drops,
+)
 from pdctl.sdk.chaos import completion
+from pdctl.sdk.router.looplag import LoopLag
 from pdctl.sdk.router.predictor import error_summary
 from pdctl.sdk.spec import FleetSpec
 from pdctl.sdk.urls import router_url
@@ -38,8 +61,7 @@ from pdctl.sdk.urls import router_url
 MIX = (("interactive", 1500, 0.2), ("standard", 3000, 0.5), ("batch", 10000, 0.3))
 """(class, SLO on the time to first token in ms, share of requests)."""
 WITH, WITHOUT = "with admission", "without admission"
-SHED_FAST_S = 0.05
-"""A shed answer within this long counts as 'at once' (the issue's 50 ms)."""
+SHED_FAST_S = FAST_S
 WORDS = ("prefill", "decode", "cache", "push", "block", "layer", "token", "router")
 
 
@@ -60,6 +82,13 @@ class OverloadPlan:
     decode_in_flight: int = 4
     max_queued: int = 64
     seed: int = 1
+    client_processes: int = 2
+    """Processes offering the load, each its share (0: the caller's event loop)."""
+    engine_nice: int = 10
+    """The engines' CPU priority while the benchmark runs (``nice``; 0 leaves it):
+    where engines, routers and the client share a few cores, the engines' busy threads
+    would otherwise delay the router's and the client's answers
+    (:func:`~pdctl.sdk.bench.overloadside.renice`)."""
     words: tuple[str, ...] = WORDS
     """The prompts' vocabulary (the benchmark uses the demo's words)."""
 
@@ -142,11 +171,16 @@ async def capacity(url: str, plan: OverloadPlan) -> float:
         return done / (time.perf_counter() - t0)
 
 
-async def arm(url: str, rate: float, plan: OverloadPlan, seed: int) -> list[Outcome]:
-    """Poisson arrivals at ``rate`` for ``plan.duration_s``, classes drawn from MIX."""
+async def arm(
+    url: str, rate: float, plan: OverloadPlan, seed: int
+) -> tuple[list[Outcome], dict[str, float | None]]:
+    """Poisson arrivals at ``rate`` for ``plan.duration_s``, classes drawn from MIX; the
+    outcomes and the client's event-loop lag meanwhile."""
     rng = random.Random(seed)
     limits = httpx.Limits(max_connections=None, max_keepalive_connections=64)
-    async with httpx.AsyncClient(timeout=None, limits=limits) as c:
+    lag = Lags()
+    cpu0 = time.process_time()
+    async with httpx.AsyncClient(timeout=None, limits=limits) as c, LoopLag(lag.lags.append):
         tasks: list[asyncio.Task[Outcome]] = []
         t0 = time.perf_counter()
         at, i = 0.0, 0
@@ -156,7 +190,37 @@ async def arm(url: str, rate: float, plan: OverloadPlan, seed: int) -> list[Outc
             klass, slo, _ = rng.choices(MIX, weights=[m[2] for m in MIX])[0]
             tasks.append(asyncio.create_task(one(c, url, seed * 1000000 + i, klass, slo, plan)))
             i += 1
-        return await asyncio.gather(*tasks)
+        outs = await asyncio.gather(*tasks)
+    busy = (time.process_time() - cpu0) / max(1e-9, time.perf_counter() - t0)
+    return outs, {**lag.summary(), "cpu_share": round(busy, 3)}
+
+
+def _arm_here(
+    url: str, rate: float, plan: OverloadPlan, seed: int
+) -> tuple[list[Outcome], dict[str, float | None]]:
+    """:func:`arm` in a process of its own (its entry point)."""
+    return asyncio.run(arm(url, rate, plan, seed))
+
+
+async def offer(
+    url: str, rate: float, plan: OverloadPlan, seed: int
+) -> tuple[list[Outcome], dict[str, Any]]:
+    """:func:`arm` at ``rate`` in all, from ``plan.client_processes`` processes of their
+    own; the outcomes together, and per process its loop lag and CPU share."""
+    k = plan.client_processes
+    if k <= 0:
+        outs, lag = await arm(url, rate, plan, seed)
+        return outs, {"processes": [lag]}
+    ctx = multiprocessing.get_context("spawn")
+    loop = asyncio.get_running_loop()
+    with ProcessPoolExecutor(k, mp_context=ctx) as pool:
+        parts = await asyncio.gather(
+            *(
+                loop.run_in_executor(pool, _arm_here, url, rate / k, plan, seed * 100 + j)
+                for j in range(k)
+            )
+        )
+    return [o for outs, _ in parts for o in outs], {"processes": [lag for _, lag in parts]}
 
 
 def summary(outs: Sequence[Outcome], duration_s: float) -> dict[str, Any]:
@@ -182,6 +246,7 @@ def summary(outs: Sequence[Outcome], duration_s: float) -> dict[str, Any]:
         "by_status": by_status,
         "shed_reasons": reasons,
         "shed_answer_max_ms": round(shed_s[-1] * 1000, 1) if shed_s else None,
+        "shed_answer_p50_ms": round(_q(shed_s, 0.5) * 1000, 1) if shed_s else None,
         "shed_answer_p99_ms": round(_q(shed_s, 0.99) * 1000, 1) if shed_s else None,
         "interactive_ttft_p99_ms": round(_q(inter, 0.99) * 1000, 1) if inter else None,
         "lost": sum(o.status is None and not o.gave_up for o in outs),
@@ -215,12 +280,18 @@ async def run_overload(
     arms: Mapping[str, str],
     plan: OverloadPlan,
     *,
+    instances: Sequence[str] = (),
+    router_pids: Mapping[str, int] | None = None,
     after_arm: AfterArm | None = None,
     say: Callable[[str], None] | None = None,
 ) -> dict[str, Any]:
     """Capacity through the arm without admission, then each round offers ``plan.load``
     times it through every arm, the arms' order alternating round by round. ``arms``
-    maps :data:`WITH` and :data:`WITHOUT` to router URLs."""
+    maps :data:`WITH` and :data:`WITHOUT` to router URLs; given the ``instances``' URLs,
+    each arm's figures add the seconds until their KV is back at its idle value; given
+    each arm's router process (``router_pids``), the share of a core it used."""
+    async with httpx.AsyncClient(timeout=30) as c:
+        idle = await chaos.fresh_idle(c, instances) if instances else {}
     cap = await capacity(arms[WITHOUT], plan)
     rate = max(cap, 0.1) * plan.load
     if say:
@@ -229,9 +300,25 @@ async def run_overload(
     for r in range(plan.rounds):
         order = list(arms.items()) if r % 2 == 0 else list(arms.items())[::-1]
         for name, url in order:
-            outs = await arm(url, rate, plan, seed=plan.seed + r)
-            s = summary(outs, plan.duration_s)
             async with httpx.AsyncClient(timeout=30) as c:
+                before, drops = await router_histograms(c, url), tcp_drops()
+            pid = (router_pids or {}).get(name)
+            cpu0, t0 = cpu_seconds(pid), time.perf_counter()
+            outs, lag = await offer(url, rate, plan, seed=plan.seed + r)
+            cpu1, took = cpu_seconds(pid), time.perf_counter() - t0
+            s = summary(outs, plan.duration_s)
+            s["client_loop_lag"] = lag
+            known = cpu0 is not None and cpu1 is not None
+            share = ((cpu1 or 0.0) - (cpu0 or 0.0)) / took
+            s["router_cpu_share"] = round(share, 3) if known else None
+            s["tcp_drops"] = {k: v - drops.get(k, 0) for k, v in tcp_drops().items()}
+            async with httpx.AsyncClient(timeout=30) as c:
+                if idle:
+                    s["kv_idle_after_s"] = (await chaos.kv_back_to_idle(c, idle, wait_s=60))[0]
+                after = await router_histograms(c, url)
+                s["router_shed"] = histogram_delta(before.get(SHED_ANSWER), after.get(SHED_ANSWER))
+                lags = histogram_delta(before.get(LOOP_LAG), after.get(LOOP_LAG))
+                s["router_loop_lag"] = None if lags is None else lags.get("")
                 reqs = (await c.get(url + "/v1/pdctl/requests?limit=10000")).json()["requests"]
             # the router's TTFT predictions against what it measured (its last 1,000)
             s["ttft_prediction"] = error_summary(reqs)

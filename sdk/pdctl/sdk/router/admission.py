@@ -9,14 +9,27 @@ prefill) and the *decode stage* (requests admitted and not finished, at most
 its instances' own gauges (:mod:`.saturation`). Otherwise it waits in the queue; the
 queue admits the highest class first, then the oldest. A full queue makes room for a
 request by shedding the newest request of a lower class, never a higher one; a request
-that finds no room is answered at once:
+that finds no room is answered at once.
+
+The decision is made on arrival: a request is queued only when it is predicted to be
+admitted and answered in time — its predicted queue wait (:mod:`.pace`: the places ahead
+of it of its class or higher, and the higher-class requests expected during its wait, at
+the pace places free) plus its predicted time to a first byte once placed
+(:mod:`.predictor`), times ``1 + slo_margin``, within its first-byte time left (or the
+wait within ``max_queue_wait_s``). Otherwise it is answered at once:
 
 * ``429`` + ``prefill_saturated`` / ``decode_saturated``: the queue is full (slow down);
-* ``503`` + the same reasons: it waited ``max_queue_wait_s`` in the queue;
-* ``504`` + ``slo_unreachable``: its first-byte deadline passed while it was queued;
-* ``503`` + ``slo_unreachable``: no P->D pair is predicted to answer within it
-  (:mod:`.predictor`; standard and batch requests only, asked by the gate);
+* ``503`` + the same reasons: its predicted wait passes ``max_queue_wait_s``;
+* ``503`` + ``slo_unreachable``: it is predicted to miss its SLO or deadline; a lower
+  class's wait counts the higher classes that overtake it, so lower classes are shed
+  first; an interactive request only when it would miss with every lower class out of
+  its way;
 * ``503`` + ``draining``: every instance of a stage is drained by an operator.
+
+Predictions err, so a queued request may still be shed later (each counted by
+``pdctl_router_shed_answer_seconds{when="queued"}``): ``504`` + ``slo_unreachable`` when
+its deadline passes in the queue, ``503`` + the stage's reason after
+``max_queue_wait_s``, ``429`` when a higher class needs its place in a full queue.
 
 Every answer has ``Retry-After`` (whole seconds) and ``pdctl-retry-after-ms``. What a
 request holds is a :class:`Ticket`, an ``async with`` that gives its place back exactly
@@ -34,9 +47,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from pdctl.sdk.client.admission import ADMISSION_SETTINGS
+from pdctl.sdk.router.admissionctl import change
 from pdctl.sdk.router.instances import Upstream
 from pdctl.sdk.router.limits import drop_headers
+from pdctl.sdk.router.looplag import LoopLag
+from pdctl.sdk.router.pace import Pace
 from pdctl.sdk.router.promreg import Registry
 from pdctl.sdk.router.saturation import Saturation, Thresholds
 from pdctl.sdk.spec.admission import AdmissionSpec
@@ -47,6 +62,8 @@ CLASSES = ("interactive", "standard", "batch")
 """Priority classes, highest first (``pdctl-priority`` header; vLLM's ``priority`` field
 is an integer, lower served first: below 0 is interactive, 0 standard, above 0 batch)."""
 REASONS = ("prefill_saturated", "decode_saturated", "slo_unreachable", "draining")
+WHEN = ("arrival", "queued")
+"""When a request was shed: on arrival, or after it was queued."""
 RECHECK_S = 0.01
 """While requests queue, how often room is looked for besides at each request's end (a
 request's first byte frees its prefill-stage place without telling anyone)."""
@@ -60,6 +77,9 @@ class Shed:
     reason: str
     message: str
     retry_after_s: float
+    klass: str = "standard"
+    queued: bool = False
+    """Shed after it was queued (not at arrival)."""
 
     def headers(self) -> list[tuple[bytes, bytes]]:
         return drop_headers(self.retry_after_s, self.reason)
@@ -94,18 +114,11 @@ class Ticket:
         self.release()
 
 
-GAVE_UP_WEIGHT = 1.5
-"""How much more than its wait a request that waited its deadline out in the queue
-counts for its class's pace (it would have waited longer)."""
-
-
 class _Waiter:
-    __slots__ = ("ahead", "future", "klass", "rank", "since")
+    __slots__ = ("future", "klass", "rank", "since")
 
-    def __init__(self, klass: str, since: float, ahead: int = 0) -> None:
+    def __init__(self, klass: str, since: float) -> None:
         self.klass, self.rank, self.since = klass, CLASSES.index(klass), since
-        self.ahead = ahead
-        """Requests queued before it that are admitted first (its class or higher)."""
         self.future: asyncio.Future[Ticket | Shed] = asyncio.get_running_loop().create_future()
 
 
@@ -144,11 +157,8 @@ class Admission:
         self._pump: asyncio.Task[None] | None = None
         self._hold_s = 1.0
         """Mean time an admitted request holds its decode place (for Retry-After)."""
-        self._place_s: dict[str, float] = {}
-        """Per class, the seconds its requests have recently waited per place ahead of
-        them (absent: not seen yet); a request's predicted wait is that times the places
-        ahead of it. Per class, because higher classes arriving later go first: a batch
-        request's place moves slower than an interactive one's under pressure."""
+        self.pace = Pace(len(CLASSES), clock)
+        """How fast places free and each class takes them (a queued request's wait)."""
         self.admitted = registry.counter(
             "pdctl_router_admitted_total",
             "Requests admitted to the fleet, per class and whether they queued first.",
@@ -159,6 +169,22 @@ class Admission:
             "Requests answered without reaching the fleet, per reason and class.",
             ["reason", "class"],
         )
+        self.shed_answer = registry.histogram(
+            "pdctl_router_shed_answer_seconds",
+            "Time from reading a request to its shed answer sent, per class and when it "
+            "was shed (at arrival, or after it was queued).",
+            ["class", "when"],
+            buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
+        )
+        lag = registry.histogram(
+            "pdctl_router_loop_lag_seconds",
+            "How late this router process's event loop wakes from a 50 ms sleep (a request "
+            "not read yet waits as long; the read-to-answer times cannot see it).",
+            buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5),
+        )
+        lag.prime()
+        self.loop_lag = LoopLag(lag.observe, period_s=0.05)
+        """Started and stopped with the router (the app's lifespan)."""
         self.queue_wait = registry.histogram(
             "pdctl_router_queue_wait_seconds",
             "Time admitted requests spent in the router's queue, per class.",
@@ -179,6 +205,7 @@ class Admission:
         )
         self.admitted.prime(CLASSES, ("false", "true"))
         self.shed.prime(REASONS, CLASSES)
+        self.shed_answer.prime(CLASSES, WHEN)
 
     def _busy(self) -> bool:
         """Requests admitted or queued (the saturation reads are wanted only then)."""
@@ -221,29 +248,36 @@ class Admission:
 
     # ------------------------------------------------------------------ entering
 
-    async def enter(self, klass: str, deadline: float | None = None) -> Ticket | Shed:
+    async def enter(
+        self, klass: str, deadline: float | None = None, service_s: float = 0.0
+    ) -> Ticket | Shed:
         """A place for one request of ``klass``, or why not. ``deadline``: the clock time
-        by which its first byte must come (it never waits in the queue past it)."""
+        by which its first byte must come (it never waits in the queue past it);
+        ``service_s``: its predicted time from being placed to its first byte."""
         now = self.clock()
         if self._draining():
             return self._refuse(503, "draining", klass, "every instance of a stage is drained")
+        rank = CLASSES.index(klass)
         full = self.room()
         if full is None and not self._queue:
-            for k in self._place_s:  # a place free at once: the queue moves
-                self._place_s[k] *= 0.9
+            self.pace.taken(rank)
             return self._admit(klass, now, queued=False)
         cap = self._cap(self.limits["queue"]) if self.limits["queue"] else 0
-        if len(self._queue) >= cap and not self._evict_below(klass, full):
+        crowded = len(self._queue) >= cap
+        if crowded and not any(self._queued[rank + 1 :]):  # no lower class to make room
             what = full or "prefill_saturated"
             return self._refuse(429, what, klass, f"the router's queue is full ({cap} waiting)")
-        rank = CLASSES.index(klass)
         ahead = sum(self._queued[: rank + 1])
-        late = self._predicted_late(klass, ahead, deadline, now)
+        late = self._predicted_late(rank, ahead, deadline, service_s, now, full)
         if late is not None:
-            return self._refuse(503, "slo_unreachable", klass, late)
-        w = _Waiter(klass, now, ahead)
+            return late
+        if crowded:
+            self._evict_below(klass, full)
+        w = _Waiter(klass, now)
         heapq.heappush(self._queue, (w.rank, next(self._order), w))
         self._queued[w.rank] += 1
+        self.pace.taken(rank)
+        self.pace.queueing(True)
         self._kick()
         wait = self.max_queue_wait_s
         by_deadline = deadline is not None and deadline - now < wait
@@ -256,13 +290,11 @@ class Admission:
             if w.future.done():  # admitted in the same instant
                 return w.future.result()
             self._drop(w)
-            self._paced(w, gave_up=True)
             if by_deadline:
-                return self._refuse(
-                    504, "slo_unreachable", klass, "its deadline passed while it was queued"
-                )
-            why = self.room() or "decode_saturated"
-            return self._refuse(503, why, klass, f"queued for {wait:g} s without room")
+                why = "its deadline passed while it was queued"
+                return self._refuse(504, "slo_unreachable", klass, why, queued=True)
+            why = f"queued for {wait:g} s without room"
+            return self._refuse(503, self.room() or "decode_saturated", klass, why, queued=True)
         except asyncio.CancelledError:
             self._drop(w)
             got = w.future.result() if w.future.done() else None
@@ -271,32 +303,42 @@ class Admission:
             raise
 
     def _predicted_late(
-        self, klass: str, ahead: int, deadline: float | None, now: float
-    ) -> str | None:
-        """Why a standard or batch request with a deadline is shed at once instead of
-        queued (its predicted queue wait alone passes it, beyond ``slo_margin``), or
-        None. Interactive requests, and a queue whose pace is not known yet, wait."""
-        pace = self._place_s.get(klass)
-        if deadline is None or klass == "interactive" or pace is None:
+        self,
+        rank: int,
+        ahead: int,
+        deadline: float | None,
+        service_s: float,
+        now: float,
+        full: str | None,
+    ) -> Shed | None:
+        """The answer for a request that would queue but is predicted to miss its
+        deadline (its wait plus ``service_s``) or to wait past ``max_queue_wait_s``, or
+        None (it queues; so does every request while the pace is unknown, and every one
+        without ``slo_routing``)."""
+        wait = self.pace.wait_s(rank, ahead) if self.spec.slo_routing else None
+        if wait is None:
             return None
-        if not self.spec.slo_routing:
-            return None
-        wait, left = (ahead + 1) * pace, deadline - now
-        if wait <= left * (1 + self.spec.slo_margin):
-            return None
-        return (
-            f"its predicted queue wait ({ahead} ahead: {wait * 1000:.0f} ms) passes the "
-            f"{max(0.0, left) * 1000:.0f} ms it has left"
-        )
-
-    def _paced(self, w: _Waiter, *, gave_up: bool = False) -> None:
-        """Learn the queue's pace for ``w``'s class from its wait, admitted or given up
-        on (``gave_up``: a lower bound, it would have waited longer, so it counts as
-        :data:`GAVE_UP_WEIGHT` times its wait: otherwise a class whose requests all
-        wait their deadline out predicts a wait of just that deadline, and queues)."""
-        place = (self.clock() - w.since) / (w.ahead + 1) * (GAVE_UP_WEIGHT if gave_up else 1)
-        old = self._place_s.get(w.klass)
-        self._place_s[w.klass] = place if old is None else old + 0.2 * (place - old)
+        m, klass = 1 + self.spec.slo_margin, CLASSES[rank]
+        if deadline is not None:
+            left = deadline - now
+            if (wait + service_s) * m > left:
+                how = (
+                    "the higher classes take every place that frees"
+                    if math.isinf(wait)
+                    else f"{ahead} ahead: {wait * 1000:.0f} ms in the queue"
+                )
+                why = (
+                    f"its predicted queue wait ({how}) and {service_s * 1000:.0f} ms to a "
+                    f"first byte pass the {max(0.0, left) * 1000:.0f} ms it has left"
+                )
+                return self._refuse(503, "slo_unreachable", klass, why)
+        if wait * m > self.max_queue_wait_s:
+            why = (
+                f"its predicted queue wait ({ahead} ahead) passes max_queue_wait_s "
+                f"({self.max_queue_wait_s:g} s)"
+            )
+            return self._refuse(503, full or "decode_saturated", klass, why)
+        return None
 
     def _admit(self, klass: str, since: float, *, queued: bool) -> Ticket:
         self._in_flight += 1
@@ -308,7 +350,9 @@ class Admission:
             self._early.add(t)
         return t
 
-    def _refuse(self, status: int, reason: str, klass: str, why: str) -> Shed:
+    def _refuse(
+        self, status: int, reason: str, klass: str, why: str, *, queued: bool = False
+    ) -> Shed:
         self.shed.inc(reason, klass)
         retry = self.retry_after_s()
         stage = reason.split("_", 1)[0]
@@ -316,11 +360,16 @@ class Admission:
             "draining": f"the fleet is draining: {why}",
             "slo_unreachable": f"request shed: {why}",
         }.get(reason, f"the fleet's {stage} stage is saturated: {why}")
-        return Shed(status, reason, f"{msg}; retry in {retry:.1f} s", retry)
+        return Shed(status, reason, f"{msg}; retry in {retry:.1f} s", retry, klass, queued)
+
+    def answered(self, shed: Shed, seconds: float) -> None:
+        """A shed answer was sent ``seconds`` after its request was read."""
+        self.shed_answer.observe(seconds, shed.klass, WHEN[shed.queued])
 
     def unreachable(self, klass: str, why: str) -> Shed:
         """Shed a request no P->D pair is predicted to serve within its SLO or deadline
-        (:mod:`.predictor`): 503 ``slo_unreachable``, before it queues."""
+        (:mod:`.predictor`) even with nothing queued before it: 503 ``slo_unreachable``,
+        at arrival."""
         return self._refuse(503, "slo_unreachable", klass, why)
 
     def retry_after_s(self) -> float:
@@ -328,22 +377,18 @@ class Admission:
         slots = max(1, self._cap(self.limits["decode"] * max(1, len(self.decodes))))
         return min(30.0, max(0.5, (len(self._queue) + 1) * self._hold_s / slots))
 
-    def _evict_below(self, klass: str, full: str | None) -> bool:
-        """Shed the newest queued request of a class lower than ``klass`` (True), to
-        make room for it; False when none is lower."""
-        rank = CLASSES.index(klass)
-        if not any(self._queued[rank + 1 :]):
-            return False
-        worst = max(self._queue, key=lambda e: (e[0], e[1]), default=None)
-        if worst is None or worst[0] <= rank:
-            return False
+    def _evict_below(self, klass: str, full: str | None) -> None:
+        """Shed the newest queued request of the lowest class, lower than ``klass`` (one
+        is queued), to make room for it."""
+        worst = max(self._queue, key=lambda e: (e[0], e[1]))
         w = worst[2]
         self._queue.remove(worst)
         heapq.heapify(self._queue)
         self._queued[w.rank] -= 1
+        self.pace.queueing(bool(self._queue))
         why = f"shed for a request of class {klass}: the queue is full"
-        w.future.set_result(self._refuse(429, full or "prefill_saturated", w.klass, why))
-        return True
+        shed = self._refuse(429, full or "prefill_saturated", w.klass, why, queued=True)
+        w.future.set_result(shed)
 
     def _drop(self, w: _Waiter) -> None:
         for i, e in enumerate(self._queue):
@@ -351,6 +396,7 @@ class Admission:
                 self._queue.pop(i)
                 heapq.heapify(self._queue)
                 self._queued[w.rank] -= 1
+                self.pace.queueing(bool(self._queue))
                 return
 
     # ------------------------------------------------------------------ leaving
@@ -369,8 +415,9 @@ class Admission:
             _, _, w = heapq.heappop(self._queue)
             self._queued[w.rank] -= 1
             if not w.future.done():
-                self._paced(w)
+                self.pace.freed()
                 w.future.set_result(self._admit(w.klass, w.since, queued=True))
+        self.pace.queueing(bool(self._queue))
         if self._queue and self._pump is None:
             self._pump = asyncio.get_running_loop().create_task(self._recheck())
 
@@ -389,43 +436,12 @@ class Admission:
 
     def apply(self, req: dict[str, Any]) -> tuple[int, str, str] | None:
         """``POST /v1/pdctl/admission``: change limits and thresholds at run time (every
-        worker applies the same body); None when done, else the refusal."""
-        ints = {
-            "prefill_in_flight_per_instance": ("prefill", 1),
-            "decode_in_flight_per_instance": ("decode", 1),
-            "max_queued": ("queue", 0),
-            "max_waiting_per_instance": (None, 0),
-        }
-        known = set(ADMISSION_SETTINGS)
-        unknown = sorted(set(req) - known)
-        if unknown or not req:
-            return (
-                400,
-                f"unknown admission setting(s) {', '.join(unknown) or '(none given)'}; "
-                f"send any of: {', '.join(sorted(known))}",
-                "invalid_request_error",
-            )
-        for k, (_, low) in ints.items():
-            v = req.get(k)
-            if k in req and (not isinstance(v, int) or isinstance(v, bool) or v < low):
-                return 400, f"'{k}' must be an integer >= {low}", "invalid_request_error"
-        kv = _number(req.get("max_kv_usage"))
-        if "max_kv_usage" in req and (kv is None or not 0 <= kv <= 1):
-            return 400, "'max_kv_usage' must be a number from 0 to 1", "invalid_request_error"
-        qw = _number(req.get("max_queue_wait_s"))
-        if "max_queue_wait_s" in req and (qw is None or qw <= 0):
-            return 400, "'max_queue_wait_s' must be a number > 0", "invalid_request_error"
-        for k, (slot, _) in ints.items():
-            if k in req and slot is not None:
-                self.limits[slot] = int(req[k])
-        if "max_waiting_per_instance" in req:
-            self.saturation.thresholds.max_waiting = int(req["max_waiting_per_instance"])
-        if kv is not None:
-            self.saturation.thresholds.max_kv_usage = kv
-        if qw is not None:
-            self.max_queue_wait_s = qw
-        self._kick()
-        return None
+        worker applies the same body); None when done, else the refusal
+        (:func:`.admissionctl.change`)."""
+        refused = change(self, req)
+        if refused is None:
+            self._kick()
+        return refused
 
     def state(self) -> dict[str, Any]:
         """The settings in force and this process's queue (``/v1/pdctl/state``)."""
@@ -448,9 +464,3 @@ class Admission:
                 u.name for u in (*self.prefills, *self.decodes) if not self.saturation.known(u)
             ),
         }
-
-
-def _number(v: Any) -> float | None:
-    """``v`` as a finite number, or None."""
-    ok = isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
-    return float(v) if ok else None

@@ -198,10 +198,12 @@ class RouterApp:
                 await self.router.start()
                 if self.admission is not None:
                     self.admission.saturation.start(self.router.upstreams)
+                    self.admission.loop_lag.start()
                 await send({"type": "lifespan.startup.complete"})
             elif msg["type"] == "lifespan.shutdown":
                 if self.admission is not None:
                     await self.admission.saturation.stop()
+                    await self.admission.loop_lag.stop()
                 await self.router.stop()
                 await send({"type": "lifespan.shutdown.complete"})
                 return

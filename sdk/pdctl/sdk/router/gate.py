@@ -76,6 +76,7 @@ class Gate:
                     answered.set()
                     kind = "overloaded_error" if entered.status != 504 else "timeout_error"
                     await send_error(send, entered.status, entered.message, kind, entered.headers())
+                    self.admission.answered(entered, time.perf_counter() - t0)
                     return None
                 ticket = entered
             tl = Timeline.begin(
@@ -141,26 +142,29 @@ class Gate:
         await stream_reply(send, reply, answered)
 
     async def admit(self, terms: Terms, t0: float, size: Size | None = None) -> Ticket | Shed:
-        """A place in the fleet for a request read at ``t0`` (perf_counter), within its
-        terms' queue limit; a standard or batch request that no P->D pair is predicted to
-        answer within it is shed at once (SLO routing, :mod:`.predictor`)."""
+        """A place in the fleet for a request read at ``t0`` (perf_counter), or its shed
+        answer, decided at arrival where it can be: a request with an SLO or deadline
+        that no P->D pair is predicted to answer within it is shed at once, and one that
+        would queue is queued only when its predicted queue wait plus its pair's
+        predicted TTFT meets it (SLO routing, :mod:`.predictor`, :mod:`.admission`)."""
         assert self.admission is not None
         limit = terms.queue_limit_s
-        at = None
+        at, service = None, 0.0
         if limit is not None:
             left = limit - (time.perf_counter() - t0)
             instances = self.router.instances
             predictor = instances.predictor
-            if predictor.routing and size is not None and terms.klass != "interactive":
-                best = predictor.unreachable(size, left, instances.pairs())
-                if best is not None:
+            if predictor.routing and size is not None:
+                best = predictor.fastest(size, instances.pairs())
+                if best is not None and not predictor.reachable(best, left):
                     return self.admission.unreachable(
                         terms.klass,
                         f"no P->D pair is predicted to answer within {left * 1000:.0f} ms "
                         f"(the fastest: {best * 1000:.0f} ms)",
                     )
+                service = best or 0.0
             at = self.admission.clock() + left
-        return await self.admission.enter(terms.klass, at)
+        return await self.admission.enter(terms.klass, at, service)
 
 
 def _predictable(tl: Timeline, size: Size, terms: Terms, t0: float) -> None:

@@ -257,22 +257,33 @@ class Predictor:
         """Predicted to meet, with the margin to spare."""
         return ahead_s * (1 + self.margin) <= left_s
 
+    def fastest(
+        self, size: Size, pairs: Iterable[tuple[Upstream, Upstream | None]]
+    ) -> float | None:
+        """The lowest predicted TTFT over ``pairs`` when every one is known, else None
+        (an unknown pair may be faster; so may one past the first :data:`MAX_PAIRS`)."""
+        best: float | None = None
+        for i, (d, p) in enumerate(pairs):
+            if i >= MAX_PAIRS:
+                return None
+            a = self.ahead(size, p, d)
+            if a is None:
+                return None  # an unknown never sheds
+            best = a if best is None else min(best, a)
+        return best
+
+    def reachable(self, ahead_s: float, left_s: float) -> bool:
+        """Not predicted to miss by more than the margin (a request is shed only when
+        every pair's prediction is above the time left times (1 + margin))."""
+        return ahead_s <= left_s * (1 + self.margin)
+
     def unreachable(
         self, size: Size, left_s: float, pairs: Iterable[tuple[Upstream, Upstream | None]]
     ) -> float | None:
         """The best predicted TTFT when every pair is known and each is predicted to miss
         ``left_s`` by more than the margin (the request may be shed); else None."""
-        best: float | None = None
-        for i, (d, p) in enumerate(pairs):
-            if i >= MAX_PAIRS:
-                return None  # more pairs than are looked at: one of the rest may meet it
-            a = self.ahead(size, p, d)
-            if a is None:
-                return None  # an unknown never sheds
-            best = a if best is None else min(best, a)
-        if best is None or best <= left_s * (1 + self.margin):
-            return None
-        return best
+        best = self.fastest(size, pairs)
+        return None if best is None or self.reachable(best, left_s) else best
 
     def steer(
         self,

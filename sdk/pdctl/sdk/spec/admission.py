@@ -79,12 +79,16 @@ class AdmissionSpec(_Strict):
     slo_routing: bool = Field(
         default=True,
         description="Route a request with an SLO (pdctl-slo-ttft-ms) or deadline to a "
-        "P->D pair whose TTFT is predicted to meet it, and shed a standard or batch one "
-        "(503 slo_unreachable) when every pair is predicted to miss it, or when its "
-        "predicted queue wait alone (the queue's recent pace times the places ahead) "
-        "passes it, at once instead of queued; interactive "
-        "requests and pairs without a prediction yet are never shed. The predictions "
-        "and their error are measured either way.",
+        "P->D pair whose TTFT is predicted to meet it, and decide at its arrival whether "
+        "it can be served in time: shed it at once (503 slo_unreachable) when every pair "
+        "is predicted to miss it, or when it would queue and its predicted queue wait "
+        "(the places ahead of it and the higher-class requests expected meanwhile, at "
+        "the pace places free) plus its predicted TTFT does not meet it; lower classes "
+        "are shed first, an interactive request only when it would miss with every lower "
+        "class out of its way; one without an SLO is shed (503) when its predicted wait "
+        "passes max_queue_wait_s. Pairs without a prediction yet, and a queue whose pace is "
+        "not known yet, never shed. The predictions and their error are measured either "
+        "way.",
     )
     slo_margin: float = Field(
         default=0.1,

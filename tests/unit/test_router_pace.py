@@ -1,0 +1,116 @@
+"""The router queue's pace (router/pace.py): places freeing while requests queue, the
+classes' rates, a queued request's predicted wait; on a clock the test moves."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from pdctl.sdk.router.pace import MIN_QUEUED_S, SPREAD_Z, TAU_S, Pace
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 0.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def steady(mu: float, lams: tuple[float, ...], seconds: float = 10 * TAU_S) -> Pace:
+    """A pace that saw a queue all along, places freeing at ``mu`` per second and the
+    classes (highest first) let in at ``lams`` per second, in 10 ms steps."""
+    clock = Clock()
+    p = Pace(len(lams), clock)
+    p.queueing(True)
+    step = 0.01
+    due = [0.0] * (len(lams) + 1)
+    for _ in range(int(seconds / step)):
+        clock.t += step
+        for i, rate in enumerate((mu, *lams)):
+            due[i] += rate * step
+            while due[i] >= 1:
+                due[i] -= 1
+                p.freed() if i == 0 else p.taken(i - 1)
+    return p
+
+
+def test_unknown_until_requests_have_queued_a_while():
+    clock = Clock()
+    p = Pace(3, clock)
+    assert p.wait_s(0, 0) is None
+    clock.t += 60  # time without a queue teaches nothing of the queue's pace
+    assert p.wait_s(0, 0) is None
+    p.queueing(True)
+    clock.t += MIN_QUEUED_S / 2
+    assert p.wait_s(0, 0) is None
+    clock.t += MIN_QUEUED_S
+    assert p.wait_s(0, 0) is not None
+
+
+def test_steady_rates_are_measured():
+    p = steady(10.0, (4.0, 3.0, 2.0))
+    r = p.rates(2)
+    assert r is not None
+    mu, lam = r
+    assert mu == pytest.approx(10.0, rel=0.05)
+    assert lam == pytest.approx(7.0, rel=0.05)  # the two higher classes
+    assert p.rates(0) == pytest.approx((mu, 0.0))
+
+
+def test_wait_counts_the_places_ahead_and_the_higher_classes_meanwhile():
+    p = steady(10.0, (4.0, 3.0, 2.0))
+    top, mid, low = (p.wait_s(r, 4) for r in range(3))
+    five = 5 + SPREAD_Z * math.sqrt(5)  # five places, and their spread
+    assert top == pytest.approx(five / 10, rel=0.05)  # at 10/s
+    assert mid == pytest.approx(five / 6, rel=0.05)  # 4/s of them go to the top class
+    assert low == pytest.approx(five / 3, rel=0.05)
+
+
+def test_a_class_whose_betters_take_every_place_waits_for_ever():
+    p = steady(10.0, (6.0, 4.5, 2.0))
+    assert p.wait_s(2, 0) == math.inf
+    mid = p.wait_s(1, 0)
+    assert mid is not None
+    assert math.isfinite(mid)
+
+
+def test_the_rates_forget_an_old_load():
+    clock = Clock()
+    p = Pace(1, clock)
+    p.queueing(True)
+    for _ in range(200):  # 2 s at 100 places per second
+        clock.t += 0.01
+        p.freed()
+    fast = p.wait_s(0, 0)
+    p.queueing(True)
+    for _ in range(int(10 * TAU_S)):  # then one a second, for a long while
+        clock.t += 1
+        p.freed()
+    slow = p.wait_s(0, 0)
+    assert fast is not None
+    assert slow is not None
+    assert slow > 20 * fast
+    one = 1 + SPREAD_Z  # one place, and its spread
+    assert slow == pytest.approx(one, rel=0.15)  # the one place more than seen: 10%
+
+
+async def test_loop_lag_sees_a_loop_held_up():
+    """A loop blocked for 60 ms wakes the sampler at least 50 ms late (its 10 ms sleep
+    started before the block); stopped, it samples no more."""
+    import asyncio
+    import time
+
+    from pdctl.sdk.router.looplag import LoopLag
+
+    lags: list[float] = []
+    async with LoopLag(lags.append, period_s=0.01) as lag:
+        await asyncio.sleep(0.03)
+        time.sleep(0.06)  # noqa: ASYNC251 - the loop held up on purpose
+        await asyncio.sleep(0.03)
+    assert max(lags) >= 0.05
+    seen = len(lags)
+    await asyncio.sleep(0.05)
+    assert len(lags) == seen
+    await lag.stop()  # stopping twice is harmless
