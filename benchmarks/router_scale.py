@@ -52,7 +52,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from _bench import admission_room, free_port, pdctl_router_argv, vllm_router_argv, write_record
+from _bench import (
+    admission_room,
+    build_at,
+    free_port,
+    pdctl_router_argv,
+    vllm_router_argv,
+    write_record,
+)
 
 TICKS = os.sysconf("SC_CLK_TCK")
 PROMPT = "hello there, how are the prefill and decode doing"
@@ -143,17 +150,9 @@ def baseline_env(ref: str, tmp: Path) -> dict[str, str]:
     """An environment whose ``pdctl`` is this repository's sources at git ``ref`` (the
     router as it was, measured in the same run as the router as it is)."""
     root = Path(__file__).resolve().parent.parent
-    dest = tmp / "baseline"
-    dest.mkdir()
-    archive = subprocess.run(
-        ["git", "-C", str(root), "archive", ref, "sdk", "tui", "connector"],
-        capture_output=True,
-        check=True,
-    ).stdout
-    subprocess.run(["tar", "-x", "-C", str(dest)], input=archive, check=True)
     ours = {str(root / part) for part in ("sdk", "tui", "connector")}
     rest = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p and p not in ours]
-    paths = [str(dest / part) for part in ("sdk", "tui", "connector")] + rest
+    paths = build_at(ref, tmp / "baseline") + rest
     return {**os.environ, "PYTHONPATH": os.pathsep.join(paths)}
 
 

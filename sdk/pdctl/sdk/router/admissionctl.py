@@ -5,12 +5,20 @@ checked as a whole, then applied to one router process's
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from pdctl.sdk.client.admission import ADMISSION_SETTINGS
+from pdctl.sdk.router.saturation import Saturation
 
-if TYPE_CHECKING:  # the admission calls this module; typing alone looks back
-    from pdctl.sdk.router.admission import Admission
+
+class Adjustable(Protocol):
+    """What a run-time change sets: the admission's limits and thresholds (this module
+    sits below :mod:`~pdctl.sdk.router.admission`, which calls it)."""
+
+    limits: dict[str, int]
+    saturation: Saturation
+    max_queue_wait_s: float
+
 
 _INTS = {
     "prefill_in_flight_per_instance": ("prefill", 1),
@@ -21,7 +29,7 @@ _INTS = {
 """Integer settings: (the limit's slot in ``Admission.limits``, or None; the lowest)."""
 
 
-def change(adm: Admission, req: dict[str, Any]) -> tuple[int, str, str] | None:
+def change(adm: Adjustable, req: dict[str, Any]) -> tuple[int, str, str] | None:
     """Apply ``req`` to ``adm``: None when done, else the refusal (status, message,
     error type) with nothing of it applied."""
     known = set(ADMISSION_SETTINGS)
