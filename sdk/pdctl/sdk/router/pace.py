@@ -30,10 +30,10 @@ TAU_S = 10.0
 MIN_QUEUED_S = 0.5
 """Seconds of queueing seen (decayed) before a wait is predicted."""
 STARVED = 0.02
+"""Higher classes taking more than ``1 - STARVED`` of the places: the wait is endless."""
 SPREAD_Z = 1.28
 """Spreads above the mean wait the prediction takes (1.28: the 90th percentile of a
 normal distribution)."""
-"""Higher classes taking more than ``1 - STARVED`` of the places: the wait is endless."""
 
 
 class Pace:
