@@ -372,6 +372,14 @@ async def test_higher_classes_arriving_during_the_wait_shed_lower_classes_first(
     batch one is shed with time a standard one would be queued with."""
     a, _, clock = make(decode_in_flight_per_instance=1, max_queue_wait_s=10)
     holder = await paced(a, clock)
+    # a standard request let in while requests queue (one admitted at once, with no queue,
+    # overtakes no one and counts for nothing): the batch class's wait counts it
+    extra = asyncio.create_task(a.enter("standard"))
+    await asyncio.sleep(0)
+    assert a.state()["queued"] == 1
+    extra.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await extra
     ranks = {k: CLASSES.index(k) for k in CLASSES}
     inter, std = a.pace.wait_s(ranks["interactive"], 0), a.pace.wait_s(ranks["standard"], 0)
     assert inter is not None
@@ -394,8 +402,16 @@ async def test_higher_classes_arriving_during_the_wait_shed_lower_classes_first(
     # one interactive request queued ahead: the next one's wait is for two places
     two = a.pace.wait_s(ranks["interactive"], 1)
     assert two is not None
-    z = SPREAD_Z  # a wait for k places: (k + z sqrt(k)) / the pace they free at
-    assert two / inter == pytest.approx((2 + z * math.sqrt(2)) / (1 + z))
+    rates = a.pace.rates(ranks["interactive"])
+    assert rates is not None
+    mu, lam = rates
+    assert lam == 0  # no class above it
+
+    def wait(n: int) -> float:  # n places at mu, the rates known over seen_s seconds
+        return (n + SPREAD_Z * math.sqrt(n * (1 + n / (mu * a.pace.seen_s)))) / mu
+
+    assert inter == pytest.approx(wait(1))
+    assert two == pytest.approx(wait(2))
     holder.release()
     t = await asyncio.wait_for(queued, 1)
     assert isinstance(t, Ticket)

@@ -64,9 +64,20 @@ is an integer, lower served first: below 0 is interactive, 0 standard, above 0 b
 REASONS = ("prefill_saturated", "decode_saturated", "slo_unreachable", "draining")
 WHEN = ("arrival", "queued")
 """When a request was shed: on arrival, or after it was queued."""
+RESERVE = 0.25
+"""The share of the queue each class keeps from the classes below it: a class of rank
+``r`` (0: the highest) is queued only while the queue holds fewer than
+:func:`share_of` requests, or while a lower class waits in it."""
 RECHECK_S = 0.01
 """While requests queue, how often room is looked for besides at each request's end (a
 request's first byte frees its prefill-stage place without telling anyone)."""
+
+
+def share_of(cap: int, rank: int) -> int:
+    """The queue's length below which a request of class ``rank`` may join a queue of
+    ``cap`` places: ``cap`` less :data:`RESERVE` of it (rounded down) for each class
+    above (a queue of 1 to 3 places keeps none)."""
+    return cap - math.floor(cap * RESERVE) * rank
 
 
 @dataclass(frozen=True)
@@ -82,7 +93,10 @@ class Shed:
     """Shed after it was queued (not at arrival)."""
 
     def headers(self) -> list[tuple[bytes, bytes]]:
-        return drop_headers(self.retry_after_s, self.reason)
+        """:func:`~.limits.drop_headers` and ``pdctl-shed-when``: ``arrival`` or
+        ``queued``."""
+        when = WHEN[self.queued].encode()
+        return [*drop_headers(self.retry_after_s, self.reason), (b"pdctl-shed-when", when)]
 
 
 class Ticket:
@@ -263,21 +277,24 @@ class Admission:
             self.pace.taken(rank)
             return self._admit(klass, now, queued=False)
         cap = self._cap(self.limits["queue"]) if self.limits["queue"] else 0
-        crowded = len(self._queue) >= cap
-        if crowded and not any(self._queued[rank + 1 :]):  # no lower class to make room
+        lower = any(self._queued[rank + 1 :])
+        share = share_of(cap, rank)
+        if len(self._queue) >= share and not lower:  # no lower class to wait before it
             what = full or "prefill_saturated"
-            return self._refuse(429, what, klass, f"the router's queue is full ({cap} waiting)")
+            kept = f", {cap - share} kept for higher classes" if share < cap else ""
+            why = f"the router's queue is full for class {klass} ({len(self._queue)} waiting{kept})"
+            return self._refuse(429, what, klass, why)
         ahead = sum(self._queued[: rank + 1])
         late = self._predicted_late(rank, ahead, deadline, service_s, now, full)
         if late is not None:
             return late
-        if crowded:
+        if len(self._queue) >= cap:  # a lower class waits: it goes, never this one
             self._evict_below(klass, full)
         w = _Waiter(klass, now)
         heapq.heappush(self._queue, (w.rank, next(self._order), w))
         self._queued[w.rank] += 1
-        self.pace.taken(rank)
         self.pace.queueing(True)
+        self.pace.taken(rank)
         self._kick()
         wait = self.max_queue_wait_s
         by_deadline = deadline is not None and deadline - now < wait
