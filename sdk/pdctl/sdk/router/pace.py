@@ -98,6 +98,12 @@ class Pace:
         self._age()
         self._freed += 1
 
+    def overtaken(self, rank: int, least: float) -> bool:
+        """Classes higher than ``rank`` were let in while requests queued: at least
+        ``least`` of them (decayed)."""
+        self._age()
+        return sum(self._taken[:rank]) >= least
+
     @property
     def seen_s(self) -> float:
         """Seconds with requests queued, decayed: what the rates were measured over."""
