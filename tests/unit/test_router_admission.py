@@ -565,3 +565,30 @@ async def test_a_higher_class_at_its_own_share_with_nothing_lower_is_refused_at_
         t.cancel()
     await asyncio.gather(*waiting, inter, return_exceptions=True)
     held.release()
+
+
+async def test_before_the_pace_is_known_a_lower_class_overtaken_is_shed_at_arrival():
+    """At the onset of overload the pace is unknown: the top class queues, but once a
+    higher class is queued a lower one that would wait behind it is answered at once
+    (503 slo_unreachable with a deadline), never after queueing — unless a lower class
+    than it already waits."""
+    a, reg, clock = make(decode_in_flight_per_instance=1, max_queue_wait_s=10)
+    held = await a.enter("standard")
+    assert isinstance(held, Ticket)
+    batch = asyncio.create_task(a.enter("batch", deadline=clock.t + 10))
+    await asyncio.sleep(0)
+    inter = asyncio.create_task(a.enter("interactive", deadline=clock.t + 1.5))
+    await asyncio.sleep(0)
+    assert a.state()["queued"] == 2  # nothing predicted yet: both queue
+    std = asyncio.create_task(a.enter("standard", deadline=clock.t + 3))
+    await asyncio.sleep(0)
+    assert a.state()["queued"] == 3  # overtaken, but a batch request waits below it
+    late = await asyncio.wait_for(a.enter("batch", deadline=clock.t + 10), 0.05)
+    assert isinstance(late, Shed)
+    assert (late.status, late.reason, late.queued) == (503, "slo_unreachable", False)
+    assert "cannot be predicted yet" in late.message
+    assert sample(reg, "pdctl_router_shed_total", "slo_unreachable", "batch") == 1
+    for t in (batch, inter, std):
+        t.cancel()
+    await asyncio.gather(batch, inter, std, return_exceptions=True)
+    held.release()

@@ -86,12 +86,12 @@ class AdmissionSpec(_Strict):
         "is predicted to miss it, or when it would queue and its predicted queue wait "
         "(the places ahead of it and the higher-class requests expected meanwhile, at "
         "the pace places free, about its 97.5th percentile) plus its predicted TTFT does "
-        "not meet it; lower classes "
-        "are shed first, an interactive request only when it would miss with every lower "
-        "class out of its way; one without an SLO is shed (503) when its predicted wait "
-        "passes max_queue_wait_s. Pairs without a prediction yet, and a queue whose pace is "
-        "not known yet, never shed. The predictions and their error are measured either "
-        "way.",
+        "not meet it; lower classes are shed first, an interactive request only when it "
+        "would miss with every lower class out of its way; one without an SLO is shed "
+        "(503) when its predicted wait passes max_queue_wait_s. Pairs without a prediction "
+        "yet never shed; while the queue's pace is not known yet only a lower class that "
+        "higher classes are already overtaking is shed (unless a class below it waits). "
+        "The predictions and their error are measured either way.",
     )
     slo_margin: float = Field(
         default=0.1,
