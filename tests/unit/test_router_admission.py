@@ -324,7 +324,7 @@ async def paced(a: Admission, clock: Clock, first: str = "interactive") -> Ticke
     the ticket now holding the place."""
     held = await a.enter("standard")
     assert isinstance(held, Ticket)
-    # before the pace is known nothing is shed for it: this one queues
+    # before the pace is known nothing is predicted: with no class above it queued, it queues
     queued = asyncio.create_task(a.enter(first, deadline=clock.t + 0.5))
     await asyncio.sleep(0)
     assert a.state()["queued"] == 1
