@@ -29,11 +29,10 @@ the decision. Otherwise it is answered at once:
 * ``503`` + the same reasons: its predicted wait passes ``max_queue_wait_s`` (or,
   without an SLO or deadline, it cannot be predicted yet and is overtaken);
 * ``503`` + ``slo_unreachable``: it is predicted to miss its SLO or deadline (or it
-  cannot be predicted yet and is overtaken); a lower
-  class's wait counts the higher classes that overtake it, so lower classes are shed
-  first; an interactive request only when it would miss with every lower class out of
-  its way;
-* ``503`` + ``draining``: every instance of a stage is drained.
+  cannot be predicted yet and is overtaken); a lower class's wait counts the higher
+  classes that overtake it, so lower classes are shed first; an interactive request
+  only when it would miss with every lower class out of its way;
+* ``503`` + ``draining``: every instance of a stage is drained by an operator.
 
 Predictions err, so a queued request may still be shed later (each counted by
 ``pdctl_router_shed_answer_seconds{when="queued"}``, its answer marked
