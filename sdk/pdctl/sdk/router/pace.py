@@ -6,8 +6,8 @@ predicted to miss its first-byte time).
 A request of class ``k`` with ``ahead`` requests of its class or higher queued before it
 waits for ``n = ahead + 1`` places, while the requests of higher classes that arrive
 during its wait go first. With places freeing at ``mu`` per second (measured while
-requests queue) and higher classes taking them at ``lam`` per second (measured over all
-their admissions), the places left to its class come at ``r = mu - lam`` per second: its
+requests queue) and higher classes taking them at ``lam`` per second (their requests
+let in meanwhile), the places left to its class come at ``r = mu - lam`` per second: its
 place comes after about ``n / r`` seconds; when ``lam`` takes (nearly) every place that
 frees, never.
 
