@@ -18,7 +18,8 @@ their SLO, per second of offered load), answers by status, shed answers (429/503
 with ``pdctl-drop-reason``) by status, reason and class and how many came within 50 ms
 as the client saw them, and as the router timed them from reading the request to its
 answer sent, at arrival or after queueing (``router_shed``,
-:mod:`~pdctl.sdk.bench.overloadside`), the client's event-loop lag, p99 TTFT of admitted
+:mod:`~pdctl.sdk.bench.overloadside`), every non-2xx answer later than 50 ms by cause
+(:func:`late_by_cause`), the client's event-loop lag, p99 TTFT of admitted
 interactive requests, requests lost (no answer and no error), the router's TTFT
 predictions against what it measured (median |error|) and, given the instances, the
 seconds until their KV is back at idle.
