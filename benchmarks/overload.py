@@ -13,11 +13,13 @@ connection: the router cancels both legs).
 Reported per arm (medians of rounds): goodput (requests whose first token came within
 their SLO, per second of offered load), answers by status, the slowest and p99 time to a
 shed answer (429/503/504 with ``pdctl-drop-reason``) as the client saw it and as the
-router timed it, p99 TTFT of admitted interactive requests, requests lost (no answer and
-no error), and seconds until the instances' KV is back at its idle value, and the
-router's TTFT predictions against the TTFTs it measured (median and p90 of the relative
-error, :func:`~pdctl.sdk.router.predictor.error_summary`). Prints the ratio of goodputs
-and writes a JSON record. The load, the arms and the figures are
+router timed it, the answers slower than 50 ms by cause (evicted from the queue, SLO
+passed in the queue, queue timeout, shed at arrival, other), p99 TTFT of admitted
+interactive requests, requests lost (no answer and no error), and seconds until the
+instances' KV is back at its idle value, and the router's TTFT predictions against the
+TTFTs it measured (median and p90 of the relative error,
+:func:`~pdctl.sdk.router.predictor.error_summary`). Prints the ratio of goodputs and
+writes a JSON record. The load, the arms and the figures are
 :mod:`pdctl.sdk.bench.overload` (what ``pdctl bench --preset overload`` runs). The
 engines run at ``--engine-nice`` (10) while it measures (docs/bench.md says why).
 
@@ -127,6 +129,9 @@ def main() -> int:
     for name, rs in record["rounds"].items():  # the goal: a median error within 0.25
         errs = [r["ttft_prediction"]["error_p50"] for r in rs]
         print(f"{name}: TTFT prediction |error| p50 per round: {errs}")
+        for r in rs:  # the goal: every shed answered within 50 ms
+            late = {k: v["n"] for k, v in r["late_by_cause"].items() if v["n"]}
+            print(f"{name}: {r['shed_within_50ms']}/{r['shed']} shed within 50 ms; late: {late}")
     write_record(args.out, record)
     return 0
 

@@ -7,10 +7,12 @@ import time
 from contextlib import AsyncExitStack
 
 from pdctl.sdk.bench.overload import (
+    CAUSES,
     WITH,
     WITHOUT,
     Outcome,
     OverloadPlan,
+    cause_of,
     run_overload,
     summary,
 )
@@ -43,6 +45,44 @@ def test_summary_counts_goodput_sheds_and_the_interactive_tail():
     }
     assert s["interactive_ttft_p99_ms"] == 2000.0  # the slower of the two admitted
     assert s["lost"] == 1
+
+
+def test_late_answers_are_counted_by_cause():
+    """Every non-2xx answer slower than 50 ms is counted under its cause, from its status
+    and pdctl-shed-when; fast ones and 200s are not."""
+
+    def shed(status: int, when: str | None, ms: float, reason: str = "x") -> Outcome:
+        return Outcome("batch", 10.0, status=status, answered_s=ms / 1000, reason=reason, when=when)
+
+    outs = [
+        shed(429, "queued", 900),  # its place given to a higher class
+        shed(504, "queued", 10000),  # its SLO passed while queued
+        shed(504, "queued", 3000),
+        shed(503, "queued", 10000),  # max_queue_wait_s without room
+        shed(503, "arrival", 70),  # decided at arrival, answered slowly
+        shed(503, "arrival", 10),  # fast: not late
+        shed(504, None, 2000, "deadline_exceeded"),  # admitted, no first byte in time
+        Outcome("batch", 10.0, status=502, answered_s=0.3),  # an upstream error
+        Outcome("batch", 10.0, status=200, ttft_s=0.1, answered_s=0.5),
+    ]
+    assert [cause_of(o) for o in outs[:5]] == [
+        "evicted",
+        "deadline_in_queue",
+        "deadline_in_queue",
+        "queue_timeout",
+        "arrival",
+    ]
+    late = summary(outs, duration_s=1.0)["late_by_cause"]
+    assert set(late) == set(CAUSES)
+    assert {k: v["n"] for k, v in late.items()} == {
+        "evicted": 1,
+        "deadline_in_queue": 2,
+        "queue_timeout": 1,
+        "arrival": 1,
+        "other": 2,
+    }
+    assert late["deadline_in_queue"]["max_ms"] == 10000.0
+    assert late["arrival"]["p50_ms"] == 70.0
 
 
 async def test_both_arms_run_in_one_run_and_only_admission_sheds():
@@ -96,6 +136,9 @@ async def test_both_arms_run_in_one_run_and_only_admission_sheds():
             else:
                 assert r["router_loop_lag"]["n"] > 0
     for r in record["rounds"][WITH]:
+        # every late answer has a cause; a shed one says when it was shed
+        assert set(r["late_by_cause"]) == set(CAUSES)
+        assert r["late_by_cause"]["other"]["n"] == 0
         # the router's own count of its shed answers is the client's
         router = r["router_shed"]
         assert sum(v["n"] for v in router.values()) == r["shed"]

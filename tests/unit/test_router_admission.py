@@ -324,7 +324,7 @@ async def paced(a: Admission, clock: Clock, first: str = "interactive") -> Ticke
     the ticket now holding the place."""
     held = await a.enter("standard")
     assert isinstance(held, Ticket)
-    # before the pace is known nothing is shed for it: this one queues
+    # before the pace is known nothing is predicted: with no class above it queued, it queues
     queued = asyncio.create_task(a.enter(first, deadline=clock.t + 0.5))
     await asyncio.sleep(0)
     assert a.state()["queued"] == 1
@@ -372,6 +372,14 @@ async def test_higher_classes_arriving_during_the_wait_shed_lower_classes_first(
     batch one is shed with time a standard one would be queued with."""
     a, _, clock = make(decode_in_flight_per_instance=1, max_queue_wait_s=10)
     holder = await paced(a, clock)
+    # a standard request let in while requests queue (one admitted at once, with no queue,
+    # overtakes no one and counts for nothing): the batch class's wait counts it
+    extra = asyncio.create_task(a.enter("standard"))
+    await asyncio.sleep(0)
+    assert a.state()["queued"] == 1
+    extra.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await extra
     ranks = {k: CLASSES.index(k) for k in CLASSES}
     inter, std = a.pace.wait_s(ranks["interactive"], 0), a.pace.wait_s(ranks["standard"], 0)
     assert inter is not None
@@ -394,8 +402,16 @@ async def test_higher_classes_arriving_during_the_wait_shed_lower_classes_first(
     # one interactive request queued ahead: the next one's wait is for two places
     two = a.pace.wait_s(ranks["interactive"], 1)
     assert two is not None
-    z = SPREAD_Z  # a wait for k places: (k + z sqrt(k)) / the pace they free at
-    assert two / inter == pytest.approx((2 + z * math.sqrt(2)) / (1 + z))
+    rates = a.pace.rates(ranks["interactive"])
+    assert rates is not None
+    mu, lam = rates
+    assert lam == 0  # no class above it
+
+    def wait(n: int) -> float:  # n places at mu, the rates known over seen_s seconds
+        return (n + SPREAD_Z * math.sqrt(n * (1 + n / (mu * a.pace.seen_s)))) / mu
+
+    assert inter == pytest.approx(wait(1))
+    assert two == pytest.approx(wait(2))
     holder.release()
     t = await asyncio.wait_for(queued, 1)
     assert isinstance(t, Ticket)
@@ -481,3 +497,98 @@ async def test_slo_routing_off_queues_whatever_the_predicted_wait():
     out = await asyncio.wait_for(late, 1)
     assert isinstance(out, Ticket)
     out.release()
+
+
+async def test_each_class_keeps_a_share_of_the_queue_from_the_classes_below():
+    """A lower class joins the queue only while it holds fewer than its share (a quarter
+    of the queue kept per class above it); a higher class is never refused while a lower
+    one waits, and a lower one is shed after queueing (429) only when the whole queue is
+    full."""
+    from pdctl.sdk.router.arrival import share_of
+
+    assert [share_of(8, r) for r in range(3)] == [8, 6, 4]
+    assert [share_of(3, r) for r in range(3)] == [3, 3, 3]  # a small queue keeps none
+    a, reg, _ = make(decode_in_flight_per_instance=1, max_queued=8, max_queue_wait_s=10)
+    held = await a.enter("standard")
+    assert isinstance(held, Ticket)
+    waiting: list[asyncio.Task[Ticket | Shed]] = []
+
+    async def queue(klass: str) -> asyncio.Task[Ticket | Shed]:
+        t = asyncio.create_task(a.enter(klass))
+        await asyncio.sleep(0)
+        assert not t.done()
+        waiting.append(t)
+        return t
+
+    batches = [await queue("batch") for _ in range(4)]
+    out = await asyncio.wait_for(a.enter("batch"), 0.05)  # its share is full: at once
+    assert isinstance(out, Shed)
+    assert (out.status, out.reason, out.queued) == (429, "decode_saturated", False)
+    assert "4 kept for higher classes" in out.message
+    assert dict(out.headers())[b"pdctl-shed-when"] == b"arrival"
+    for _ in range(3):  # past the standard share too: a batch request still waits
+        await queue("standard")
+    await queue("interactive")
+    assert a.state()["queued"] == 8
+    assert not any(b.done() for b in batches)  # nothing shed after queueing so far
+    last = await queue("interactive")  # the whole queue is full: the newest batch goes
+    evicted = await asyncio.wait_for(batches[-1], 0.05)
+    assert isinstance(evicted, Shed)
+    assert (evicted.status, evicted.queued) == (429, True)
+    assert dict(evicted.headers())[b"pdctl-shed-when"] == b"queued"
+    assert not last.done()
+    assert sample(reg, "pdctl_router_shed_total", "decode_saturated", "batch") == 2
+    for t in waiting:
+        t.cancel()
+    await asyncio.gather(*waiting, return_exceptions=True)
+    assert a.state()["queued"] == 0
+    held.release()
+
+
+async def test_a_higher_class_at_its_own_share_with_nothing_lower_is_refused_at_arrival():
+    """With only its own class and higher queued, a request past its share is answered
+    429 at arrival (the places above its share are the higher classes')."""
+    a, _, _ = make(decode_in_flight_per_instance=1, max_queued=4, max_queue_wait_s=10)
+    held = await a.enter("interactive")
+    assert isinstance(held, Ticket)
+    waiting = [asyncio.create_task(a.enter("standard")) for _ in range(3)]
+    await asyncio.sleep(0)
+    assert a.state()["queued"] == 3  # share_of(4, 1) == 3
+    out = await asyncio.wait_for(a.enter("standard"), 0.05)
+    assert isinstance(out, Shed)
+    assert (out.status, out.queued) == (429, False)
+    inter = asyncio.create_task(a.enter("interactive"))  # the place kept for it
+    await asyncio.sleep(0)
+    assert a.state()["queued"] == 4
+    assert not any(t.done() for t in waiting)
+    for t in (*waiting, inter):
+        t.cancel()
+    await asyncio.gather(*waiting, inter, return_exceptions=True)
+    held.release()
+
+
+async def test_before_the_pace_is_known_a_lower_class_overtaken_is_shed_at_arrival():
+    """At the onset of overload the pace is unknown: the top class queues, but once a
+    higher class is queued a lower one that would wait behind it is answered at once
+    (503 slo_unreachable with a deadline), never after queueing — unless a lower class
+    than it already waits."""
+    a, reg, clock = make(decode_in_flight_per_instance=1, max_queue_wait_s=10)
+    held = await a.enter("standard")
+    assert isinstance(held, Ticket)
+    batch = asyncio.create_task(a.enter("batch", deadline=clock.t + 10))
+    await asyncio.sleep(0)
+    inter = asyncio.create_task(a.enter("interactive", deadline=clock.t + 1.5))
+    await asyncio.sleep(0)
+    assert a.state()["queued"] == 2  # nothing predicted yet: both queue
+    std = asyncio.create_task(a.enter("standard", deadline=clock.t + 3))
+    await asyncio.sleep(0)
+    assert a.state()["queued"] == 3  # overtaken, but a batch request waits below it
+    late = await asyncio.wait_for(a.enter("batch", deadline=clock.t + 10), 0.05)
+    assert isinstance(late, Shed)
+    assert (late.status, late.reason, late.queued) == (503, "slo_unreachable", False)
+    assert "cannot be predicted yet" in late.message
+    assert sample(reg, "pdctl_router_shed_total", "slo_unreachable", "batch") == 1
+    for t in (batch, inter, std):
+        t.cancel()
+    await asyncio.gather(batch, inter, std, return_exceptions=True)
+    held.release()

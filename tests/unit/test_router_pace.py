@@ -62,10 +62,52 @@ def test_steady_rates_are_measured():
 def test_wait_counts_the_places_ahead_and_the_higher_classes_meanwhile():
     p = steady(10.0, (4.0, 3.0, 2.0))
     top, mid, low = (p.wait_s(r, 4) for r in range(3))
-    five = 5 + SPREAD_Z * math.sqrt(5)  # five places, and their spread
-    assert top == pytest.approx(five / 10, rel=0.05)  # at 10/s
-    assert mid == pytest.approx(five / 6, rel=0.05)  # 4/s of them go to the top class
-    assert low == pytest.approx(five / 3, rel=0.05)
+    seen = p.seen_s
+    assert seen == pytest.approx(TAU_S, rel=0.01)
+
+    def wait(mu: float, lam: float) -> float:
+        """Five places left to it at mu - lam, the spread of a first passage, widened
+        by what the rates' counts over ``seen`` seconds do not know."""
+        r = mu - lam
+        return (5 + SPREAD_Z * math.sqrt(5 * (mu + lam) / r * (1 + 5 / r / seen))) / r
+
+    assert top == pytest.approx(wait(10, 0), rel=0.05)  # at 10/s
+    assert mid == pytest.approx(wait(10, 4), rel=0.05)  # 4/s of them go to the top class
+    assert low == pytest.approx(wait(10, 7), rel=0.05)
+    # a class left the remnant of the places waits far less surely than its mean says
+    means = (5 / 10, 5 / 6, 5 / 3)
+    spreads = [(w - m) / m for w, m in zip((top, mid, low), means, strict=True)]
+    assert spreads[0] < spreads[1] < spreads[2]
+
+
+def test_higher_classes_let_in_with_no_queue_overtake_no_one():
+    """The rates count only the seconds with requests queued: a higher class let in at
+    once while nothing waited, or time without a queue, changes no class's wait."""
+    clock = Clock()
+    p = Pace(2, clock)
+    for _ in range(100):  # a busy top class, never queued
+        clock.t += 0.01
+        p.taken(0)
+    p.queueing(True)
+    for _ in range(100):  # then a queue, places freeing at 10/s, nothing else let in
+        clock.t += 0.1
+        p.freed()
+    assert p.rates(1) == pytest.approx(p.rates(0))
+    assert p.wait_s(1, 0) == p.wait_s(0, 0)
+    p.queueing(False)
+    before = p.rates(1)
+    clock.t += 3  # seconds without a queue: the rates it knew still hold
+    assert p.rates(1) == pytest.approx(before, rel=0.05)
+
+
+def test_a_pace_seen_briefly_predicts_longer_waits():
+    """The same rates counted over fewer seconds of queueing are known less well: the
+    wait predicted is longer."""
+    brief, long_ = steady(10.0, (4.0, 2.0), seconds=2.0), steady(10.0, (4.0, 2.0))
+    b, lg = brief.wait_s(1, 2), long_.wait_s(1, 2)
+    assert b is not None
+    assert lg is not None
+    assert b > lg
 
 
 def test_a_class_whose_betters_take_every_place_waits_for_ever():

@@ -103,6 +103,10 @@ def run(args: argparse.Namespace, spec: Any, source: str) -> int:
         for r in rounds:
             for key, v in r["shed_by"].items():
                 out.print(f"  {arm}: shed {key}: {int(v['n'])} (slowest {v['max_ms']} ms)")
+            for cause, v in r.get("late_by_cause", {}).items():
+                if v["n"]:
+                    n, slow = int(v["n"]), v["max_ms"]
+                    out.print(f"  {arm}: later than 50 ms, {cause}: {n} (slowest {slow} ms)")
     ratio = record["goodput_ratio"]
     out.print(
         f"goodput with/without admission: [bold]{'-' if ratio is None else f'{ratio:.2f}'}[/]"

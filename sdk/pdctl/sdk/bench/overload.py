@@ -18,7 +18,8 @@ their SLO, per second of offered load), answers by status, shed answers (429/503
 with ``pdctl-drop-reason``) by status, reason and class and how many came within 50 ms
 as the client saw them, and as the router timed them from reading the request to its
 answer sent, at arrival or after queueing (``router_shed``,
-:mod:`~pdctl.sdk.bench.overloadside`), the client's event-loop lag, p99 TTFT of admitted
+:mod:`~pdctl.sdk.bench.overloadside`), every non-2xx answer later than 50 ms by cause
+(:func:`late_by_cause`), the client's event-loop lag, p99 TTFT of admitted
 interactive requests, requests lost (no answer and no error), the router's TTFT
 predictions against what it measured (median |error|) and, given the instances, the
 seconds until their KV is back at idle.
@@ -115,6 +116,8 @@ class Outcome:
     ttft_s: float | None = None
     answered_s: float | None = None
     reason: str | None = None
+    when: str | None = None
+    """A shed answer's ``pdctl-shed-when`` (``arrival`` or ``queued``), if it had one."""
     gave_up: bool = False
 
 
@@ -139,6 +142,7 @@ async def one(
                     await r.aread()
                     out.answered_s = time.perf_counter() - t0
                     out.reason = r.headers.get("pdctl-drop-reason")
+                    out.when = r.headers.get("pdctl-shed-when")
                     return out
                 async for chunk in r.aiter_bytes():
                     if out.ttft_s is None and b"data:" in chunk:
@@ -253,7 +257,46 @@ def summary(outs: Sequence[Outcome], duration_s: float) -> dict[str, Any]:
         "shed_by": shed_by(shed),
         "shed": len(shed),
         "shed_within_50ms": sum(1 for x in shed_s if x <= SHED_FAST_S),
+        "late_by_cause": late_by_cause(outs),
     }
+
+
+CAUSES = ("evicted", "deadline_in_queue", "queue_timeout", "arrival", "other")
+"""Why a non-2xx answer came: ``evicted`` (queued, then its place given to a higher
+class: 429 after queueing), ``deadline_in_queue`` (its SLO or deadline passed while it
+was queued: 504), ``queue_timeout`` (queued ``max_queue_wait_s`` without room: 503),
+``arrival`` (shed at arrival) and ``other`` (any other error answer: not shed by
+admission, e.g. 504 ``deadline_exceeded`` once admitted, or an upstream error)."""
+
+
+def cause_of(o: Outcome) -> str:
+    """The cause (:data:`CAUSES`) of a non-2xx answer, from its status and its
+    ``pdctl-shed-when`` header."""
+    if o.when == "arrival":
+        return "arrival"
+    if o.when == "queued":
+        return {429: "evicted", 504: "deadline_in_queue", 503: "queue_timeout"}.get(
+            o.status or 0, "other"
+        )
+    return "other"
+
+
+def late_by_cause(outs: Sequence[Outcome]) -> dict[str, dict[str, float | None]]:
+    """Non-2xx answers slower than 50 ms as the client saw them, per cause
+    (:func:`cause_of`): how many, the median and the slowest (ms); every cause present,
+    0 when none."""
+    late: dict[str, list[float]] = {c: [] for c in CAUSES}
+    for o in outs:
+        if o.status is None or o.status == 200 or o.answered_s is None:
+            continue
+        if o.answered_s > SHED_FAST_S:
+            late[cause_of(o)].append(o.answered_s)
+    out: dict[str, dict[str, float | None]] = {}
+    for c, xs in late.items():
+        xs.sort()
+        p50 = round(_q(xs, 0.5) * 1000, 1) if xs else None
+        out[c] = {"n": len(xs), "p50_ms": p50, "max_ms": round(xs[-1] * 1000, 1) if xs else None}
+    return out
 
 
 def shed_by(shed: Sequence[Outcome]) -> dict[str, dict[str, float]]:

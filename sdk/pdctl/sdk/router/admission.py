@@ -11,25 +11,35 @@ queue admits the highest class first, then the oldest. A full queue makes room f
 request by shedding the newest request of a lower class, never a higher one; a request
 that finds no room is answered at once.
 
-The decision is made on arrival: a request is queued only when it is predicted to be
-admitted and answered in time — its predicted queue wait (:mod:`.pace`: the places ahead
-of it of its class or higher, and the higher-class requests expected during its wait, at
-the pace places free) plus its predicted time to a first byte once placed
-(:mod:`.predictor`), times ``1 + slo_margin``, within its first-byte time left (or the
-wait within ``max_queue_wait_s``). Otherwise it is answered at once:
+The decision is meant to be final at arrival: a request is queued only when it is
+predicted, with high probability, to be admitted and answered in time, and its class has
+room in the queue. Its predicted queue wait (:mod:`.pace`: the places ahead of it of its
+class or higher, and the higher-class requests expected during its wait, at the pace
+places free, about the 97.5th percentile of a first passage that counts both streams'
+unevenness and the rates' own error) plus its predicted time to a first byte once placed
+(:mod:`.predictor`), times ``1 + slo_margin``, must be within its first-byte time left (or
+the wait within ``max_queue_wait_s``); while that pace is unknown, a lower class already
+overtaken by higher ones is not queued. And each class keeps a share of the queue from
+each class below it: a class past its share is refused at arrival unless a lower class
+waits (a higher class is never refused while a lower one waits). :mod:`.arrival` makes
+the decision. Otherwise it is answered at once:
 
-* ``429`` + ``prefill_saturated`` / ``decode_saturated``: the queue is full (slow down);
-* ``503`` + the same reasons: its predicted wait passes ``max_queue_wait_s``;
-* ``503`` + ``slo_unreachable``: it is predicted to miss its SLO or deadline; a lower
-  class's wait counts the higher classes that overtake it, so lower classes are shed
-  first; an interactive request only when it would miss with every lower class out of
-  its way;
+* ``429`` + ``prefill_saturated`` / ``decode_saturated``: the queue is full for its class
+  (slow down);
+* ``503`` + the same reasons: its predicted wait passes ``max_queue_wait_s`` (or,
+  without an SLO or deadline, it cannot be predicted yet and is overtaken);
+* ``503`` + ``slo_unreachable``: it is predicted to miss its SLO or deadline (or it
+  cannot be predicted yet and is overtaken); a lower class's wait counts the higher
+  classes that overtake it, so lower classes are shed first; an interactive request
+  only when it would miss with every lower class out of its way;
 * ``503`` + ``draining``: every instance of a stage is drained by an operator.
 
 Predictions err, so a queued request may still be shed later (each counted by
-``pdctl_router_shed_answer_seconds{when="queued"}``): ``504`` + ``slo_unreachable`` when
-its deadline passes in the queue, ``503`` + the stage's reason after
-``max_queue_wait_s``, ``429`` when a higher class needs its place in a full queue.
+``pdctl_router_shed_answer_seconds{when="queued"}``, its answer marked
+``pdctl-shed-when: queued``): ``504`` + ``slo_unreachable`` when its deadline passes in
+the queue, ``503`` + the stage's reason after ``max_queue_wait_s``, and — the last
+resort, when the whole queue is full and a lower class waits in it — ``429`` when a
+higher class needs its place.
 
 Every answer has ``Retry-After`` (whole seconds) and ``pdctl-retry-after-ms``. What a
 request holds is a :class:`Ticket`, an ``async with`` that gives its place back exactly
@@ -48,6 +58,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pdctl.sdk.router.admissionctl import change
+from pdctl.sdk.router.arrival import predicted_late, share_refusal
 from pdctl.sdk.router.instances import Upstream
 from pdctl.sdk.router.limits import drop_headers
 from pdctl.sdk.router.looplag import LoopLag
@@ -82,7 +93,10 @@ class Shed:
     """Shed after it was queued (not at arrival)."""
 
     def headers(self) -> list[tuple[bytes, bytes]]:
-        return drop_headers(self.retry_after_s, self.reason)
+        """:func:`~.limits.drop_headers` and ``pdctl-shed-when``: ``arrival`` or
+        ``queued``."""
+        when = WHEN[self.queued].encode()
+        return [*drop_headers(self.retry_after_s, self.reason), (b"pdctl-shed-when", when)]
 
 
 class Ticket:
@@ -263,21 +277,23 @@ class Admission:
             self.pace.taken(rank)
             return self._admit(klass, now, queued=False)
         cap = self._cap(self.limits["queue"]) if self.limits["queue"] else 0
-        crowded = len(self._queue) >= cap
-        if crowded and not any(self._queued[rank + 1 :]):  # no lower class to make room
-            what = full or "prefill_saturated"
-            return self._refuse(429, what, klass, f"the router's queue is full ({cap} waiting)")
-        ahead = sum(self._queued[: rank + 1])
-        late = self._predicted_late(rank, ahead, deadline, service_s, now, full)
-        if late is not None:
-            return late
-        if crowded:
+        lower = any(self._queued[rank + 1 :])
+        no = share_refusal(cap, rank, len(self._queue), lower, klass)
+        if no is None and self.spec.slo_routing:
+            left = None if deadline is None else deadline - now
+            m, most = 1 + self.spec.slo_margin, self.max_queue_wait_s
+            ahead = sum(self._queued[: rank + 1])
+            no = predicted_late(self.pace, rank, ahead, lower, left, service_s, most, m)
+        if no is not None:
+            stage = full or ("prefill_saturated" if no.status == 429 else "decode_saturated")
+            return self._refuse(no.status, "slo_unreachable" if no.slo else stage, klass, no.why)
+        if len(self._queue) >= cap:  # a lower class waits: it goes, never this one
             self._evict_below(klass, full)
         w = _Waiter(klass, now)
         heapq.heappush(self._queue, (w.rank, next(self._order), w))
         self._queued[w.rank] += 1
-        self.pace.taken(rank)
         self.pace.queueing(True)
+        self.pace.taken(rank)
         self._kick()
         wait = self.max_queue_wait_s
         by_deadline = deadline is not None and deadline - now < wait
@@ -301,44 +317,6 @@ class Admission:
             if isinstance(got, Ticket):
                 got.release()
             raise
-
-    def _predicted_late(
-        self,
-        rank: int,
-        ahead: int,
-        deadline: float | None,
-        service_s: float,
-        now: float,
-        full: str | None,
-    ) -> Shed | None:
-        """The answer for a request that would queue but is predicted to miss its
-        deadline (its wait plus ``service_s``) or to wait past ``max_queue_wait_s``, or
-        None (it queues; so does every request while the pace is unknown, and every one
-        without ``slo_routing``)."""
-        wait = self.pace.wait_s(rank, ahead) if self.spec.slo_routing else None
-        if wait is None:
-            return None
-        m, klass = 1 + self.spec.slo_margin, CLASSES[rank]
-        if deadline is not None:
-            left = deadline - now
-            if (wait + service_s) * m > left:
-                how = (
-                    "the higher classes take every place that frees"
-                    if math.isinf(wait)
-                    else f"{ahead} ahead: {wait * 1000:.0f} ms in the queue"
-                )
-                why = (
-                    f"its predicted queue wait ({how}) and {service_s * 1000:.0f} ms to a "
-                    f"first byte pass the {max(0.0, left) * 1000:.0f} ms it has left"
-                )
-                return self._refuse(503, "slo_unreachable", klass, why)
-        if wait * m > self.max_queue_wait_s:
-            why = (
-                f"its predicted queue wait ({ahead} ahead) passes max_queue_wait_s "
-                f"({self.max_queue_wait_s:g} s)"
-            )
-            return self._refuse(503, full or "decode_saturated", klass, why)
-        return None
 
     def _admit(self, klass: str, since: float, *, queued: bool) -> Ticket:
         self._in_flight += 1

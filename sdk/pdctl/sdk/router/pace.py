@@ -4,20 +4,38 @@ is queued (:class:`~pdctl.sdk.router.admission.Admission` sheds at arrival a req
 predicted to miss its first-byte time).
 
 A request of class ``k`` with ``ahead`` requests of its class or higher queued before it
-waits for ``ahead + 1`` places, while the requests of higher classes that arrive during
-its wait go first. With places freeing at ``mu`` per second (measured while requests
-queue) and higher classes taking them at ``lam`` per second (measured over all their
-admissions), its place comes after about ``(ahead + 1) / (mu - lam)`` seconds; when
-``lam`` takes (nearly) every place that frees, never. Places free unevenly: taking the
-``k = ahead + 1`` places as a Poisson stream at ``mu - lam``, the wait is Gamma(k)
-distributed with mean ``k / (mu - lam)`` and spread ``sqrt(k) / (mu - lam)``, and the wait
-predicted is the one it beats about 9 times in 10 (:data:`SPREAD_Z` spreads above the
-mean): a request is queued when it will most likely be served in time, not as likely
-as not.
+waits for ``n = ahead + 1`` places, while the requests of higher classes that arrive
+during its wait go first. With places freeing at ``mu`` per second (measured while
+requests queue) and higher classes taking them at ``lam`` per second (their requests
+let in meanwhile), the places left to its class come at ``r = mu - lam`` per second: its
+place comes after about ``n / r`` seconds; when ``lam`` takes (nearly) every place that
+frees, never.
 
-Both rates are exponentially decayed counts over :data:`TAU_S` (each second weighs
-``e^(-1/TAU_S)`` of the next), O(1) per event. Until requests have queued for
-:data:`MIN_QUEUED_S` in all (decayed) the pace is unknown and nothing is predicted.
+Both streams are uneven. Taking the places freeing and the higher-class arrivals as
+independent Poisson streams, the places left to it by time ``t`` are their difference:
+mean ``r t``, variance ``s t`` with ``s = mu + lam``. The time that difference first
+reaches ``n`` has mean ``n / r`` and variance ``n s / r^3`` (the first passage of a
+drifting random walk, an inverse Gaussian), so the wait predicted, the one it beats about
+39 times in 40 (:data:`SPREAD_Z` spreads above the mean), is::
+
+    (n + SPREAD_Z * sqrt(n * s / r)) / r
+
+With no higher class (``lam = 0``) this is a Gamma wait's mean plus its spreads. The
+higher classes widen the spread by ``sqrt((mu + lam) / (mu - lam))``: a class that gets
+the remnant of the places waits for the difference of two large, noisy counts, and its
+wait is far less certain than its mean says. A request is queued when it will almost
+surely be served in time: what the router queues it serves (a shed after queueing is an
+error of this prediction, counted).
+
+Both rates are counted over the same seconds: those with requests queued (a higher-class
+request let in while nothing waits overtakes no one, and time without a queue would
+dilute one rate and not the other). They are exponentially decayed counts over
+:data:`TAU_S` (each second weighs ``e^(-1/TAU_S)`` of the next), O(1) per event. Counts
+over ``T`` seconds of queueing know each rate only to about its square root, so the
+mean wait ``W = n / r`` is itself uncertain: the spread above widens by
+``sqrt(1 + W / T)`` (a wait as long as the seconds the rates were measured over doubles
+its variance). Until requests have queued for :data:`MIN_QUEUED_S` in all (decayed) the
+pace is unknown and nothing is predicted.
 """
 
 from __future__ import annotations
@@ -31,9 +49,10 @@ MIN_QUEUED_S = 0.5
 """Seconds of queueing seen (decayed) before a wait is predicted."""
 STARVED = 0.02
 """Higher classes taking more than ``1 - STARVED`` of the places: the wait is endless."""
-SPREAD_Z = 1.28
-"""Spreads above the mean wait the prediction takes (1.28: the 90th percentile of a
-normal distribution)."""
+SPREAD_Z = 1.96
+"""Spreads above the mean wait the prediction takes (1.96: the 97.5th percentile of a
+normal distribution): a queued request is late about once in 40 at the edge, and far
+less often below it."""
 
 
 class Pace:
@@ -47,10 +66,8 @@ class Pace:
         """Seconds with requests queued, decayed."""
         self._freed = 0.0
         """Places that freed to the queue (requests admitted from it), decayed."""
-        self._span_s = 0.0
-        """Seconds seen, decayed (the denominator of the classes' rates)."""
         self._taken = [0.0] * classes
-        """Per class rank, requests admitted or queued, decayed."""
+        """Per class rank, requests admitted or queued while requests queued, decayed."""
 
     def _age(self) -> None:
         now = self.clock()
@@ -61,7 +78,6 @@ class Pace:
         keep = math.exp(-dt / TAU_S)
         grown = TAU_S * (1 - keep)  # the decayed weight of the dt seconds just past
         self._queued_s = self._queued_s * keep + (grown if self._queueing else 0.0)
-        self._span_s = self._span_s * keep + grown
         self._freed *= keep
         self._taken = [x * keep for x in self._taken]
 
@@ -71,29 +87,43 @@ class Pace:
         self._queueing = now_queueing
 
     def taken(self, rank: int) -> None:
-        """A request of class ``rank`` was let in (admitted at once or queued)."""
+        """A request of class ``rank`` was let in (admitted at once or queued); it counts
+        only while requests queue (call after :meth:`queueing` for one queued)."""
         self._age()
-        self._taken[rank] += 1
+        if self._queueing:
+            self._taken[rank] += 1
 
     def freed(self) -> None:
         """A place freed to the queue: a queued request was admitted."""
         self._age()
         self._freed += 1
 
+    def overtaken(self, rank: int, least: float) -> bool:
+        """Classes higher than ``rank`` were let in while requests queued: at least
+        ``least`` of them (decayed)."""
+        self._age()
+        return sum(self._taken[:rank]) >= least
+
+    @property
+    def seen_s(self) -> float:
+        """Seconds with requests queued, decayed: what the rates were measured over."""
+        self._age()
+        return self._queued_s
+
     def rates(self, rank: int) -> tuple[float, float] | None:
         """(places freeing per second while requests queue, places per second taken by
-        classes higher than ``rank``), or None while the pace is unknown."""
+        classes higher than ``rank`` meanwhile), or None while the pace is unknown."""
         self._age()
         if self._queued_s < MIN_QUEUED_S:
             return None
         # one place more than seen: a queue where none freed yet still predicts a wait
         mu = (self._freed + 1) / self._queued_s
-        lam = sum(self._taken[:rank]) / self._span_s if self._span_s > 0 else 0.0
+        lam = sum(self._taken[:rank]) / self._queued_s
         return mu, lam
 
     def wait_s(self, rank: int, ahead: int) -> float | None:
         """Predicted seconds in the queue for a request of class ``rank`` with ``ahead``
-        requests of its class or higher queued before it, about the 90th percentile
+        requests of its class or higher queued before it, about the 97.5th percentile
         (``inf``: never, the higher classes take the places); None while the pace is
         unknown."""
         r = self.rates(rank)
@@ -103,5 +133,6 @@ class Pace:
         room = mu - lam
         if room <= mu * STARVED:
             return math.inf
-        k = ahead + 1
-        return (k + SPREAD_Z * math.sqrt(k)) / room
+        n = ahead + 1
+        known = 1 + n / (room * self._queued_s)  # the rates' own error (the docstring)
+        return (n + SPREAD_Z * math.sqrt(n * (mu + lam) / room * known)) / room

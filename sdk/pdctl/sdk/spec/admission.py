@@ -35,8 +35,10 @@ class AdmissionSpec(_Strict):
         default=512,
         ge=0,
         description="Requests waiting in the router's queue at most; one more is "
-        "answered 429 at once (a lower class queued is shed to make room for a higher "
-        "one). 0: never queue.",
+        "answered 429 at once. Each class keeps a quarter of it from each class below "
+        "(standard joins only while 3/4 is free of it, batch 1/2), unless a lower class "
+        "waits; a full queue sheds the newest request of a lower class queued to make room "
+        "for a higher one (the last resort). 0: never queue.",
     )
     max_queue_wait_s: float = Field(
         default=10.0,
@@ -83,12 +85,13 @@ class AdmissionSpec(_Strict):
         "it can be served in time: shed it at once (503 slo_unreachable) when every pair "
         "is predicted to miss it, or when it would queue and its predicted queue wait "
         "(the places ahead of it and the higher-class requests expected meanwhile, at "
-        "the pace places free) plus its predicted TTFT does not meet it; lower classes "
-        "are shed first, an interactive request only when it would miss with every lower "
-        "class out of its way; one without an SLO is shed (503) when its predicted wait "
-        "passes max_queue_wait_s. Pairs without a prediction yet, and a queue whose pace is "
-        "not known yet, never shed. The predictions and their error are measured either "
-        "way.",
+        "the pace places free, about its 97.5th percentile) plus its predicted TTFT does "
+        "not meet it; lower classes are shed first, an interactive request only when it "
+        "would miss with every lower class out of its way; one without an SLO is shed "
+        "(503) when its predicted wait passes max_queue_wait_s. Pairs without a prediction "
+        "yet never shed; while the queue's pace is not known yet only a lower class that "
+        "higher classes are already overtaking is shed (unless a class below it waits). "
+        "The predictions and their error are measured either way.",
     )
     slo_margin: float = Field(
         default=0.1,
