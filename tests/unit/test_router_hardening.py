@@ -148,6 +148,44 @@ async def test_each_request_on_a_kept_connection_gets_its_own_head_deadline():
         w.close()
 
 
+async def _answer(r: asyncio.StreamReader) -> tuple[bytes, dict[bytes, bytes], bytes]:
+    head = await asyncio.wait_for(r.readuntil(b"\r\n\r\n"), 5)
+    status, *lines = head[:-4].split(b"\r\n")
+    fields = dict(line.split(b": ", 1) for line in lines)
+    return status, fields, await r.readexactly(int(fields[b"content-length"]))
+
+
+async def test_a_whole_answer_is_sent_in_one_step_as_uvicorn_would_and_the_connection_kept():
+    async with rig("push", router={"http": HTTP}) as t:
+        host, port = t.url.removeprefix("http://").split(":")
+        r, w = await asyncio.open_connection(host, int(port))
+        payload = json.dumps(body()).encode()
+        req = b"POST /v1/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
+        for _ in range(3):  # one connection, kept
+            w.write(req + b"content-length: %d\r\n\r\n" % len(payload) + payload)
+            status, fields, answer = await _answer(r)
+            assert status == b"HTTP/1.1 200 OK"
+            assert fields[b"content-type"] == b"application/json"
+            assert b"date" in fields
+            assert fields[b"server"] == b"uvicorn"
+            assert b"connection" not in fields
+            assert b"transfer-encoding" not in fields
+            assert json.loads(answer)["choices"]
+        w.write(b"GET /health HTTP/1.1\r\nhost: x\r\n\r\n")  # the ASGI way, same connection
+        status, _, answer = await _answer(r)
+        assert status == b"HTTP/1.1 200 OK"
+        assert json.loads(answer)["status"]
+        # the client asks to close: the answer says so and the router closes
+        w.write(req + b"connection: close\r\ncontent-length: %d\r\n\r\n" % len(payload) + payload)
+        status, fields, answer = await _answer(r)
+        assert status == b"HTTP/1.1 200 OK"
+        assert fields[b"connection"] == b"close"
+        assert json.loads(answer)["choices"]
+        assert await asyncio.wait_for(r.read(), 2) == b""
+        w.close()
+        assert len(t.d.state.requests) == 4
+
+
 async def test_connection_flood_evicts_the_longest_idle_and_health_still_answers():
     async with rig("push", router={"http": {**HTTP, "header_timeout_s": 30}}) as t:
         host, port = t.url.removeprefix("http://").split(":")
