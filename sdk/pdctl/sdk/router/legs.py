@@ -12,6 +12,7 @@ from typing import Any
 
 from pdctl.sdk.pd import PrefillIdentity, push_decode_body
 from pdctl.sdk.router import tracing
+from pdctl.sdk.router.deadline import Within
 from pdctl.sdk.router.httpclient import UpstreamError
 from pdctl.sdk.router.instances import Upstream
 from pdctl.sdk.router.instanceset import InstanceSet
@@ -107,7 +108,7 @@ class LegSender:
         tracing.open_leg(tl, "prefill", p.name)
         push = self.instances.mode != "pull"
         try:
-            async with asyncio.timeout(self.settings.prefill_timeout_s):
+            async with Within(self.settings.prefill_timeout_s):
                 if push:  # cancelled before its answer, it may still have finished
                     tl.kv_on = (p, rid)
                 leg = await self.send(
@@ -185,7 +186,7 @@ class LegSender:
             tl.decode_sent = tl.mark()
         tracing.open_leg(tl, "decode", d.name)
         try:
-            async with asyncio.timeout(self.settings.request_timeout_s):
+            async with Within(self.settings.request_timeout_s):
                 leg = await self.send(self.instances.decodes, d, endpoint, data, rid, tl, "decode")
         except TimeoutError:
             raise RouteError(
