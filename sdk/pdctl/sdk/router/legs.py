@@ -48,9 +48,28 @@ def _refused(d_task: asyncio.Task[Lease]) -> bool:
     return 400 <= d_task.result().status < 500
 
 
-async def _cancel_prefill(task: asyncio.Task[tuple[Upstream, dict[str, Any]]]) -> None:
-    task.cancel()
-    await asyncio.gather(task, return_exceptions=True)
+class _RefusalWatch:
+    """While armed, cancels ``task`` (the one running the prefill leg) the moment decode's
+    leg ``d_task`` refuses the request (:func:`_refused`), and says so in :attr:`fired`:
+    prefill runs in the request's own task, not one of its own awaited beside decode's."""
+
+    __slots__ = ("armed", "cancelling", "d_task", "fired", "task")
+
+    def __init__(self, task: asyncio.Task[Any], d_task: asyncio.Task[Lease]) -> None:
+        self.task, self.d_task = task, d_task
+        self.armed, self.fired = True, False
+        self.cancelling = task.cancelling()
+        """The task's cancellation requests before (none of them this watch's)."""
+        d_task.add_done_callback(self._done)
+
+    def _done(self, d_task: asyncio.Task[Lease]) -> None:
+        if self.armed and _refused(d_task):
+            self.fired = True
+            self.task.cancel()
+
+    def disarm(self) -> None:
+        self.armed = False
+        self.d_task.remove_done_callback(self._done)
 
 
 class LegSender:
@@ -256,28 +275,32 @@ class LegSender:
         answering is retried on another prefill with a fresh decode registration.
         ``first`` False: a retry (the request's own send and first-byte times stay)."""
         tl.prefill_leg = make
+        task = asyncio.current_task()
+        assert task is not None
         d_task = self._decode_task(d, p, endpoint, body, rid, tl, first)
         tried: tuple[Upstream, ...] = ()
         try:
             while True:
-                p_task = asyncio.create_task(self.prefill(p, endpoint, body, rid, tl, make))
+                watch = _RefusalWatch(task, d_task)
                 try:
-                    await asyncio.wait({p_task, d_task}, return_when=asyncio.FIRST_COMPLETED)
-                    if not p_task.done() and _refused(d_task):
-                        await _cancel_prefill(p_task)
-                        tl.note("decode refused the request; prefill cancelled")
-                        return d_task.result()
-                    used_p, presp = await p_task
+                    used_p, presp = await self.prefill(p, endpoint, body, rid, tl, make)
                     break
+                except asyncio.CancelledError:
+                    # decode refused it: prefill is cancelled, not the request (unless
+                    # someone else cancelled the request meanwhile too)
+                    if not watch.fired or task.uncancel() > watch.cancelling:
+                        raise
+                    tl.note("decode refused the request; prefill cancelled")
+                    return d_task.result()
                 except LegFailed as e:
+                    watch.disarm()
                     tried += (e.upstream,)
                     p = self.recovery.next_prefill(e, tried, tl)
                     await _cancel(d_task)
                     rid = f"{tl.id}-retry{len(tried)}"
                     d_task = self._decode_task(d, p, endpoint, body, rid, tl, first)
                 finally:
-                    if not p_task.done():
-                        await _cancel_prefill(p_task)
+                    watch.disarm()
             if self._learn_identity(used_p, presp) or used_p is not p:
                 # decode was told the wrong prefill: cancel it and send it again
                 await _cancel(d_task)
