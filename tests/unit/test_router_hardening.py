@@ -414,3 +414,47 @@ def test_open_files_limit_is_raised_and_a_too_low_one_is_named():
     assert warning is not None
     assert "router.http.max_connections" in warning
     assert str(hard) in warning
+
+
+def test_a_whole_answer_lets_its_request_go_and_leaves_the_odd_ones_to_asgi():
+    """The answer sent, the object the scope holds no longer holds the request (no
+    reference cycle per request for the collector); a header uvicorn acts on, or an
+    answer already started, goes the ASGI way with nothing written."""
+    from types import SimpleNamespace
+
+    from pdctl.sdk.router.httpproto import _HeadWithBody
+
+    written: list[bytes] = []
+    transport = SimpleNamespace(write=written.append, close=lambda: None)
+
+    def cycle() -> SimpleNamespace:
+        return SimpleNamespace(
+            response_started=False,
+            disconnected=False,
+            flow=SimpleNamespace(write_paused=False),
+            access_log=False,
+            scope={"method": "POST"},
+            default_headers=[(b"server", b"uvicorn")],
+            keep_alive=True,
+            message_event=asyncio.Event(),
+            on_response=lambda: None,
+        )
+
+    c = cycle()
+    out = _HeadWithBody(transport, c, None)  # type: ignore[arg-type]
+    c.transport = out
+    assert out.answer(200, [(b"Content-Type", b"application/json")], b"{}")
+    assert written == [
+        b"HTTP/1.1 200 OK\r\nserver: uvicorn\r\ncontent-type: application/json\r\n"
+        b"content-length: 2\r\n\r\n{}"
+    ]
+    assert c.response_complete
+    assert c.transport is transport
+    assert out._cycle is None
+    assert not out.answer(200, [], b"{}")  # once
+    written.clear()
+    for headers in ([(b"Content-Length", b"2")], [(b"x", b"a\nb")], [(b"connection", b"close")]):
+        c = cycle()
+        assert not _HeadWithBody(transport, c, None).answer(200, headers, b"{}")  # type: ignore[arg-type]
+        assert not c.response_started
+    assert written == []

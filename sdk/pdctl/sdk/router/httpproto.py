@@ -227,9 +227,11 @@ class _HeadWithBody:
         self._done()
 
     def _done(self) -> None:
+        # let the cycle go: the scope holds this object (WHOLE), it must not hold the cycle
         self._head = None
-        if self._cycle.transport is self:
-            self._cycle.transport = self._transport
+        cycle, self._cycle = self._cycle, None
+        if cycle is not None and cycle.transport is self:
+            cycle.transport = self._transport
 
     def close(self) -> None:
         self._flush()
@@ -243,7 +245,8 @@ class _HeadWithBody:
         write; False where the ASGI way has more to do."""
         cycle = self._cycle
         if (
-            cycle.response_started
+            cycle is None
+            or cycle.response_started
             or cycle.disconnected
             or cycle.flow.write_paused
             or cycle.access_log
@@ -265,7 +268,7 @@ class _HeadWithBody:
         if not cycle.keep_alive:
             content.append(b"connection: close\r\n")
         content += (b"\r\n", body)
-        cycle.transport = self._transport
+        cycle.transport, self._cycle = self._transport, None
         self._transport.write(b"".join(content))
         cycle.expected_content_length = 0
         cycle.chunked_encoding = False
