@@ -50,3 +50,28 @@ async def test_an_error_inside_the_block_passes_through():
     with pytest.raises(ValueError, match="x"):
         async with Within(5.0):
             raise ValueError("x")
+
+
+async def test_the_kept_loop_finds_the_running_task_as_asyncio_does():
+    from pdctl.sdk.router.running import current_task
+
+    assert current_task() is asyncio.current_task()
+    inner = asyncio.create_task(asyncio.sleep(0, result=None))
+
+    async def which() -> bool:
+        return current_task() is asyncio.current_task()
+
+    assert await asyncio.create_task(which())
+    await inner
+
+
+def test_the_kept_loop_is_looked_up_again_on_a_new_loop_and_outside_one_is_an_error():
+    from pdctl.sdk.router.running import current_task
+
+    async def which() -> bool:
+        return current_task() is asyncio.current_task()
+
+    for _ in range(2):  # a loop that ran before is not this one
+        assert asyncio.run(which())
+    with pytest.raises(RuntimeError):
+        current_task()

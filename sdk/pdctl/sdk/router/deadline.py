@@ -11,6 +11,7 @@ from collections.abc import AsyncGenerator, Callable
 from types import TracebackType
 
 from pdctl.sdk.router.replies import StreamReply
+from pdctl.sdk.router.running import current_task
 
 _closing: set[asyncio.Task[None]] = set()
 """Streams being closed in the background (a reference keeps each task alive)."""
@@ -58,7 +59,7 @@ class Within:
         self._task: asyncio.Task[object] | None = None
 
     async def __aenter__(self) -> Within:
-        task = asyncio.current_task()
+        task = current_task()
         if task is None:
             raise RuntimeError("Within must be used inside a task")
         self._task = task

@@ -28,6 +28,7 @@ from pdctl.sdk.router.deadline import Deadline, first_chunk
 from pdctl.sdk.router.hardening import GONE, WHOLE, WholeAnswer
 from pdctl.sdk.router.limits import drop_headers
 from pdctl.sdk.router.predictor import Size, size_of
+from pdctl.sdk.router.running import current_task
 from pdctl.sdk.router.terms import Terms
 from pdctl.sdk.router.timeline import Timeline
 
@@ -50,7 +51,7 @@ class Gate:
     ) -> Timeline | None:
         """Admit, route and answer one validated request read at ``t0``; its timeline
         (None: it never reached the fleet)."""
-        handler = asyncio.current_task()
+        handler = current_task()
         assert handler is not None
         answered, gone = Flag(), Flag()
         ext = scope.get("extensions") or {}

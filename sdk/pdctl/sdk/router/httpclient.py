@@ -37,9 +37,10 @@ class _Body:
     part that came meanwhile at once (a relayed stream's events then go to its client in
     one write), and no queue or future is made per part."""
 
-    __slots__ = ("_waiter", "ended", "parts")
+    __slots__ = ("_loop", "_waiter", "ended", "parts")
 
-    def __init__(self) -> None:
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
         self.parts: list[bytes] = []
         self.ended = False
         self._waiter: asyncio.Future[None] | None = None
@@ -62,7 +63,7 @@ class _Body:
         while not self.parts:
             if self.ended:
                 return None
-            self._waiter = asyncio.get_running_loop().create_future()
+            self._waiter = self._loop.create_future()
             try:
                 await self._waiter
             finally:
@@ -150,7 +151,7 @@ class _Conn(asyncio.Protocol):
         self.reusable = False
         self._status = 0
         self._headers = []
-        self._chunks = _Body()
+        self._chunks = _Body(self.loop)
         self._head = self.loop.create_future()
         self._error = None
         self.transport.write(payload)

@@ -19,6 +19,7 @@ from pdctl.sdk.router.instanceset import InstanceSet
 from pdctl.sdk.router.lease import Lease
 from pdctl.sdk.router.recovery import LegFailed, Recovery, passthrough
 from pdctl.sdk.router.replies import RouteError
+from pdctl.sdk.router.running import current_task
 from pdctl.sdk.router.timeline import RouterMetrics, Timeline
 
 PROMPT_RE = re.compile(rb'"prompt_tokens"\s*:\s*(\d+)')
@@ -255,7 +256,11 @@ class LegSender:
     ) -> asyncio.Task[Lease]:
         assert p.identity is not None
         decode_body = push_decode_body(body, p.identity, rid)
-        return asyncio.create_task(self.decode(d, endpoint, decode_body, rid, tl, first=first))
+        task = current_task()  # the loop it runs on, without asking for it again
+        assert task is not None
+        return task.get_loop().create_task(
+            self.decode(d, endpoint, decode_body, rid, tl, first=first)
+        )
 
     async def push(
         self,
@@ -275,7 +280,7 @@ class LegSender:
         answering is retried on another prefill with a fresh decode registration.
         ``first`` False: a retry (the request's own send and first-byte times stay)."""
         tl.prefill_leg = make
-        task = asyncio.current_task()
+        task = current_task()
         assert task is not None
         d_task = self._decode_task(d, p, endpoint, body, rid, tl, first)
         tried: tuple[Upstream, ...] = ()
