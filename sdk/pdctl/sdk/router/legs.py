@@ -288,6 +288,9 @@ class LegSender:
             while True:
                 watch = _RefusalWatch(task, d_task)
                 try:
+                    # decode's leg goes out first (its task's first step sends it), as
+                    # when both legs had tasks: decode knows the request before its KV
+                    await asyncio.sleep(0)
                     used_p, presp = await self.prefill(p, endpoint, body, rid, tl, make)
                     break
                 except asyncio.CancelledError:
