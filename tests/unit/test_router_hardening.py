@@ -148,6 +148,44 @@ async def test_each_request_on_a_kept_connection_gets_its_own_head_deadline():
         w.close()
 
 
+async def _answer(r: asyncio.StreamReader) -> tuple[bytes, dict[bytes, bytes], bytes]:
+    head = await asyncio.wait_for(r.readuntil(b"\r\n\r\n"), 5)
+    status, *lines = head[:-4].split(b"\r\n")
+    fields = dict(line.split(b": ", 1) for line in lines)
+    return status, fields, await r.readexactly(int(fields[b"content-length"]))
+
+
+async def test_a_whole_answer_is_sent_in_one_step_as_uvicorn_would_and_the_connection_kept():
+    async with rig("push", router={"http": HTTP}) as t:
+        host, port = t.url.removeprefix("http://").split(":")
+        r, w = await asyncio.open_connection(host, int(port))
+        payload = json.dumps(body()).encode()
+        req = b"POST /v1/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
+        for _ in range(3):  # one connection, kept
+            w.write(req + b"content-length: %d\r\n\r\n" % len(payload) + payload)
+            status, fields, answer = await _answer(r)
+            assert status == b"HTTP/1.1 200 OK"
+            assert fields[b"content-type"] == b"application/json"
+            assert b"date" in fields
+            assert fields[b"server"] == b"uvicorn"
+            assert b"connection" not in fields
+            assert b"transfer-encoding" not in fields
+            assert json.loads(answer)["choices"]
+        w.write(b"GET /health HTTP/1.1\r\nhost: x\r\n\r\n")  # the ASGI way, same connection
+        status, _, answer = await _answer(r)
+        assert status == b"HTTP/1.1 200 OK"
+        assert json.loads(answer)["status"]
+        # the client asks to close: the answer says so and the router closes
+        w.write(req + b"connection: close\r\ncontent-length: %d\r\n\r\n" % len(payload) + payload)
+        status, fields, answer = await _answer(r)
+        assert status == b"HTTP/1.1 200 OK"
+        assert fields[b"connection"] == b"close"
+        assert json.loads(answer)["choices"]
+        assert await asyncio.wait_for(r.read(), 2) == b""
+        w.close()
+        assert len(t.d.state.requests) == 4
+
+
 async def test_connection_flood_evicts_the_longest_idle_and_health_still_answers():
     async with rig("push", router={"http": {**HTTP, "header_timeout_s": 30}}) as t:
         host, port = t.url.removeprefix("http://").split(":")
@@ -376,3 +414,47 @@ def test_open_files_limit_is_raised_and_a_too_low_one_is_named():
     assert warning is not None
     assert "router.http.max_connections" in warning
     assert str(hard) in warning
+
+
+def test_a_whole_answer_lets_its_request_go_and_leaves_the_odd_ones_to_asgi():
+    """The answer sent, the object the scope holds no longer holds the request (no
+    reference cycle per request for the collector); a header uvicorn acts on, or an
+    answer already started, goes the ASGI way with nothing written."""
+    from types import SimpleNamespace
+
+    from pdctl.sdk.router.httpproto import _HeadWithBody
+
+    written: list[bytes] = []
+    transport = SimpleNamespace(write=written.append, close=lambda: None)
+
+    def cycle() -> SimpleNamespace:
+        return SimpleNamespace(
+            response_started=False,
+            disconnected=False,
+            flow=SimpleNamespace(write_paused=False),
+            access_log=False,
+            scope={"method": "POST"},
+            default_headers=[(b"server", b"uvicorn")],
+            keep_alive=True,
+            message_event=asyncio.Event(),
+            on_response=lambda: None,
+        )
+
+    c = cycle()
+    out = _HeadWithBody(transport, c, None)  # type: ignore[arg-type]
+    c.transport = out
+    assert out.answer(200, [(b"Content-Type", b"application/json")], b"{}")
+    assert written == [
+        b"HTTP/1.1 200 OK\r\nserver: uvicorn\r\ncontent-type: application/json\r\n"
+        b"content-length: 2\r\n\r\n{}"
+    ]
+    assert c.response_complete
+    assert c.transport is transport
+    assert out._cycle is None
+    assert not out.answer(200, [], b"{}")  # once
+    written.clear()
+    for headers in ([(b"Content-Length", b"2")], [(b"x", b"a\nb")], [(b"connection", b"close")]):
+        c = cycle()
+        assert not _HeadWithBody(transport, c, None).answer(200, headers, b"{}")  # type: ignore[arg-type]
+        assert not c.response_started
+    assert written == []

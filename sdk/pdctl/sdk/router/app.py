@@ -346,7 +346,8 @@ class RouterApp:
             return None, f"request body is not valid JSON: {e}"
         except RecursionError:
             return None, f"request body nests deeper than {depth} levels"
-        if json_too_deep(body, depth):
+        # nesting n deep takes n opening brackets: a body with no more is not walked
+        if raw.count(b"[") + raw.count(b"{") > depth and json_too_deep(body, depth):
             return None, f"request body nests deeper than {depth} levels"
         if not isinstance(body, dict):
             return None, "request body must be a JSON object"

@@ -8,6 +8,7 @@ import contextlib
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
+from pdctl.sdk.router.hardening import WholeAnswer
 from pdctl.sdk.router.replies import StreamReply, error_body
 
 Scope = MutableMapping[str, Any]
@@ -43,6 +44,9 @@ async def cancel_on_disconnect(
             return
 
 
+_JSON = [(b"content-type", b"application/json")]
+
+
 def header(scope: Scope, name: bytes) -> str | None:
     """A request header's value (the first one), or None."""
     for k, v in scope["headers"]:
@@ -61,11 +65,15 @@ async def send_body(
     status: int,
     body: bytes,
     headers: list[tuple[bytes, bytes]] | None = None,
+    whole: WholeAnswer | None = None,
 ) -> None:
-    """A whole answer (JSON unless ``headers`` say otherwise); a client already gone is
-    not an error."""
-    hs = headers or [(b"content-type", b"application/json")]
+    """A whole answer (JSON unless ``headers`` say otherwise), in one step where the server
+    offers ``whole`` (:class:`~pdctl.sdk.router.hardening.WholeAnswer`); a client already
+    gone is not an error."""
+    hs = headers or _JSON
     with contextlib.suppress(OSError):
+        if whole is not None and whole.answer(status, hs, body):
+            return
         await send(
             {
                 "type": "http.response.start",

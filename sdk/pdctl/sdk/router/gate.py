@@ -25,9 +25,10 @@ from pdctl.sdk.router.asgi import (
 )
 from pdctl.sdk.router.core import Reply, Router, StreamReply
 from pdctl.sdk.router.deadline import Deadline, first_chunk
-from pdctl.sdk.router.hardening import GONE
+from pdctl.sdk.router.hardening import GONE, WHOLE, WholeAnswer
 from pdctl.sdk.router.limits import drop_headers
 from pdctl.sdk.router.predictor import Size, size_of
+from pdctl.sdk.router.running import current_task
 from pdctl.sdk.router.terms import Terms
 from pdctl.sdk.router.timeline import Timeline
 
@@ -50,10 +51,11 @@ class Gate:
     ) -> Timeline | None:
         """Admit, route and answer one validated request read at ``t0``; its timeline
         (None: it never reached the fleet)."""
-        handler = asyncio.current_task()
+        handler = current_task()
         assert handler is not None
         answered, gone = Flag(), Flag()
-        told = scope.get("extensions", {}).get(GONE)
+        ext = scope.get("extensions") or {}
+        told, whole = ext.get(GONE), ext.get(WHOLE)
         watcher: asyncio.Task[None] | None = None
         if told is not None:  # the router's own server says when the client goes away
 
@@ -92,7 +94,7 @@ class Gate:
             if terms.deadline_s is not None:
                 left = terms.deadline_s - (time.perf_counter() - t0)
                 deadline = Deadline(left, handler, _expire(self.router, tl, terms))
-            await self.answer(send, endpoint, body, tl, deadline, answered)
+            await self.answer(send, endpoint, body, tl, deadline, answered, whole)
         except asyncio.CancelledError:
             if deadline is not None and deadline.passed and not (gone.is_set or answered.is_set):
                 # the first-byte deadline passed: the legs are cancelled, the request
@@ -127,9 +129,11 @@ class Gate:
         tl: Timeline,
         deadline: Deadline | None,
         answered: Flag,
+        whole: WholeAnswer | None = None,
     ) -> None:
         """Route the request and send its answer (a stream's first chunk read under the
-        deadline, when there is one)."""
+        deadline, when there is one; a whole one through ``whole`` where the server
+        offers it)."""
         reply = await self.router.dispatcher.dispatch(endpoint, body, tl=tl)
         if deadline is not None:
             if isinstance(reply, StreamReply):
@@ -137,7 +141,7 @@ class Gate:
             deadline.disarm()
         if isinstance(reply, Reply):
             answered.set()
-            await send_body(send, reply.status, reply.body, hdrs(reply.headers))
+            await send_body(send, reply.status, reply.body, hdrs(reply.headers), whole)
             return
         await stream_reply(send, reply, answered)
 

@@ -17,16 +17,18 @@ uvicorn's httptools protocol, which has none of them of its own) and the JSON de
 With TLS, the verified client certificate (if any) is put in the request's scope as
 ``scope["extensions"]["tls"]["client_cert_subject"]``, for mTLS on the control endpoints.
 Every request's scope also carries ``scope["extensions"][GONE]``, a :class:`Gone` through
-which the server tells the app at once that the client went away mid-request.
+which the server tells the app at once that the client went away mid-request, and
+``scope["extensions"][WHOLE]``, a :class:`WholeAnswer` that sends an answer known whole
+in one step.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
-__all__ = ["GONE", "Gone", "Limits", "json_too_deep", "open_files_for"]
+__all__ = ["GONE", "WHOLE", "Gone", "Limits", "WholeAnswer", "json_too_deep", "open_files_for"]
 
 FDS_PER_CONNECTION = 3
 """File descriptors one client connection may hold in the router: its own socket, the
@@ -57,6 +59,23 @@ class Gone:
         callback, self.callback = self.callback, None
         if callback is not None:
             callback()
+
+
+WHOLE = "pdctl.whole"
+"""The ASGI scope extension (``scope["extensions"][WHOLE]``) holding a request's
+:class:`WholeAnswer`."""
+
+
+class WholeAnswer(Protocol):
+    """The server's short way to send an answer the app has whole (status, headers, body):
+    the head and body written at once and the request finished, where the ASGI way is two
+    messages, two awaits and the head's headers checked one by one."""
+
+    def answer(self, status: int, headers: list[tuple[bytes, bytes]], body: bytes) -> bool:
+        """Send it (a ``content-length`` is added); False, having sent nothing, when it
+        cannot (the answer started, the client gone, writes paused, a header it leaves to
+        the ASGI way): the caller then sends the ASGI messages."""
+        ...
 
 
 @dataclass(frozen=True)

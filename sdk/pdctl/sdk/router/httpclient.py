@@ -16,7 +16,6 @@ import asyncio
 import contextlib
 from collections import deque
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
 from typing import cast
 from urllib.parse import urlsplit
 
@@ -38,9 +37,10 @@ class _Body:
     part that came meanwhile at once (a relayed stream's events then go to its client in
     one write), and no queue or future is made per part."""
 
-    __slots__ = ("_waiter", "ended", "parts")
+    __slots__ = ("_loop", "_waiter", "ended", "parts")
 
-    def __init__(self) -> None:
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
         self.parts: list[bytes] = []
         self.ended = False
         self._waiter: asyncio.Future[None] | None = None
@@ -63,7 +63,7 @@ class _Body:
         while not self.parts:
             if self.ended:
                 return None
-            self._waiter = asyncio.get_running_loop().create_future()
+            self._waiter = self._loop.create_future()
             try:
                 await self._waiter
             finally:
@@ -83,6 +83,10 @@ class _Conn(asyncio.Protocol):
     def __init__(self) -> None:
         self.transport: asyncio.Transport | None = None
         self.parser = httptools.HttpResponseParser(self)
+        self.fresh = True
+        """The parser is new or ended its last response cleanly (it parses the next one
+        as it is: a kept connection's parser is made once)."""
+        self.loop = asyncio.get_running_loop()
         self.closed = False
         self.reusable = False
         self._status = 0
@@ -121,7 +125,7 @@ class _Conn(asyncio.Protocol):
             self._chunks.add(body)
 
     def on_message_complete(self) -> None:
-        self.reusable = self.parser.should_keep_alive()
+        self.reusable = self.fresh = self.parser.should_keep_alive()
         if self._chunks is not None:
             self._chunks.end()
 
@@ -141,25 +145,30 @@ class _Conn(asyncio.Protocol):
 
     def start(self, payload: bytes) -> None:
         assert self.transport is not None
-        self.parser = httptools.HttpResponseParser(self)
+        if not self.fresh:
+            self.parser = httptools.HttpResponseParser(self)
+        self.fresh = False
         self.reusable = False
         self._status = 0
         self._headers = []
-        self._chunks = _Body()
-        self._head = asyncio.get_running_loop().create_future()
+        self._chunks = _Body(self.loop)
+        self._head = self.loop.create_future()
         self._error = None
         self.transport.write(payload)
 
 
-@dataclass
 class Response:
-    status: int
-    headers: list[tuple[bytes, bytes]]
-    _conn: _Conn
-    _pool: Pool
-    _done: bool = False
-    _released: bool = False
-    _body: bytearray = field(default_factory=bytearray)
+    """A response whose head is in; its body is read whole or chunk by chunk, once."""
+
+    __slots__ = ("_conn", "_done", "_pool", "_released", "headers", "status")
+
+    def __init__(
+        self, status: int, headers: list[tuple[bytes, bytes]], conn: _Conn, pool: Pool
+    ) -> None:
+        self.status, self.headers = status, headers
+        self._conn, self._pool = conn, pool
+        self._done = False
+        self._released = False
 
     def header(self, name: bytes) -> bytes | None:
         lname = name.lower()
@@ -186,9 +195,23 @@ class Response:
             self.release()
 
     async def read(self) -> bytes:
-        async for chunk in self.iter_chunks():
-            self._body += chunk
-        return bytes(self._body)
+        """The whole body (what :meth:`iter_chunks` gives, joined; most bodies come in
+        one part)."""
+        body = self._conn._chunks
+        assert body is not None
+        parts: list[bytes] = []
+        try:
+            while True:
+                chunk = await body.take()
+                if chunk is None:
+                    if self._conn._error is not None and not self._conn.reusable:
+                        raise UpstreamError(str(self._conn._error))
+                    break
+                parts.append(chunk)
+            self._done = True
+        finally:
+            self.release()
+        return parts[0] if len(parts) == 1 else b"".join(parts)
 
     def release(self) -> None:
         """Return the connection to the pool when the response was read to the end; close

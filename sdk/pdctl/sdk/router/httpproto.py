@@ -9,9 +9,14 @@ import time
 from collections import OrderedDict
 from typing import Any, ClassVar
 
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+from uvicorn.protocols.http.httptools_impl import (
+    HEADER_RE,
+    HEADER_VALUE_RE,
+    STATUS_LINE,
+    HttpToolsProtocol,
+)
 
-from pdctl.sdk.router.hardening import GONE, Gone, Limits
+from pdctl.sdk.router.hardening import GONE, WHOLE, Gone, Limits
 
 __all__ = ["HardenedHttpTools", "hardened_protocol"]
 
@@ -163,9 +168,10 @@ class HardenedHttpTools(HttpToolsProtocol):
         cycle: Any = self.cycle
         if cycle is None:
             return
-        cycle.transport = _HeadWithBody(self.transport, cycle, self.loop)
+        cycle.transport = out = _HeadWithBody(self.transport, cycle, self.loop)
         ext: dict[str, Any] = cycle.scope.setdefault("extensions", {})
         ext[GONE] = Gone()
+        ext[WHOLE] = out
         if self._pd_cert_subject is not None:
             ext["tls"] = {"client_cert_subject": self._pd_cert_subject}
 
@@ -221,16 +227,64 @@ class _HeadWithBody:
         self._done()
 
     def _done(self) -> None:
+        # let the cycle go: the scope holds this object (WHOLE), it must not hold the cycle
         self._head = None
-        if self._cycle.transport is self:
-            self._cycle.transport = self._transport
+        cycle, self._cycle = self._cycle, None
+        if cycle is not None and cycle.transport is self:
+            cycle.transport = self._transport
 
     def close(self) -> None:
         self._flush()
         self._transport.close()
 
+    def answer(self, status: int, headers: list[tuple[bytes, bytes]], body: bytes) -> bool:
+        """:class:`~pdctl.sdk.router.hardening.WholeAnswer`: what uvicorn's cycle does for
+        an ``http.response.start`` with a ``content-length`` and one final
+        ``http.response.body`` (its checks of the app's headers, its default headers, its
+        ``connection: close`` when the connection is not kept, the cycle finished), as one
+        write; False where the ASGI way has more to do."""
+        cycle = self._cycle
+        if (
+            cycle is None
+            or cycle.response_started
+            or cycle.disconnected
+            or cycle.flow.write_paused
+            or cycle.access_log
+            or cycle.scope["method"] == "HEAD"
+            or self._head is not None
+        ):
+            return False
+        content = [STATUS_LINE[status]]
+        for name, value in cycle.default_headers:
+            content += (name, b": ", value, b"\r\n")
+        for name, value in headers:
+            lname = name.lower()
+            if lname in _LEFT_TO_ASGI or HEADER_RE.search(name) or HEADER_VALUE_RE.search(value):
+                return False  # the ASGI way decides (or refuses) these
+            content += (lname, b": ", value, b"\r\n")
+        cycle.response_started = True
+        cycle.waiting_for_100_continue = False
+        content += (b"content-length: ", b"%d" % len(body), b"\r\n")
+        if not cycle.keep_alive:
+            content.append(b"connection: close\r\n")
+        content += (b"\r\n", body)
+        cycle.transport, self._cycle = self._transport, None
+        self._transport.write(b"".join(content))
+        cycle.expected_content_length = 0
+        cycle.chunked_encoding = False
+        cycle.response_complete = True
+        cycle.message_event.set()
+        if not cycle.keep_alive:
+            self._transport.close()
+        cycle.on_response()
+        return True
+
     def __getattr__(self, name: str) -> Any:
         return getattr(self._transport, name)
+
+
+_LEFT_TO_ASGI = frozenset((b"content-length", b"transfer-encoding", b"connection"))
+"""Headers whose meaning uvicorn's cycle acts on: an answer with one goes the ASGI way."""
 
 
 def _idle(state: Any) -> OrderedDict[int, Any]:

@@ -12,12 +12,14 @@ from typing import Any
 
 from pdctl.sdk.pd import PrefillIdentity, push_decode_body
 from pdctl.sdk.router import tracing
+from pdctl.sdk.router.deadline import Within
 from pdctl.sdk.router.httpclient import UpstreamError
 from pdctl.sdk.router.instances import Upstream
 from pdctl.sdk.router.instanceset import InstanceSet
 from pdctl.sdk.router.lease import Lease
 from pdctl.sdk.router.recovery import LegFailed, Recovery, passthrough
 from pdctl.sdk.router.replies import RouteError
+from pdctl.sdk.router.running import current_task
 from pdctl.sdk.router.timeline import RouterMetrics, Timeline
 
 PROMPT_RE = re.compile(rb'"prompt_tokens"\s*:\s*(\d+)')
@@ -47,9 +49,28 @@ def _refused(d_task: asyncio.Task[Lease]) -> bool:
     return 400 <= d_task.result().status < 500
 
 
-async def _cancel_prefill(task: asyncio.Task[tuple[Upstream, dict[str, Any]]]) -> None:
-    task.cancel()
-    await asyncio.gather(task, return_exceptions=True)
+class _RefusalWatch:
+    """While armed, cancels ``task`` (the one running the prefill leg) the moment decode's
+    leg ``d_task`` refuses the request (:func:`_refused`), and says so in :attr:`fired`:
+    prefill runs in the request's own task, not one of its own awaited beside decode's."""
+
+    __slots__ = ("armed", "cancelling", "d_task", "fired", "task")
+
+    def __init__(self, task: asyncio.Task[Any], d_task: asyncio.Task[Lease]) -> None:
+        self.task, self.d_task = task, d_task
+        self.armed, self.fired = True, False
+        self.cancelling = task.cancelling()
+        """The task's cancellation requests before (none of them this watch's)."""
+        d_task.add_done_callback(self._done)
+
+    def _done(self, d_task: asyncio.Task[Lease]) -> None:
+        if self.armed and _refused(d_task):
+            self.fired = True
+            self.task.cancel()
+
+    def disarm(self) -> None:
+        self.armed = False
+        self.d_task.remove_done_callback(self._done)
 
 
 class LegSender:
@@ -107,7 +128,7 @@ class LegSender:
         tracing.open_leg(tl, "prefill", p.name)
         push = self.instances.mode != "pull"
         try:
-            async with asyncio.timeout(self.settings.prefill_timeout_s):
+            async with Within(self.settings.prefill_timeout_s):
                 if push:  # cancelled before its answer, it may still have finished
                     tl.kv_on = (p, rid)
                 leg = await self.send(
@@ -185,7 +206,7 @@ class LegSender:
             tl.decode_sent = tl.mark()
         tracing.open_leg(tl, "decode", d.name)
         try:
-            async with asyncio.timeout(self.settings.request_timeout_s):
+            async with Within(self.settings.request_timeout_s):
                 leg = await self.send(self.instances.decodes, d, endpoint, data, rid, tl, "decode")
         except TimeoutError:
             raise RouteError(
@@ -235,7 +256,11 @@ class LegSender:
     ) -> asyncio.Task[Lease]:
         assert p.identity is not None
         decode_body = push_decode_body(body, p.identity, rid)
-        return asyncio.create_task(self.decode(d, endpoint, decode_body, rid, tl, first=first))
+        task = current_task()  # the loop it runs on, without asking for it again
+        assert task is not None
+        return task.get_loop().create_task(
+            self.decode(d, endpoint, decode_body, rid, tl, first=first)
+        )
 
     async def push(
         self,
@@ -255,28 +280,35 @@ class LegSender:
         answering is retried on another prefill with a fresh decode registration.
         ``first`` False: a retry (the request's own send and first-byte times stay)."""
         tl.prefill_leg = make
+        task = current_task()
+        assert task is not None
         d_task = self._decode_task(d, p, endpoint, body, rid, tl, first)
         tried: tuple[Upstream, ...] = ()
         try:
             while True:
-                p_task = asyncio.create_task(self.prefill(p, endpoint, body, rid, tl, make))
+                watch = _RefusalWatch(task, d_task)
                 try:
-                    await asyncio.wait({p_task, d_task}, return_when=asyncio.FIRST_COMPLETED)
-                    if not p_task.done() and _refused(d_task):
-                        await _cancel_prefill(p_task)
-                        tl.note("decode refused the request; prefill cancelled")
-                        return d_task.result()
-                    used_p, presp = await p_task
+                    # decode's leg goes out first (its task's first step sends it), as
+                    # when both legs had tasks: decode knows the request before its KV
+                    await asyncio.sleep(0)
+                    used_p, presp = await self.prefill(p, endpoint, body, rid, tl, make)
                     break
+                except asyncio.CancelledError:
+                    # decode refused it: prefill is cancelled, not the request (unless
+                    # someone else cancelled the request meanwhile too)
+                    if not watch.fired or task.uncancel() > watch.cancelling:
+                        raise
+                    tl.note("decode refused the request; prefill cancelled")
+                    return d_task.result()
                 except LegFailed as e:
+                    watch.disarm()
                     tried += (e.upstream,)
                     p = self.recovery.next_prefill(e, tried, tl)
                     await _cancel(d_task)
                     rid = f"{tl.id}-retry{len(tried)}"
                     d_task = self._decode_task(d, p, endpoint, body, rid, tl, first)
                 finally:
-                    if not p_task.done():
-                        await _cancel_prefill(p_task)
+                    watch.disarm()
             if self._learn_identity(used_p, presp) or used_p is not p:
                 # decode was told the wrong prefill: cancel it and send it again
                 await _cancel(d_task)

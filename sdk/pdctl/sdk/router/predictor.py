@@ -149,11 +149,11 @@ class PairModel:
             self.w_mad = DECAY * self.w_mad + 1
             self.mad += (abs(r) - self.mad) / self.w_mad
         k = len(x)
+        a, b = self.a, self.b
         for i in range(k):
-            row, xi = self.a[i], x[i]
-            for j in range(k):
-                row[j] = DECAY * row[j] + xi * x[j]
-            self.b[i] = DECAY * self.b[i] + xi * y
+            xi = x[i]
+            a[i] = [DECAY * r + xi * xj for r, xj in zip(a[i], x, strict=True)]
+            b[i] = DECAY * b[i] + xi * y
         self.n += 1
         if self.n <= SOLVE_ALWAYS or self.n % SOLVE_EVERY == 0:
             ridged = [[*r] for r in self.a]
