@@ -90,6 +90,7 @@ async def test_filter_narrows_rows_and_escape_clears(clock):
         t = table(app, "#fleet-table")
         await pilot.press("slash", *"role:decode", "enter")
         assert t._order == ["decode-0"]
+        assert app.focused is t  # the keys back to the table
         await pilot.press("escape")
         assert t._order == ["router", "prefill-0", "decode-0"]
         await pilot.press("5", "slash", *"outcome:error", "enter")
