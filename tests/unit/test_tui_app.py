@@ -374,6 +374,28 @@ async def test_latency_view_names_each_pairs_bottleneck_and_draws_the_matrix(clo
         assert "· prefill" in drawn
 
 
+def test_the_latency_views_matrix_of_many_pairs_is_a_line_that_says_why():
+    """Past MATRIX_MAX prefills or decodes the P→D matrix would not fit: one line says
+    so (a large fleet's every update would lay out hundreds of wrapped cells)."""
+    from rich.table import Table
+    from rich.text import Text
+
+    from pdctl.sdk.router.bottleneck import PairVerdict
+    from pdctl.tui.views.latency import MATRIX_MAX, _matrix
+
+    def pairs(n: int) -> list[PairVerdict]:
+        return [
+            PairVerdict(f"prefill-{p}", f"decode-{p}", 10, 0, 50.0, "prefill", 0.6, "p", "a")
+            for p in range(n)
+        ]
+
+    assert isinstance(_matrix(pairs(MATRIX_MAX)), Table)
+    line = _matrix(pairs(MATRIX_MAX + 1))
+    assert isinstance(line, Text)
+    assert f"{MATRIX_MAX + 1} prefills by {MATRIX_MAX + 1} decodes" in line.plain
+    assert "not drawn" in line.plain
+
+
 async def test_transfers_view_shows_each_pair_with_the_source_of_each_figure(clock):
     app = PdctlApp(replay(clock, connector=True, prefills=2, decodes=2), rounds=ROUNDS)
     async with app.run_test(size=(160, 40)) as pilot:
