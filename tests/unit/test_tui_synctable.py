@@ -105,6 +105,7 @@ async def test_cells_are_drawn_as_the_datatable_draws_them():
         "a longer text than the cell",
         "[b]markup[/b]",
         "10.0.0.7:8000",
+        "an :thumbs_up: emoji code",
         "日本語のテキスト",
         Text("bold", style="bold"),
         Text.assemble(("red", "red"), " and ", ("dim", "dim")),

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from rich._emoji_replace import _emoji_replace
 from rich.cells import cell_len
 from rich.console import Console
 from rich.segment import Segment
@@ -406,8 +407,8 @@ class PaintedTable(DataTable[Cell]):
         paint = self._paint or self._painting()
         row = self.rows.get(row_key)
         cell: object
-        if isinstance(datum, str) and "[" not in datum and ":" not in datum:
-            cell = Text(datum, end="", no_wrap=True)  # what markup without tags or emoji gives
+        if isinstance(datum, str) and "[" not in datum:  # what markup without tags gives
+            cell = Text(_emoji_replace(datum) if ":" in datum else datum, end="", no_wrap=True)
         elif isinstance(datum, Text):  # the DataTable's cell formatter's, without the row's
             cell = datum or EMPTY
         else:  # what the DataTable's cell formatter makes of it
