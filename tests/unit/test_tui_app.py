@@ -90,6 +90,7 @@ async def test_filter_narrows_rows_and_escape_clears(clock):
         t = table(app, "#fleet-table")
         await pilot.press("slash", *"role:decode", "enter")
         assert t._order == ["decode-0"]
+        assert app.focused is t  # the keys back to the table
         await pilot.press("escape")
         assert t._order == ["router", "prefill-0", "decode-0"]
         await pilot.press("5", "slash", *"outcome:error", "enter")
@@ -371,6 +372,28 @@ async def test_latency_view_names_each_pairs_bottleneck_and_draws_the_matrix(clo
         assert "decode-1" in drawn
         assert "prefill-1" in drawn
         assert "· prefill" in drawn
+
+
+def test_the_latency_views_matrix_of_many_pairs_is_a_line_that_says_why():
+    """Past MATRIX_MAX prefills or decodes the P→D matrix would not fit: one line says
+    so (a large fleet's every update would lay out hundreds of wrapped cells)."""
+    from rich.table import Table
+    from rich.text import Text
+
+    from pdctl.sdk.router.bottleneck import PairVerdict
+    from pdctl.tui.views.latency import MATRIX_MAX, _matrix
+
+    def pairs(n: int) -> list[PairVerdict]:
+        return [
+            PairVerdict(f"prefill-{p}", f"decode-{p}", 10, 0, 50.0, "prefill", 0.6, "p", "a")
+            for p in range(n)
+        ]
+
+    assert isinstance(_matrix(pairs(MATRIX_MAX)), Table)
+    line = _matrix(pairs(MATRIX_MAX + 1))
+    assert isinstance(line, Text)
+    assert f"{MATRIX_MAX + 1} prefills by {MATRIX_MAX + 1} decodes" in line.plain
+    assert "not drawn" in line.plain
 
 
 async def test_transfers_view_shows_each_pair_with_the_source_of_each_figure(clock):

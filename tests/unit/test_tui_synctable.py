@@ -105,6 +105,7 @@ async def test_cells_are_drawn_as_the_datatable_draws_them():
         "a longer text than the cell",
         "[b]markup[/b]",
         "10.0.0.7:8000",
+        "an :thumbs_up: emoji code",
         "日本語のテキスト",
         Text("bold", style="bold"),
         Text.assemble(("red", "red"), " and ", ("dim", "dim")),
@@ -130,6 +131,58 @@ async def test_cells_are_drawn_as_the_datatable_draws_them():
                     t._clear_caches()
                     theirs = DataTable._render_cell(t, row, column, style, width, cursor, hover)
                     assert ours == theirs, (values[row], width, cursor, hover)
+
+
+async def test_lines_are_drawn_as_the_datatable_draws_them():
+    """SyncTable draws one-line rows a line at a time; each line must come out as the
+    DataTable's own, segment for segment: under the cursor or not, focused or not,
+    scrolled sideways, after rows moved (a line kept or its cells placed anew)."""
+    from rich.text import Text
+    from textual.widgets import DataTable
+
+    values: list[Any] = [
+        "abc",
+        "10.0.0.7:8000",
+        "[b]markup[/b]",
+        Text("bold", style="bold"),
+        Text.assemble(("red", "red"), " and ", ("dim", "dim")),
+        Text("", style="green"),
+        Text("two\nlines"),
+        "日本語のテキスト",
+    ]
+    app = One()
+    async with app.run_test(size=(40, 20)) as pilot:
+        t = app.query_one(SyncTable)
+
+        def compare(x1: int, x2: int) -> None:
+            style = t.rich_style
+            t._pseudo_class_state = t.get_pseudo_class_state()
+            t._paint = t._painting()
+            try:
+                for y in range(1, len(values) + 1):  # under the header
+                    ours = t._render_line(y, x1, x2, style)
+                    t._clear_caches()
+                    theirs = DataTable._render_line(t, y, x1, x2, style)
+                    assert list(ours) == list(theirs), (y, x1, x2)
+                    again = t._render_line(y, x1, x2, style)  # kept: the same
+                    assert list(again) == list(theirs)
+            finally:
+                t._paint = None
+
+        rows = [(f"r{n}", (v, str(n))) for n, v in enumerate(values)]
+        t.sync(rows)
+        await pilot.pause()
+        for cursor in (0, 3):
+            t.move_cursor(row=cursor)
+            await pilot.pause()
+            for x1, x2 in ((0, 40), (2, 30)):
+                compare(x1, x2)
+        t.sync(rows[::-1])  # moved: the lines kept are not at their place any more
+        await pilot.pause()
+        compare(0, 40)
+        t.blur()
+        await pilot.pause()
+        compare(0, 40)
 
 
 async def test_cells_drawn_before_are_placed_not_drawn_again():
@@ -176,9 +229,9 @@ async def test_cells_drawn_before_are_placed_not_drawn_again():
 
 
 async def test_rows_far_from_the_screen_are_drawn_when_they_come_near_it():
-    """Rows given as how to draw them: those new to the table or within a page of the
-    screen are drawn at once, the others when they are scrolled to or read, and then
-    show their latest cells."""
+    """Rows given as how to draw them: those within a page of the screen are drawn at
+    once, the others (new to the table or not) when they are scrolled to or read, and
+    then show their latest cells."""
     app = One()
     async with app.run_test(size=(40, 12)) as pilot:
         t = app.query_one(SyncTable)
@@ -197,7 +250,11 @@ async def test_rows_far_from_the_screen_are_drawn_when_they_come_near_it():
 
         t.sync(rows("0"))
         await pilot.pause()
-        assert len(calls) == 200  # new rows: drawn at once
+        assert [str(r.key.value) for r in t.ordered_rows] == keys  # every row in its place
+        assert t.virtual_size.height == 1 + 200
+        assert 0 < len(calls) < 60  # new rows too: those near the screen drawn
+        assert "r150" not in calls
+        assert t.get_row("r150") == ["r150", "0"]  # read: drawn
         calls.clear()
         t.sync(rows("1"))
         await pilot.pause()

@@ -227,6 +227,10 @@ class MainScreen(Screen[None]):
             self.run_preflight()
         if self.latest is not None:
             self.view.show(self.frame())
+        self._focus_view()
+
+    def _focus_view(self) -> None:
+        """The keys to the view: its first table, else its first focusable widget."""
         tables = self.view.query(DataTable)
         if tables:
             tables.first().focus()
@@ -260,7 +264,7 @@ class MainScreen(Screen[None]):
                 self.notify(f"no view named {text!r}", severity="warning")
             else:
                 self.action_view(v.NAME)
-        self.view.focus()
+        self._focus_view()  # the view's table, not the view (it takes no focus)
 
     def set_filter(self, text: str) -> None:
         self.filter = Filter(text)

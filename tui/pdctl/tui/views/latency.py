@@ -3,8 +3,10 @@ the cursor (or the fleet's front end)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
+from functools import partial
 
+from rich.table import Table
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Grid
@@ -13,10 +15,11 @@ from textual.widgets import Sparkline, Static
 from pdctl.sdk.metrics import coverage_of
 from pdctl.sdk.metrics.derive import Latency
 from pdctl.sdk.metrics.monitor import InstanceMetrics
-from pdctl.sdk.router.bottleneck import verdicts
+from pdctl.sdk.router.bottleneck import PairVerdict, matrix, verdicts
 from pdctl.tui import fmt
+from pdctl.tui.history import History
 from pdctl.tui.views.base import Frame, View
-from pdctl.tui.widgets import Cell, Column, SyncTable
+from pdctl.tui.widgets import Cell, Cells, Column, SyncTable
 
 COLUMNS = (
     Column("name", "instance", 16),
@@ -38,11 +41,42 @@ PANELS: tuple[tuple[str, str, Callable[[InstanceMetrics], Latency]], ...] = (
 WIDE = 120
 """Narrower: each pair's verdict without its numbers, and no P→D matrix (the rendezvous
 view has the pairs' table)."""
+MATRIX_MAX = 8
+"""More prefills or decodes than this: no P→D matrix, a line that says so (it would not
+fit the screen, push the table off it and cost a large fleet's every update a layout of
+hundreds of wrapped cells; each pair's verdict is in the lines above it)."""
 NO_SPLIT = "TTFT split: no disaggregated request through pdctl's router in the window"
 
 
 def _label(name: str, lat: Latency) -> str:
     return f"{name} p50 {fmt.ms(lat.p50)} · p99 {fmt.ms(lat.p99)} ms"
+
+
+def _cells(i: InstanceMetrics, h: History) -> tuple[Cell, ...]:
+    """One instance's row (column order)."""
+    return (
+        i.name,
+        fmt.ms_pair(i.ttft.p50, i.ttft.p99),
+        fmt.ms_pair(i.itl.p50, i.itl.p99),
+        fmt.ms_pair(i.tpot.p50, i.tpot.p99),
+        fmt.ms_pair(i.e2e.p50, i.e2e.p99),
+        fmt.count(i.e2e.count),
+        fmt.spark(h.series(i.name, "ttft_p50"), 12),
+    )
+
+
+def _matrix(found: list[PairVerdict]) -> Table | Text:
+    """The P→D matrix of the pairs, or (more than :data:`MATRIX_MAX` prefills or
+    decodes) a line that says why it is not drawn."""
+    prefills, decodes, _ = matrix(found)
+    if len(prefills) <= MATRIX_MAX and len(decodes) <= MATRIX_MAX:
+        return fmt.pair_matrix(found)
+    return Text(
+        f"P→D matrix: {len(prefills)} prefills by {len(decodes)} decodes, more than "
+        f"{MATRIX_MAX} of either: not drawn (each pair's verdict is above; the rendezvous "
+        "view has the pairs' table)",
+        style="dim",
+    )
 
 
 class LatencyView(View):
@@ -81,21 +115,8 @@ class LatencyView(View):
             ),
             key=lambda i: i.role == "prefill",
         )
-        rows: list[tuple[str, Sequence[Cell]]] = [
-            (
-                i.name,
-                (
-                    i.name,
-                    fmt.ms_pair(i.ttft.p50, i.ttft.p99),
-                    fmt.ms_pair(i.itl.p50, i.itl.p99),
-                    fmt.ms_pair(i.tpot.p50, i.tpot.p99),
-                    fmt.ms_pair(i.e2e.p50, i.e2e.p99),
-                    fmt.count(i.e2e.count),
-                    fmt.spark(h.series(i.name, "ttft_p50"), 12),
-                ),
-            )
-            for i in insts
-        ]
+        # drawn when near the screen (a page of 500 rows, not 500)
+        rows: list[tuple[str, Cells]] = [(i.name, partial(_cells, i, h)) for i in insts]
         table = self.query_one(SyncTable)
         table.sync(rows)
         focus = self._focus(insts, table.selected_key())
@@ -128,7 +149,7 @@ class LatencyView(View):
         self.query_one("#lat-split", Static).update(split if split.plain else NO_SPLIT)
         matrix = self.query_one("#lat-matrix", Static)
         show = wide and len(found) > 1
-        matrix.update(fmt.pair_matrix(list(found.values())) if show else "")
+        matrix.update(_matrix(list(found.values())) if show else "")
         matrix.display = show
 
     @staticmethod
