@@ -455,6 +455,6 @@ def test_a_whole_answer_lets_its_request_go_and_leaves_the_odd_ones_to_asgi():
     written.clear()
     for headers in ([(b"Content-Length", b"2")], [(b"x", b"a\nb")], [(b"connection", b"close")]):
         c = cycle()
-        assert not _HeadWithBody(transport, c, None).answer(200, headers, b"{}")  # type: ignore[arg-type]
+        assert not _HeadWithBody(transport, c, None).answer(200, headers, b"{}")
         assert not c.response_started
     assert written == []
