@@ -183,12 +183,7 @@ class Response:
         body = self._conn._chunks
         assert body is not None
         try:
-            while True:
-                chunk = await body.take()
-                if chunk is None:
-                    if self._conn._error is not None and not self._conn.reusable:
-                        raise UpstreamError(str(self._conn._error))
-                    break
+            while (chunk := await self._take(body)) is not None:
                 yield chunk
             self._done = True
         finally:
@@ -201,17 +196,20 @@ class Response:
         assert body is not None
         parts: list[bytes] = []
         try:
-            while True:
-                chunk = await body.take()
-                if chunk is None:
-                    if self._conn._error is not None and not self._conn.reusable:
-                        raise UpstreamError(str(self._conn._error))
-                    break
+            while (chunk := await self._take(body)) is not None:
                 parts.append(chunk)
             self._done = True
         finally:
             self.release()
         return parts[0] if len(parts) == 1 else b"".join(parts)
+
+    async def _take(self, body: _Body) -> bytes | None:
+        """The next part of the body; None at its end, or :class:`UpstreamError` where it
+        ended by the connection's error."""
+        chunk = await body.take()
+        if chunk is None and self._conn._error is not None and not self._conn.reusable:
+            raise UpstreamError(str(self._conn._error))
+        return chunk
 
     def release(self) -> None:
         """Return the connection to the pool when the response was read to the end; close
