@@ -62,7 +62,9 @@ def test_steady_rates_are_measured():
 def test_wait_counts_the_places_ahead_and_the_higher_classes_meanwhile():
     p = steady(10.0, (4.0, 3.0, 2.0))
     top, mid, low = (p.wait_s(r, 4) for r in range(3))
-    assert top is not None and mid is not None and low is not None
+    assert top is not None
+    assert mid is not None
+    assert low is not None
     seen = p.seen_s
     assert seen == pytest.approx(TAU_S, rel=0.01)
 
