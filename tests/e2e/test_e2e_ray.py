@@ -203,7 +203,10 @@ def _status(b: RayBackend) -> BackendStatus:
 
 
 def test_instances_run_on_the_nodes_with_their_resources(backend: RayBackend):
-    st = _status(backend)
+    # The backend's own wait, not one status: a single status can catch an instance's
+    # 2-second readiness probe timing out on a loaded machine right after up() saw it
+    # ready. wait_ready raises LaunchError, naming who is not ready, after its limit.
+    st = asyncio.run(backend.wait_ready(limit_s=60))
     assert st.all_ready, st.as_dict()
     rec = backend.record()
     assert rec is not None
