@@ -328,26 +328,13 @@ class PaintedTable(DataTable[Cell]):
         if cached is not None:
             return cached
         at = (row_key, column_key, row_index, column_index)
-        line = self._cell(paint, at, base_style, width, (cursor, hover))
-        if line is None:
+        # drawn again only when its datum or look changed; placed at its row and column
+        bare = self._bare(paint, at, base_style, width, (cursor, hover))
+        if bare is None:
             return super()._render_cell(row_index, column_index, base_style, width, cursor, hover)
+        line = self._place(bare, row_index, column_index)
         self._cell_render_cache[key] = [line]
         return [line]
-
-    def _cell(
-        self,
-        paint: Paint,
-        at: tuple[RowKey, ColumnKey, int, int],
-        base_style: Style,
-        width: int,
-        lit: tuple[bool, bool],
-    ) -> list[Segment] | None:
-        """The segments of a data cell at its place (``at``: its row and column keys and
-        indexes; ``lit``: under the cursor, under the mouse), drawn again only when its
-        datum or look changed (see :meth:`_render_cell`); None where the DataTable's own
-        way must draw it."""
-        bare = self._bare(paint, at, base_style, width, lit)
-        return None if bare is None else self._place(bare, at[2], at[3])
 
     def _bare(
         self,
