@@ -13,7 +13,6 @@ from typing import Any
 from rich.table import Table
 from rich.text import Text
 
-from pdctl.sdk.router import bottleneck as bn
 from pdctl.sdk.router import flightrec as fr
 from pdctl.sdk.router.bottleneck import PairVerdict
 
@@ -260,10 +259,11 @@ def bottleneck(v: PairVerdict, numbers: bool = True) -> Text:
     return t
 
 
-def pair_matrix(found: Sequence[PairVerdict]) -> Table:
-    """Prefills down, decodes across: each pair's TTFT p50, errors, transfer rate and
-    what dominates."""
-    rows, cols, cells = bn.matrix(found)
+def pair_matrix(
+    rows: Sequence[str], cols: Sequence[str], cells: Mapping[tuple[str, str], PairVerdict]
+) -> Table:
+    """Prefills down, decodes across (:func:`pdctl.sdk.router.bottleneck.matrix`): each
+    pair's TTFT p50, errors, transfer rate and what dominates."""
     title = "P→D pairs (prefill down, decode across): TTFT p50 · errors · WRITE rate · dominant"
     t = Table(title=title, title_justify="left", box=None, pad_edge=False)
     t.add_column("")

@@ -68,9 +68,9 @@ def _cells(i: InstanceMetrics, h: History) -> tuple[Cell, ...]:
 def _matrix(found: list[PairVerdict]) -> Table | Text:
     """The P→D matrix of the pairs, or (more than :data:`MATRIX_MAX` prefills or
     decodes) a line that says why it is not drawn."""
-    prefills, decodes, _ = matrix(found)
+    prefills, decodes, cells = matrix(found)
     if len(prefills) <= MATRIX_MAX and len(decodes) <= MATRIX_MAX:
-        return fmt.pair_matrix(found)
+        return fmt.pair_matrix(prefills, decodes, cells)
     return Text(
         f"P→D matrix: {len(prefills)} prefills by {len(decodes)} decodes, more than "
         f"{MATRIX_MAX} of either: not drawn (each pair's verdict is above; the rendezvous "
