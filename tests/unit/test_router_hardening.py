@@ -67,9 +67,10 @@ async def test_header_count_and_size_limits():
         assert out.startswith(b"HTTP/1.1 431")
         out = await raw(t.url, b"GET /" + b"a" * 8000 + b" HTTP/1.1\r\nhost: x\r\n\r\n")
         assert out.startswith(b"HTTP/1.1 431")
-        # a head far beyond the limit in one write is refused before parsing all of it
+        # a head far beyond the limit in one write is refused before parsing all of it, and
+        # the refusal reaches the client though most of its bytes were never read
         out = await raw(t.url, b"GET /health HTTP/1.1\r\nx: " + b"a" * 200_000)
-        assert out.startswith((b"HTTP/1.1 431", b"<reset>"))
+        assert out.startswith(b"HTTP/1.1 431")
         ok = await raw(t.url, b"GET /health HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n")
         assert ok.startswith(b"HTTP/1.1 200")
         await healthy(t.url)
@@ -84,14 +85,38 @@ async def test_slowloris_head_and_silent_connection_are_closed():
         loop = asyncio.get_running_loop()
         t0 = loop.time()
         while not reading.done() and loop.time() - t0 < 5:
-            w.write(b"x")  # one byte of a header every 0.1 s: never a whole head
-            await asyncio.sleep(0.1)
+            # a byte of a header every 5 ms, never a whole head: bytes still arrive as the
+            # refusal is sent, and the refusal must reach the client all the same
+            w.write(b"x")
+            await asyncio.sleep(0.005)
         got = await asyncio.wait_for(reading, 1)
         assert got.startswith(b"HTTP/1.1 408")
         assert loop.time() - t0 < 2.0  # header_timeout_s = 0.5
         w.close()
         silent = await raw(t.url, b"", wait_s=3.0)
         assert silent.startswith(b"HTTP/1.1 408")
+        await healthy(t.url)
+
+
+async def _keep_sending(w: asyncio.StreamWriter) -> None:
+    while True:  # ignored while the router lingers, refused once it has closed
+        w.write(b"x" * 1024)
+        await w.drain()
+        await asyncio.sleep(0.01)
+
+
+async def test_a_refused_client_that_keeps_sending_is_cut_after_the_linger():
+    from pdctl.sdk.router.httpproto import LINGER_S
+
+    async with rig("push", router={"http": HTTP}) as t:
+        host, port = t.url.removeprefix("http://").split(":")
+        r, w = await asyncio.open_connection(host, int(port))
+        w.write(b"GET /" + b"a" * 8000 + b" HTTP/1.1\r\n")
+        got = await asyncio.wait_for(r.read(), 3)
+        assert got.startswith(b"HTTP/1.1 431")  # answered, then its write side shut
+        with pytest.raises((ConnectionResetError, BrokenPipeError)):
+            await asyncio.wait_for(_keep_sending(w), LINGER_S + 3)
+        w.close()
         await healthy(t.url)
 
 

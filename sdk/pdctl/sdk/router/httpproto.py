@@ -20,6 +20,9 @@ from pdctl.sdk.router.hardening import GONE, WHOLE, Gone, Limits
 
 __all__ = ["HardenedHttpTools", "hardened_protocol"]
 
+LINGER_S = 1.0
+"""How long a refused connection's late bytes are read and dropped before it is closed."""
+
 _STATUS = {
     408: b"408 Request Timeout",
     431: b"431 Request Header Fields Too Large",
@@ -95,21 +98,39 @@ class HardenedHttpTools(HttpToolsProtocol):
             self._pd_timer = None
 
     def _pd_refuse(self, status: int, why: str) -> None:
+        if self._pd_refused:  # the parser may call back again within the same bytes
+            return
         self._pd_refused = True
         self._pd_stop()
         if self.transport.is_closing():
             return
         cycle = self.cycle  # on a kept connection, the last request's until a new head ends
-        if cycle is None or not cycle.response_started or cycle.response_complete:
-            body = why.encode()
-            self.transport.write(
-                b"HTTP/1.1 " + _STATUS[status] + b"\r\ncontent-type: text/plain\r\n"
-                b"connection: close\r\ncontent-length: "
-                + str(len(body)).encode()
-                + b"\r\n\r\n"
-                + body
-            )
+        if cycle is None or cycle.response_complete:  # no request in flight: nothing writes
+            self._pd_answer(status, why)
+            self._pd_linger()
+            return
+        if not cycle.response_started:
+            self._pd_answer(status, why)
         self.transport.close()
+
+    def _pd_answer(self, status: int, why: str) -> None:
+        body = why.encode()
+        self.transport.write(
+            b"HTTP/1.1 " + _STATUS[status] + b"\r\ncontent-type: text/plain\r\n"
+            b"connection: close\r\ncontent-length: " + str(len(body)).encode() + b"\r\n\r\n" + body
+        )
+
+    def _pd_linger(self) -> None:
+        # Closing a socket whose receive buffer holds unread bytes (a slowloris' next byte,
+        # the rest of a refused head) sends a reset, and the client's stack may then drop
+        # the refusal before its application reads it. So the write side is shut first and
+        # what still arrives is read and dropped for at most LINGER_S (RFC 9112 9.6).
+        transport = self.transport
+        if not transport.can_write_eof():  # TLS: no half-close
+            transport.close()
+            return
+        transport.write_eof()
+        self._pd_timer = self.loop.call_later(LINGER_S, transport.close)
 
     # -- protocol events
     def data_received(self, data: bytes) -> None:
