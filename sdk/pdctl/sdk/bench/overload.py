@@ -28,6 +28,7 @@ seconds until their KV is back at idle.
 from __future__ import annotations
 
 import asyncio
+import json
 import multiprocessing
 import random
 import statistics
@@ -54,6 +55,7 @@ from pdctl.sdk.bench.overloadside import (
     tcp_drops,
 )
 from pdctl.sdk.chaos import completion
+from pdctl.sdk.router.httpclient import Pool, UpstreamError
 from pdctl.sdk.router.looplag import LoopLag
 from pdctl.sdk.router.predictor import error_summary
 from pdctl.sdk.spec import FleetSpec
@@ -126,33 +128,42 @@ def prompt(plan: OverloadPlan, i: int) -> str:
     return " ".join(w[(i * 7 + j) % len(w)] for j in range(plan.prompt_words)) + f" {i}"
 
 
-async def one(
-    c: httpx.AsyncClient, url: str, i: int, klass: str, slo_ms: int, plan: OverloadPlan
-) -> Outcome:
-    """One streamed request with its class and SLO headers, as the client saw it."""
+async def one(pool: Pool, i: int, klass: str, slo_ms: int, plan: OverloadPlan) -> Outcome:
+    """One streamed request with its class and SLO headers, as the client saw it. The
+    client is the router's own lean one (:class:`~pdctl.sdk.router.httpclient.Pool`): at
+    tens of requests per second per process, a general-purpose client's CPU made the
+    clients' own event loops late, and their lateness counted in the answers they timed."""
     out = Outcome(klass, slo_ms / 1000)
-    headers = {"pdctl-priority": klass, "pdctl-slo-ttft-ms": str(slo_ms)}
-    body = completion(prompt(plan, i), plan.max_tokens, stream=True)
+    headers = [
+        ("content-type", "application/json"),
+        ("pdctl-priority", klass),
+        ("pdctl-slo-ttft-ms", str(slo_ms)),
+    ]
+    body = json.dumps(completion(prompt(plan, i), plan.max_tokens, stream=True)).encode()
     t0 = time.perf_counter()
     try:
         async with asyncio.timeout(plan.give_up_s):
-            async with c.stream("POST", url + "/v1/completions", json=body, headers=headers) as r:
-                out.status = r.status_code
-                if r.status_code != 200:
-                    await r.aread()
-                    out.answered_s = time.perf_counter() - t0
-                    out.reason = r.headers.get("pdctl-drop-reason")
-                    out.when = r.headers.get("pdctl-shed-when")
-                    return out
-                async for chunk in r.aiter_bytes():
-                    if out.ttft_s is None and b"data:" in chunk:
-                        out.ttft_s = time.perf_counter() - t0
+            r = await pool.request("POST", "/v1/completions", body, headers)
+            out.status = r.status
+            if r.status != 200:
+                await r.read()
                 out.answered_s = time.perf_counter() - t0
+                out.reason = _text(r.header(b"pdctl-drop-reason"))
+                out.when = _text(r.header(b"pdctl-shed-when"))
+                return out
+            async for chunk in r.iter_chunks():
+                if out.ttft_s is None and b"data:" in chunk:
+                    out.ttft_s = time.perf_counter() - t0
+            out.answered_s = time.perf_counter() - t0
     except TimeoutError:
         out.gave_up = True
-    except httpx.HTTPError:
+    except UpstreamError:
         out.status = out.status or -1
     return out
+
+
+def _text(value: bytes | None) -> str | None:
+    return None if value is None else value.decode("latin-1")
 
 
 async def capacity(url: str, plan: OverloadPlan) -> float:
@@ -181,20 +192,24 @@ async def arm(
     """Poisson arrivals at ``rate`` for ``plan.duration_s``, classes drawn from MIX; the
     outcomes and the client's event-loop lag meanwhile."""
     rng = random.Random(seed)
-    limits = httpx.Limits(max_connections=None, max_keepalive_connections=64)
+    pool = Pool(url)
     lag = Lags()
     cpu0 = time.process_time()
-    async with httpx.AsyncClient(timeout=None, limits=limits) as c, LoopLag(lag.lags.append):
-        tasks: list[asyncio.Task[Outcome]] = []
-        t0 = time.perf_counter()
-        at, i = 0.0, 0
-        while at < plan.duration_s:
-            at += rng.expovariate(rate)
-            await asyncio.sleep(max(0.0, t0 + at - time.perf_counter()))
-            klass, slo, _ = rng.choices(MIX, weights=[m[2] for m in MIX])[0]
-            tasks.append(asyncio.create_task(one(c, url, seed * 1000000 + i, klass, slo, plan)))
-            i += 1
-        outs = await asyncio.gather(*tasks)
+    try:
+        async with LoopLag(lag.lags.append):
+            tasks: list[asyncio.Task[Outcome]] = []
+            t0 = time.perf_counter()
+            at, i = 0.0, 0
+            while at < plan.duration_s:
+                at += rng.expovariate(rate)
+                await asyncio.sleep(max(0.0, t0 + at - time.perf_counter()))
+                klass, slo, _ = rng.choices(MIX, weights=[m[2] for m in MIX])[0]
+                n = seed * 1000000 + i
+                tasks.append(asyncio.create_task(one(pool, n, klass, slo, plan)))
+                i += 1
+            outs = await asyncio.gather(*tasks)
+    finally:
+        pool.close()
     busy = (time.process_time() - cpu0) / max(1e-9, time.perf_counter() - t0)
     return outs, {**lag.summary(), "cpu_share": round(busy, 3)}
 
@@ -202,8 +217,12 @@ async def arm(
 def _arm_here(
     url: str, rate: float, plan: OverloadPlan, seed: int
 ) -> tuple[list[Outcome], dict[str, float | None]]:
-    """:func:`arm` in a process of its own (its entry point)."""
-    return asyncio.run(arm(url, rate, plan, seed))
+    """:func:`arm` in a process of its own (its entry point), on uvloop where installed."""
+    try:
+        import uvloop
+    except ImportError:  # pragma: no cover - uvloop is a dependency on Linux
+        return asyncio.run(arm(url, rate, plan, seed))
+    return uvloop.run(arm(url, rate, plan, seed))
 
 
 async def offer(
