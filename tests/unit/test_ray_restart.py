@@ -58,3 +58,27 @@ def test_actor_restarts_an_exit_0_then_gives_up_on_a_crash_loop(
         actor.stop()
     assert actor.proc is not None
     assert not group_members(actor.proc.pid)
+
+
+def test_one_missed_readiness_check_is_not_unhealthy_two_in_a_row_are(
+    fake_python, state_root, monkeypatch
+):
+    spec = make_spec(fake_python)
+    spec.router = None
+    record = ActorRecord("t", "decode-0", spec.model_dump_json(), "node", "127.0.0.1", 2, {})
+    actor = InstanceProcess(record.as_dict())
+    try:
+        actor.start()
+        wait_for(actor, lambda i: i["state"] == "ready")
+        real = actor._check_ready
+        answers = iter([(False, "timed out"), (True, ""), (False, "timed out"), (False, "hung")])
+        monkeypatch.setattr(actor, "_check_ready", lambda plan: next(answers))
+        assert actor.info()["state"] == "ready"  # a busy server missed one check
+        assert actor.info()["state"] == "ready"
+        assert actor.info()["state"] == "ready"  # the miss before was answered since
+        info = actor.info()
+        assert (info["state"], info["why"]) == ("unhealthy", "hung")
+        monkeypatch.setattr(actor, "_check_ready", real)
+        assert actor.info()["state"] == "ready"
+    finally:
+        actor.stop()
