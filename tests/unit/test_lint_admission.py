@@ -49,6 +49,8 @@ def _unchecked(**admission: Any) -> FleetSpec:
         ("stale_after_s", 0),
         ("default_deadline_ms", -100),
         ("slo_margin", 2),
+        ("queue_confidence", 0.4),
+        ("queue_confidence", 1.0),
         ("predictor_min_observations", 1),
     ],
 )

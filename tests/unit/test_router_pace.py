@@ -4,6 +4,7 @@ classes' rates, a queued request's predicted wait; on a clock the test moves."""
 from __future__ import annotations
 
 import math
+from statistics import NormalDist
 
 import pytest
 
@@ -81,6 +82,29 @@ def test_wait_counts_the_places_ahead_and_the_higher_classes_meanwhile():
     means = (5 / 10, 5 / 6, 5 / 3)
     spreads = [(w - m) / m for w, m in zip((top, mid, low), means, strict=True)]
     assert spreads[0] < spreads[1] < spreads[2]
+
+
+def test_the_wait_predicted_is_the_one_beaten_with_the_confidence_asked():
+    clock = Clock()
+    waits: dict[float, float] = {}
+    for confidence in (0.5, 0.975, 0.99):
+        p = Pace(1, clock, confidence)
+        p.queueing(True)
+        for _ in range(100):  # 10 places freeing per second for 10 s
+            clock.t += 0.1
+            p.freed()
+        rates = p.rates(0)
+        assert rates is not None
+        mu, seen = rates[0], p.seen_s
+        z = NormalDist().inv_cdf(confidence)
+        w = p.wait_s(0, 3)
+        assert w is not None
+        waits[confidence] = w
+        assert w == pytest.approx((4 + z * math.sqrt(4 * (1 + 4 / mu / seen))) / mu)
+        if confidence == 0.5:
+            assert w == pytest.approx(4 / mu)  # the mean wait
+    assert waits[0.5] < waits[0.975] < waits[0.99]
+    assert NormalDist().inv_cdf(0.975) == pytest.approx(SPREAD_Z)
 
 
 def test_higher_classes_let_in_with_no_queue_overtake_no_one():

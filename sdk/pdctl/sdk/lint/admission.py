@@ -31,6 +31,8 @@ _RANGES: tuple[tuple[str, float, float, bool, str], ...] = (
     ("stale_after_s", 0, math.inf, False, "every reading is stale at once"),
     ("default_deadline_ms", 0, math.inf, True, "0 means no default deadline"),
     ("slo_margin", 0, 1, True, "the allowance is a fraction of the time left, 0-1"),
+    ("queue_confidence", 0.5, 0.9999, True,
+     "a probability of being served in time, from 0.5 (the mean wait) to below 1"),
     ("predictor_min_observations", 2, 10000, True,
      "a pair needs at least 2 answered requests before a line can be fitted"),
 )  # fmt: skip

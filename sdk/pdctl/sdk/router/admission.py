@@ -15,14 +15,14 @@ The decision is meant to be final at arrival: a request is queued only when it i
 predicted, with high probability, to be admitted and answered in time, and its class has
 room in the queue. Its predicted queue wait (:mod:`.pace`: the places ahead of it of its
 class or higher, and the higher-class requests expected during its wait, at the pace
-places free, about the 97.5th percentile of a first passage that counts both streams'
-unevenness and the rates' own error) plus its predicted time to a first byte once placed
-(:mod:`.predictor`), times ``1 + slo_margin``, must be within its first-byte time left (or
-the wait within ``max_queue_wait_s``); while that pace is unknown, a lower class already
-overtaken by higher ones is not queued. And each class keeps a share of the queue from
-each class below it: a class past its share is refused at arrival unless a lower class
-waits (a higher class is never refused while a lower one waits). :mod:`.arrival` makes
-the decision. Otherwise it is answered at once:
+places free: the wait it beats ``queue_confidence`` of the time, of a first passage that
+counts both streams' unevenness and the rates' own error) plus its predicted time to a
+first byte once placed (:mod:`.predictor`), times ``1 + slo_margin``, must be within its
+first-byte time left (or the wait within ``max_queue_wait_s``); while that pace is
+unknown, a lower class already overtaken by higher ones is not queued. And each class
+keeps a share of the queue from each class below it: a class past its share is refused
+at arrival unless a lower class waits (a higher class is never refused while a lower one
+waits). :mod:`.arrival` makes the decision. Otherwise it is answered at once:
 
 * ``429`` + ``prefill_saturated`` / ``decode_saturated``: the queue is full for its class
   (slow down);
@@ -171,7 +171,7 @@ class Admission:
         self._pump: asyncio.Task[None] | None = None
         self._hold_s = 1.0
         """Mean time an admitted request holds its decode place (for Retry-After)."""
-        self.pace = Pace(len(CLASSES), clock)
+        self.pace = Pace(len(CLASSES), clock, spec.queue_confidence)
         """How fast places free and each class takes them (a queued request's wait)."""
         self.admitted = registry.counter(
             "pdctl_router_admitted_total",

@@ -19,9 +19,9 @@ A request of class rank ``r`` (0: the highest) is refused at arrival when
    onset of overload, when the higher classes may take every place that frees for as
    long as they arrive, is when a lower class's promise would be least safe;
 3. **it is predicted to be late** (:func:`predicted_late`): its predicted queue wait
-   (:meth:`.pace.Pace.wait_s`, about the 97.5th percentile, counting the higher classes
-   that will overtake it) plus its predicted time to a first byte once placed, times
-   ``margin``, passes its first-byte time left, or the wait times ``margin`` passes
+   (:meth:`.pace.Pace.wait_s`, the wait beaten ``queue_confidence`` of the time, counting
+   the higher classes that will overtake it) plus its predicted time to a first byte once
+   placed, times ``margin``, passes its first-byte time left, or the wait times ``margin`` passes
    ``max_queue_wait_s``.
 """
 

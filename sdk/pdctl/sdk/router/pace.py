@@ -15,10 +15,11 @@ Both streams are uneven. Taking the places freeing and the higher-class arrivals
 independent Poisson streams, the places left to it by time ``t`` are their difference:
 mean ``r t``, variance ``s t`` with ``s = mu + lam``. The time that difference first
 reaches ``n`` has mean ``n / r`` and variance ``n s / r^3`` (the first passage of a
-drifting random walk, an inverse Gaussian), so the wait predicted, the one it beats about
-39 times in 40 (:data:`SPREAD_Z` spreads above the mean), is::
+drifting random walk, an inverse Gaussian), so the wait predicted, the one it beats with
+probability ``confidence`` (``router.admission.queue_confidence``, by default 0.975:
+about 39 times in 40; ``z`` spreads above the mean, 1.96 at 0.975), is::
 
-    (n + SPREAD_Z * sqrt(n * s / r)) / r
+    (n + z * sqrt(n * s / r)) / r
 
 With no higher class (``lam = 0``) this is a Gamma wait's mean plus its spreads. The
 higher classes widen the spread by ``sqrt((mu + lam) / (mu - lam))``: a class that gets
@@ -42,6 +43,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from statistics import NormalDist
 
 TAU_S = 10.0
 """The rates' memory (seconds): a change of load shows within a few seconds."""
@@ -49,17 +51,22 @@ MIN_QUEUED_S = 0.5
 """Seconds of queueing seen (decayed) before a wait is predicted."""
 STARVED = 0.02
 """Higher classes taking more than ``1 - STARVED`` of the places: the wait is endless."""
-SPREAD_Z = 1.96
-"""Spreads above the mean wait the prediction takes (1.96: the 97.5th percentile of a
-normal distribution): a queued request is late about once in 40 at the edge, and far
-less often below it."""
+CONFIDENCE = 0.975
+"""The default ``router.admission.queue_confidence``: a queued request is late about once
+in 40 at the edge, and far less often below it."""
+SPREAD_Z = NormalDist().inv_cdf(CONFIDENCE)
+"""Spreads above the mean wait at :data:`CONFIDENCE` (1.96)."""
 
 
 class Pace:
     """The rates of one router process's queue (its clock: ``clock``)."""
 
-    def __init__(self, classes: int, clock: Callable[[], float]) -> None:
+    def __init__(
+        self, classes: int, clock: Callable[[], float], confidence: float = CONFIDENCE
+    ) -> None:
         self.clock = clock
+        self.z = NormalDist().inv_cdf(confidence)
+        """Spreads above the mean wait that the predicted wait takes."""
         self._t = clock()
         self._queueing = False
         self._queued_s = 0.0
@@ -123,9 +130,9 @@ class Pace:
 
     def wait_s(self, rank: int, ahead: int) -> float | None:
         """Predicted seconds in the queue for a request of class ``rank`` with ``ahead``
-        requests of its class or higher queued before it, about the 97.5th percentile
-        (``inf``: never, the higher classes take the places); None while the pace is
-        unknown."""
+        requests of its class or higher queued before it, the one it beats with the pace's
+        confidence (``inf``: never, the higher classes take the places); None while the
+        pace is unknown."""
         r = self.rates(rank)
         if r is None:
             return None
@@ -135,4 +142,4 @@ class Pace:
             return math.inf
         n = ahead + 1
         known = 1 + n / (room * self._queued_s)  # the rates' own error (the docstring)
-        return (n + SPREAD_Z * math.sqrt(n * (mu + lam) / room * known)) / room
+        return (n + self.z * math.sqrt(n * (mu + lam) / room * known)) / room

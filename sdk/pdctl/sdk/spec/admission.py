@@ -80,18 +80,19 @@ class AdmissionSpec(_Strict):
 
     slo_routing: bool = Field(
         default=True,
-        description="Route a request with an SLO (pdctl-slo-ttft-ms) or deadline to a "
-        "P->D pair whose TTFT is predicted to meet it, and decide at its arrival whether "
-        "it can be served in time: shed it at once (503 slo_unreachable) when every pair "
-        "is predicted to miss it, or when it would queue and its predicted queue wait "
-        "(the places ahead of it and the higher-class requests expected meanwhile, at "
-        "the pace places free, about its 97.5th percentile) plus its predicted TTFT does "
-        "not meet it; lower classes are shed first, an interactive request only when it "
-        "would miss with every lower class out of its way; one without an SLO is shed "
-        "(503) when its predicted wait passes max_queue_wait_s. Pairs without a prediction "
-        "yet never shed; while the queue's pace is not known yet only a lower class that "
-        "higher classes are already overtaking is shed (unless a class below it waits). "
-        "The predictions and their error are measured either way.",
+        description="Route a request with an SLO (pdctl-slo-ttft-ms) or deadline to a P->D pair "
+        "whose TTFT is predicted to meet it, and decide at its arrival whether it can "
+        "be served in time: shed it at once (503 slo_unreachable) when every pair is "
+        "predicted to miss it, or when it would queue and its predicted queue wait (the "
+        "places ahead of it and the higher-class requests expected meanwhile, at the "
+        "pace places free, the wait it beats queue_confidence of the time) plus its "
+        "predicted TTFT does not meet it; lower classes are shed first, an interactive "
+        "request only when it would miss with every lower class out of its way; one "
+        "without an SLO is shed (503) when its predicted wait passes max_queue_wait_s. "
+        "Pairs without a prediction yet never shed; while the queue's pace is not known "
+        "yet only a lower class that higher classes are already overtaking is shed "
+        "(unless a class below it waits). The predictions and their error are measured "
+        "either way.",
     )
     slo_margin: float = Field(
         default=0.1,
@@ -100,6 +101,16 @@ class AdmissionSpec(_Strict):
         description="The predictions' error allowance: a pair meets an SLO when its "
         "predicted TTFT times (1 + slo_margin) is within the time left; a request is "
         "shed only when every pair's exceeds the time left times (1 + slo_margin).",
+    )
+    queue_confidence: float = Field(
+        default=0.975,
+        ge=0.5,
+        le=0.9999,
+        description="How sure the router must be that a request it queues is served "
+        "within its SLO or deadline: the predicted queue wait it compares is the one "
+        "the request beats this often (0.975: about 39 times in 40). Higher sheds more "
+        "at arrival and leaves fewer queued requests to miss their time in the queue "
+        "(answered late, 504); 0.5 compares the mean wait.",
     )
     predictor_min_observations: int = Field(
         default=16,
