@@ -26,18 +26,28 @@ def wait_for(actor: InstanceProcess, cond: Any, limit: float = 30) -> dict[str, 
         time.sleep(0.1)
 
 
+def ready_actor(python: str, decode: dict[str, Any] | None = None) -> InstanceProcess:
+    """decode-0's actor over the fake engine, started and seen ready (stop it after)."""
+    spec = make_spec(python, decode)
+    spec.router = None
+    record = ActorRecord("t", "decode-0", spec.model_dump_json(), "node", "127.0.0.1", 2, {})
+    actor = InstanceProcess(record.as_dict())
+    actor.start()
+    try:
+        wait_for(actor, lambda i: i["state"] == "ready")
+    except BaseException:
+        actor.stop()
+        raise
+    return actor
+
+
 def test_actor_restarts_an_exit_0_then_gives_up_on_a_crash_loop(
     fake_python, state_root, monkeypatch
 ):
     # the fake engine is ready at once: watch it as often (the default is once a second)
     monkeypatch.setattr("pdctl.sdk.backends.ray.actor.WATCH_INTERVAL_S", 0.1)
-    spec = make_spec(fake_python, decode={"max_restarts": 1})
-    spec.router = None
-    record = ActorRecord("t", "decode-0", spec.model_dump_json(), "node", "127.0.0.1", 2, {})
-    actor = InstanceProcess(record.as_dict())
+    actor = ready_actor(fake_python, decode={"max_restarts": 1})
     try:
-        actor.start()
-        wait_for(actor, lambda i: i["state"] == "ready")
 
         def kill_core() -> None:
             assert actor.proc is not None
@@ -63,13 +73,8 @@ def test_actor_restarts_an_exit_0_then_gives_up_on_a_crash_loop(
 def test_one_missed_readiness_check_is_not_unhealthy_two_in_a_row_are(
     fake_python, state_root, monkeypatch
 ):
-    spec = make_spec(fake_python)
-    spec.router = None
-    record = ActorRecord("t", "decode-0", spec.model_dump_json(), "node", "127.0.0.1", 2, {})
-    actor = InstanceProcess(record.as_dict())
+    actor = ready_actor(fake_python)
     try:
-        actor.start()
-        wait_for(actor, lambda i: i["state"] == "ready")
         real = actor._check_ready
         answers = iter([(False, "timed out"), (True, ""), (False, "timed out"), (False, "hung")])
         monkeypatch.setattr(actor, "_check_ready", lambda plan: next(answers))
