@@ -229,6 +229,25 @@ async def test_connection_flood_evicts_the_longest_idle_and_health_still_answers
             w.close()
 
 
+async def test_past_the_cap_with_every_connection_busy_the_refusal_reaches_the_client():
+    async with rig("push", router={"http": {**HTTP, "header_timeout_s": 30}}) as t:
+        host, port = t.url.removeprefix("http://").split(":")
+        busy = []
+        for _ in range(HTTP["max_connections"]):  # each mid-head: busy, never evicted
+            r, w = await asyncio.open_connection(host, int(port))
+            w.write(b"GET /health HTTP/1.1\r\n")
+            busy.append((r, w))
+        await asyncio.sleep(0.2)
+        # its request is in the router's socket, unread, when the router refuses it
+        out = await raw(t.url, b"GET /health HTTP/1.1\r\nhost: x\r\n\r\n" + b"x" * 4000)
+        assert out.startswith(b"HTTP/1.1 503")
+        assert b"too many connections" in out
+        for _, w in busy:
+            w.close()
+        await asyncio.sleep(0.2)
+        await healthy(t.url)
+
+
 @pytest.mark.parametrize("depth", [17, 100, 200_000])
 async def test_deep_json_is_400_not_a_crash(depth):
     async with rig("push", router={"http": HTTP}) as t, httpx.AsyncClient() as c:
