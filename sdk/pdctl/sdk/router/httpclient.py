@@ -183,8 +183,9 @@ class Response:
         body = self._conn._chunks
         assert body is not None
         try:
-            while (chunk := await self._take(body)) is not None:
+            while (chunk := await body.take()) is not None:
                 yield chunk
+            self._ended()
             self._done = True
         finally:
             self.release()
@@ -196,20 +197,19 @@ class Response:
         assert body is not None
         parts: list[bytes] = []
         try:
-            while (chunk := await self._take(body)) is not None:
+            while (chunk := await body.take()) is not None:
                 parts.append(chunk)
+            self._ended()
             self._done = True
         finally:
             self.release()
         return parts[0] if len(parts) == 1 else b"".join(parts)
 
-    async def _take(self, body: _Body) -> bytes | None:
-        """The next part of the body; None at its end, or :class:`UpstreamError` where it
-        ended by the connection's error."""
-        chunk = await body.take()
-        if chunk is None and self._conn._error is not None and not self._conn.reusable:
+    def _ended(self) -> None:
+        """At the body's end: :class:`UpstreamError` where it ended by the connection's
+        error (a plain check after the loop, not a coroutine awaited per part)."""
+        if self._conn._error is not None and not self._conn.reusable:
             raise UpstreamError(str(self._conn._error))
-        return chunk
 
     def release(self) -> None:
         """Return the connection to the pool when the response was read to the end; close
