@@ -58,6 +58,7 @@ from pdctl.sdk.chaos import completion
 from pdctl.sdk.router.httpclient import Pool, UpstreamError
 from pdctl.sdk.router.looplag import LoopLag
 from pdctl.sdk.router.predictor import error_summary
+from pdctl.sdk.router.running import run
 from pdctl.sdk.spec import FleetSpec
 from pdctl.sdk.urls import router_url
 
@@ -218,11 +219,7 @@ def _arm_here(
     url: str, rate: float, plan: OverloadPlan, seed: int
 ) -> tuple[list[Outcome], dict[str, float | None]]:
     """:func:`arm` in a process of its own (its entry point), on uvloop where installed."""
-    try:
-        import uvloop
-    except ImportError:  # pragma: no cover - uvloop is a dependency on Linux
-        return asyncio.run(arm(url, rate, plan, seed))
-    return uvloop.run(arm(url, rate, plan, seed))
+    return run(arm(url, rate, plan, seed))
 
 
 async def offer(

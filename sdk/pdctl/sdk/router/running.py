@@ -1,4 +1,5 @@
-"""The task running now, without :func:`asyncio.current_task`'s system call.
+"""The task running now, without :func:`asyncio.current_task`'s system call; and
+:func:`run`, the loop the router's processes run on.
 
 On Python 3.11 every look-up of the running loop (``asyncio.current_task()``,
 ``asyncio.get_running_loop()``, ``asyncio.create_task``) asks the kernel for the process
@@ -14,7 +15,10 @@ from __future__ import annotations
 import asyncio
 import os
 import threading
-from typing import Any
+from collections.abc import Coroutine
+from typing import Any, TypeVar
+
+T = TypeVar("T")
 
 
 class _Kept(threading.local):
@@ -40,3 +44,13 @@ def current_task() -> asyncio.Task[Any] | None:
             return task
     loop = _kept.loop = asyncio.get_running_loop()
     return asyncio.current_task(loop)
+
+
+def run(main: Coroutine[Any, Any, T]) -> T:
+    """``main`` run to its end on uvloop where it is installed, else on asyncio's loop
+    (the router, its worker pool and the overload benchmark's clients)."""
+    try:
+        import uvloop
+    except ImportError:  # pragma: no cover - uvloop is a dependency on Linux
+        return asyncio.run(main)
+    return uvloop.run(main)

@@ -24,6 +24,7 @@ from pdctl.sdk.router.app import DEFAULT_MAX_BODY, RouterApp
 from pdctl.sdk.router.core import Router, RouterMode
 from pdctl.sdk.router.guard import Guard
 from pdctl.sdk.router.hardening import Limits, open_files_for
+from pdctl.sdk.router.running import run as run_on_loop
 from pdctl.sdk.router.suspects import SupervisorLink
 from pdctl.sdk.spec import FleetSpec, RouterSpec
 
@@ -227,14 +228,8 @@ def serve(app: RouterApp, host: str, port: int, worker: WorkerPlace | None = Non
             if os.getppid() != worker.parent_pid:  # the parent died: nobody else clears it
                 shutil.rmtree(worker.folder, ignore_errors=True)
 
-    try:
-        import uvloop
-    except ImportError:  # pragma: no cover - uvloop is a dependency on Linux
-        with contextlib.suppress(KeyboardInterrupt):
-            asyncio.run(main())
-        return
     with contextlib.suppress(KeyboardInterrupt):
-        uvloop.run(main())
+        run_on_loop(main())
 
 
 @dataclass(frozen=True)

@@ -44,6 +44,7 @@ from pdctl.sdk.linesock import ask, serve
 from pdctl.sdk.router.audit import AuditLog
 from pdctl.sdk.router.merge import merge_metrics, merge_requests, merge_state
 from pdctl.sdk.router.promreg import Snapshot, expose_snapshot
+from pdctl.sdk.router.running import run
 from pdctl.sdk.router.workerlink import parent_socket, worker_socket
 
 APPLY_S = 2.0
@@ -286,9 +287,4 @@ def _say(text: str) -> None:
 
 def run_workers(argv: Sequence[str], n: int, audit: AuditLog) -> int:
     """Run ``n`` workers of the router started as ``argv`` until SIGTERM; the exit code."""
-    pool = WorkerPool(argv, n, audit)
-    try:
-        import uvloop
-    except ImportError:  # pragma: no cover - uvloop is a dependency on Linux
-        return asyncio.run(pool.run())
-    return uvloop.run(pool.run())
+    return run(WorkerPool(argv, n, audit).run())
