@@ -228,7 +228,15 @@ def test_plot_renders_a_png(tmp_path: Path):
 def test_plan_groups_modes_by_fleet_and_estimates():
     plan = BenchPlan(modes=("push", "pull", "push-sequential"), rates=(1.0, 2.0))
     assert plan.fleet_modes == ["push", "pull"]
-    assert [c.mode for c in plan.cells()] == ["push"] * 2 + ["push-sequential"] * 2 + ["pull"] * 2
+    # the arms sharing a fleet run side by side per rate, their order flipping each time
+    assert [(c.mode, c.rate) for c in plan.cells()] == [
+        ("push", 1.0),
+        ("push-sequential", 1.0),
+        ("push-sequential", 2.0),
+        ("push", 2.0),
+        ("pull", 1.0),
+        ("pull", 2.0),
+    ]
     assert plan.estimate_s(fleet_start_s=60) > 120
     closed = plan.with_(concurrency=4)
     assert {c.rate for c in closed.cells()} == {math.inf}
@@ -379,6 +387,13 @@ def test_shared_prefix_preset_compares_policies_cell_by_cell():
     p = PRESETS["shared-prefix"]
     cells = p.cells()
     assert [c.policy for c in cells] == ["least_loaded", "cache_aware"]
+    two = p.with_(input_lens=(256, 512))
+    assert [(c.input_len, c.policy) for c in two.cells()] == [
+        (256, "least_loaded"),
+        (256, "cache_aware"),
+        (512, "cache_aware"),
+        (512, "least_loaded"),
+    ]
     assert p.prefix_caching
     assert p.as_dict()["policies"] == ["least_loaded", "cache_aware"]
     with pytest.raises(BenchError, match="policy"):

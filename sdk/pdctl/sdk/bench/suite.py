@@ -30,7 +30,7 @@ from pdctl.sdk.bench.loadgen import (
     shared_prefix_prompts,
     synthetic_prompts,
 )
-from pdctl.sdk.bench.plan import BenchPlan, Cell
+from pdctl.sdk.bench.plan import FLEET_MODE, BenchPlan, Cell
 from pdctl.sdk.bench.stats import RequestResult, summarize
 from pdctl.sdk.fleet import AsyncFleet
 from pdctl.sdk.keys import inference_key
@@ -193,23 +193,23 @@ class BenchSuite:
             await fleet.up()
             try:
                 self.progress.on_phase(f"{fleet_mode} fleet ready in {time.monotonic() - t0:.0f} s")
-                for mode in self.plan.modes_on(fleet_mode):
-                    records += await self._run_mode(spec, fleet, mode)
+                records += await self._run_fleet(spec, fleet, fleet_mode)
             finally:
                 self.progress.on_phase(f"stopping the {fleet_mode} fleet")
                 await fleet.down()
         return records
 
-    async def _run_mode(
-        self, spec: FleetSpec, fleet: AsyncFleet, mode: str
+    async def _run_fleet(
+        self, spec: FleetSpec, fleet: AsyncFleet, fleet_mode: str
     ) -> list[dict[str, Any]]:
         router = router_url(spec)
-        if mode in ("push", "push-sequential"):
-            await fleet.router.set_mode(mode)
         model = spec.model.effective_served_name
         reference = next(i.url for i in fleet.plan.instances if i.role in ("decode", "colocated"))
-        out = []
-        for cell in (c for c in self.plan.cells() if c.mode == mode):
+        out, dispatch = [], ""
+        for cell in (c for c in self.plan.cells() if FLEET_MODE[c.mode] == fleet_mode):
+            if cell.mode in ("push", "push-sequential") and cell.mode != dispatch:
+                await fleet.router.set_mode(cell.mode)
+                dispatch = cell.mode
             out.append(await self._run_cell(spec, fleet, cell, router, reference, model))
         return out
 
