@@ -130,7 +130,7 @@ def main() -> int:
         errs = [r["ttft_prediction"]["error_p50"] for r in rs]
         print(f"{name}: TTFT prediction |error| p50 per round: {errs}")
         for r in rs:  # the goal: every shed answered within 50 ms
-            late = {k: v["n"] for k, v in r["late_by_cause"].items() if v["n"]}
+            late = {k: (v["n"], v["sent"]) for k, v in r["late_by_cause"].items() if v["n"]}
             print(f"{name}: {r['shed_within_50ms']}/{r['shed']} shed within 50 ms; late: {late}")
     write_record(args.out, record)
     return 0

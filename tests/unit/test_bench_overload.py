@@ -83,6 +83,12 @@ def test_late_answers_are_counted_by_cause():
     }
     assert late["deadline_in_queue"]["max_ms"] == 10000.0
     assert late["arrival"]["p50_ms"] == 70.0
+    assert late["other"]["sent"] == ["batch@0.0", "batch@0.0"]
+    outs[1].sent_s, outs[2].sent_s = 7.25, 3.0
+    assert summary(outs, duration_s=1.0)["late_by_cause"]["deadline_in_queue"]["sent"] == [
+        f"{outs[2].klass}@3.0",
+        f"{outs[1].klass}@7.2",
+    ]
 
 
 async def test_both_arms_run_in_one_run_and_only_admission_sheds():

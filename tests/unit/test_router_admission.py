@@ -592,3 +592,28 @@ async def test_before_the_pace_is_known_a_lower_class_overtaken_is_shed_at_arriv
         t.cancel()
     await asyncio.gather(batch, inter, std, return_exceptions=True)
     held.release()
+
+
+async def test_at_the_onset_a_lower_class_behind_higher_ones_filling_the_fleet_is_shed():
+    """An idle fleet filled at once by interactive requests: the next batch request has
+    no room, nothing has queued yet, but higher classes took places faster than they
+    freed: it is answered at once (503) instead of queued on a promise nothing backs.
+    Where places free as fast as they are taken, it queues as before."""
+    a, reg, clock = make(decode_in_flight_per_instance=2, max_queue_wait_s=10)
+    held = [await a.enter("interactive") for _ in range(2)]
+    assert all(isinstance(t, Ticket) for t in held)
+    late = await asyncio.wait_for(a.enter("batch", deadline=clock.t + 10), 0.05)
+    assert isinstance(late, Shed)
+    assert (late.status, late.reason, late.queued) == (503, "slo_unreachable", False)
+    assert sample(reg, "pdctl_router_shed_total", "slo_unreachable", "batch") == 1
+    for _ in range(10):  # a light, steady load: each place freed is taken again
+        clock.t += 0.1
+        held.pop(0).release()  # type: ignore[union-attr]
+        t = await a.enter("interactive")
+        assert isinstance(t, Ticket)
+        held.append(t)
+    waiting = asyncio.create_task(a.enter("batch", deadline=clock.t + 10))
+    await asyncio.sleep(0)
+    assert a.state()["queued"] == 1
+    held.pop(0).release()  # type: ignore[union-attr]
+    assert isinstance(await asyncio.wait_for(waiting, 1), Ticket)

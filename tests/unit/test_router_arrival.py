@@ -107,3 +107,27 @@ def test_an_unknown_pace_queues_unless_a_lower_class_is_being_overtaken():
     assert predicted_late(p, 1, 1, False, 3.0, 0.0, 10.0, 1.1) is not None
     clock.t += 2 * MIN_QUEUED_S  # the pace is known: predicted from here on
     assert p.wait_s(1, 0) is not None
+
+
+def test_an_unknown_pace_refuses_a_lower_class_outpaced_at_the_onset():
+    """A queue that has just formed: no higher class has been let in while it queued,
+    but over the last second higher classes filled the places faster than they freed
+    (the onset of an overload they drive): a lower class is refused at arrival, the top
+    class and one with a lower class waiting below it are queued."""
+    clock = Clock()
+    p = Pace(3, clock)
+    for _ in range(6):  # six interactive requests took the idle places at once
+        clock.t += 0.01
+        p.taken(0)
+    p.queueing(True)  # the queue forms; nothing let in while it queues yet
+    assert p.wait_s(2, 0) is None
+    assert not p.overtaken(2, 0.5)
+    no = predicted_late(p, 2, 0, False, 10.0, 0.0, 10.0, 1.1)
+    assert no is not None
+    assert (no.status, no.slo) == (503, True)
+    assert "cannot be predicted yet" in no.why
+    assert predicted_late(p, 1, 0, True, 3.0, 0.0, 10.0, 1.1) is None  # batch waits below
+    assert predicted_late(p, 0, 0, False, 1.5, 0.0, 10.0, 1.1) is None
+    for _ in range(6):  # the places free as fast as they were taken: nothing outpaces
+        p.released()
+    assert predicted_late(p, 2, 0, False, 10.0, 0.0, 10.0, 1.1) is None

@@ -8,7 +8,7 @@ from statistics import NormalDist
 
 import pytest
 
-from pdctl.sdk.router.pace import MIN_QUEUED_S, SPREAD_Z, TAU_S, Pace
+from pdctl.sdk.router.pace import MIN_QUEUED_S, RECENT_S, SPREAD_Z, TAU_S, Pace
 
 
 class Clock:
@@ -183,3 +183,34 @@ async def test_loop_lag_sees_a_loop_held_up():
     await asyncio.sleep(0.05)
     assert len(lags) == seen
     await lag.stop()  # stopping twice is harmless
+
+
+def test_higher_classes_filling_places_faster_than_they_free_outpace_the_lower():
+    """Over about the last second, queue or not: higher classes let in two or more times
+    beyond the places that freed outpace a lower class; a class is never outpaced by
+    itself or by lower ones, and a burst is forgotten within seconds."""
+    clock = Clock()
+    p = Pace(3, clock)
+    for _ in range(10):  # an idle fleet filled by the top class in 0.2 s
+        clock.t += 0.02
+        p.taken(0)
+    assert p.outpaced(1)
+    assert p.outpaced(2)
+    assert not p.outpaced(0)
+    for _ in range(10):  # the places free as fast: even again
+        p.released()
+    assert not p.outpaced(1)
+    clock.t += 5.0
+    for _ in range(50):  # a light load: places free faster than the top class takes them
+        clock.t += 0.1
+        p.taken(0)
+        p.released()
+        p.released()
+    assert not p.outpaced(2)
+    q = Pace(3, clock)
+    for _ in range(5):  # a burst of standard requests: batch is outpaced, standard not
+        q.taken(1)
+    assert q.outpaced(2)
+    assert not q.outpaced(1)
+    clock.t += 5 * RECENT_S
+    assert not q.outpaced(2)  # forgotten

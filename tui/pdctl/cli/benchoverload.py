@@ -106,7 +106,11 @@ def run(args: argparse.Namespace, spec: Any, source: str) -> int:
             for cause, v in r.get("late_by_cause", {}).items():
                 if v["n"]:
                     n, slow = int(v["n"]), v["max_ms"]
-                    out.print(f"  {arm}: later than 50 ms, {cause}: {n} (slowest {slow} ms)")
+                    sent = ", ".join(v.get("sent", []))
+                    out.print(
+                        f"  {arm}: later than 50 ms, {cause}: {n} (slowest {slow} ms; "
+                        f"class@s sent: {sent})"
+                    )
     ratio = record["goodput_ratio"]
     out.print(
         f"goodput with/without admission: [bold]{'-' if ratio is None else f'{ratio:.2f}'}[/]"

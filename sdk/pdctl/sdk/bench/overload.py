@@ -122,6 +122,8 @@ class Outcome:
     when: str | None = None
     """A shed answer's ``pdctl-shed-when`` (``arrival`` or ``queued``), if it had one."""
     gave_up: bool = False
+    sent_s: float = 0.0
+    """When it was sent, seconds into its arm."""
 
 
 def prompt(plan: OverloadPlan, i: int) -> str:
@@ -199,6 +201,7 @@ async def arm(
     try:
         async with LoopLag(lag.lags.append):
             tasks: list[asyncio.Task[Outcome]] = []
+            sent: list[float] = []
             t0 = time.perf_counter()
             at, i = 0.0, 0
             while at < plan.duration_s:
@@ -207,8 +210,11 @@ async def arm(
                 klass, slo, _ = rng.choices(MIX, weights=[m[2] for m in MIX])[0]
                 n = seed * 1000000 + i
                 tasks.append(asyncio.create_task(one(pool, n, klass, slo, plan)))
+                sent.append(at)
                 i += 1
             outs = await asyncio.gather(*tasks)
+            for o, at in zip(outs, sent, strict=True):
+                o.sent_s = at
     finally:
         pool.close()
     busy = (time.process_time() - cpu0) / max(1e-9, time.perf_counter() - t0)
@@ -297,21 +303,28 @@ def cause_of(o: Outcome) -> str:
     return "other"
 
 
-def late_by_cause(outs: Sequence[Outcome]) -> dict[str, dict[str, float | None]]:
+LATE_LISTED = 20
+"""Late answers per cause whose class and send time :func:`late_by_cause` lists."""
+
+
+def late_by_cause(outs: Sequence[Outcome]) -> dict[str, dict[str, Any]]:
     """Non-2xx answers slower than 50 ms as the client saw them, per cause
-    (:func:`cause_of`): how many, the median and the slowest (ms); every cause present,
-    0 when none."""
-    late: dict[str, list[float]] = {c: [] for c in CAUSES}
+    (:func:`cause_of`): how many, the median and the slowest (ms), and the first
+    :data:`LATE_LISTED` as ``class@seconds into the arm`` (whether they came together,
+    and when); every cause present, 0 when none."""
+    late: dict[str, list[Outcome]] = {c: [] for c in CAUSES}
     for o in outs:
         if o.status is None or o.status == 200 or o.answered_s is None:
             continue
         if o.answered_s > SHED_FAST_S:
-            late[cause_of(o)].append(o.answered_s)
-    out: dict[str, dict[str, float | None]] = {}
-    for c, xs in late.items():
-        xs.sort()
+            late[cause_of(o)].append(o)
+    out: dict[str, dict[str, Any]] = {}
+    for c, os_ in late.items():
+        xs = sorted(o.answered_s or 0.0 for o in os_)
         p50 = round(_q(xs, 0.5) * 1000, 1) if xs else None
         out[c] = {"n": len(xs), "p50_ms": p50, "max_ms": round(xs[-1] * 1000, 1) if xs else None}
+        first = sorted(os_, key=lambda o: o.sent_s)[:LATE_LISTED]
+        out[c]["sent"] = [f"{o.klass}@{o.sent_s:.1f}" for o in first]
     return out
 
 

@@ -382,6 +382,7 @@ class Admission:
     def _left(self, t: Ticket) -> None:
         self._early.discard(t)
         self._in_flight -= 1
+        self.pace.released()
         held = self.clock() - t.since
         self._hold_s += 0.1 * (held - self._hold_s)
         self._kick()

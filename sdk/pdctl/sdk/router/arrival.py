@@ -15,9 +15,11 @@ A request of class rank ``r`` (0: the highest) is refused at arrival when
 2. **its wait cannot be foreseen and it is already being overtaken**
    (:func:`predicted_late`): while the queue's pace is unknown (:mod:`.pace`: too few
    seconds of queueing seen), a request of a class below the highest is refused if
-   higher classes have been let in while requests queued and no lower class waits: the
-   onset of overload, when the higher classes may take every place that frees for as
-   long as they arrive, is when a lower class's promise would be least safe;
+   higher classes have been let in while requests queued, or over the last second have
+   been let in faster than places freed (:meth:`.pace.Pace.outpaced`: a queue that has
+   just formed), and no lower class waits: the onset of overload, when the higher
+   classes may take every place that frees for as long as they arrive, is when a lower
+   class's promise would be least safe;
 3. **it is predicted to be late** (:func:`predicted_late`): its predicted queue wait
    (:meth:`.pace.Pace.wait_s`, the wait beaten ``queue_confidence`` of the time, counting
    the higher classes that will overtake it) plus its predicted time to a first byte once
@@ -84,7 +86,9 @@ def predicted_late(
     first byte; None when it queues. ``margin``: ``1 + slo_margin``."""
     wait = pace.wait_s(rank, ahead)
     if wait is None:
-        if rank == 0 or lower or not pace.overtaken(rank, OVERTAKEN):
+        if rank == 0 or lower:
+            return None
+        if not (pace.overtaken(rank, OVERTAKEN) or pace.outpaced(rank)):
             return None
         why = (
             "its queue wait cannot be predicted yet (the queue's pace is not known) and "

@@ -49,6 +49,12 @@ TAU_S = 10.0
 """The rates' memory (seconds): a change of load shows within a few seconds."""
 MIN_QUEUED_S = 0.5
 """Seconds of queueing seen (decayed) before a wait is predicted."""
+RECENT_S = 1.0
+"""The memory of the onset counts (seconds): the places freed and the requests let in
+over about the last second, queue or not (:meth:`Pace.outpaced`)."""
+OUTPACED_BY = 2.0
+"""Higher-class requests let in beyond the places freed, over about the last second,
+from which a lower class is taken to be outpaced while the pace is unknown."""
 STARVED = 0.02
 """Higher classes taking more than ``1 - STARVED`` of the places: the wait is endless."""
 CONFIDENCE = 0.975
@@ -75,6 +81,12 @@ class Pace:
         """Places that freed to the queue (requests admitted from it), decayed."""
         self._taken = [0.0] * classes
         """Per class rank, requests admitted or queued while requests queued, decayed."""
+        self._recent = [0.0] * classes
+        """Per class rank, requests admitted or queued, queue or not, decayed over
+        :data:`RECENT_S`."""
+        self._released = 0.0
+        """Places freed by the requests holding them, queue or not, decayed over
+        :data:`RECENT_S`."""
 
     def _age(self) -> None:
         now = self.clock()
@@ -87,6 +99,9 @@ class Pace:
         self._queued_s = self._queued_s * keep + (grown if self._queueing else 0.0)
         self._freed *= keep
         self._taken = [x * keep for x in self._taken]
+        brief = math.exp(-dt / RECENT_S)
+        self._recent = [x * brief for x in self._recent]
+        self._released *= brief
 
     def queueing(self, now_queueing: bool) -> None:
         """The queue became empty or not (call after every change to it)."""
@@ -97,6 +112,7 @@ class Pace:
         """A request of class ``rank`` was let in (admitted at once or queued); it counts
         only while requests queue (call after :meth:`queueing` for one queued)."""
         self._age()
+        self._recent[rank] += 1
         if self._queueing:
             self._taken[rank] += 1
 
@@ -104,6 +120,20 @@ class Pace:
         """A place freed to the queue: a queued request was admitted."""
         self._age()
         self._freed += 1
+
+    def released(self) -> None:
+        """A request let in gave its place back (answered, failed or cancelled)."""
+        self._age()
+        self._released += 1
+
+    def outpaced(self, rank: int) -> bool:
+        """Over about the last :data:`RECENT_S`, queue or not, classes higher than
+        ``rank`` were let in :data:`OUTPACED_BY` or more times beyond the places that
+        freed: the onset of an overload they drive, when a queue has just formed and
+        none of them has been seen overtaking it yet (:meth:`overtaken`), but they fill
+        the places faster than places free."""
+        self._age()
+        return sum(self._recent[:rank]) >= self._released + OUTPACED_BY
 
     def overtaken(self, rank: int, least: float) -> bool:
         """Classes higher than ``rank`` were let in while requests queued: at least
