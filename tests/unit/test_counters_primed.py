@@ -168,3 +168,32 @@ def test_the_connector_exports_every_counter_and_label_value_at_zero():
     for read in counters(shipped_names(FleetSpec.model_validate(spec_dict()))):
         if read.startswith(("vllm:nixl_", rv.PREFIX)):
             assert got.get(read), read
+
+
+async def test_every_router_latency_histogram_dashboards_read_exists_empty_at_start():
+    """The router's latency histograms exist, empty, for every label value they can take
+    before the first request: a series first scraped after its first requests has no
+    earlier sample, so Prometheus' rate() never counts them (a short burst leaves the
+    latency panels without data)."""
+    got = series(await idle_metrics())
+    prefills, decodes = ("prefill-0", "prefill1-0"), ("decode-0", "decode1-0")
+    modes = {"push", "push-sequential"}
+    for name, label, want in (
+        ("pdctl_router_ttft_seconds", "mode", modes),
+        ("pdctl_router_e2e_seconds", "mode", modes),
+        ("pdctl_router_decode_first_byte_after_prefill_seconds", "mode", modes),
+        ("pdctl_router_leg_overlap_seconds", "mode", modes),
+        ("pdctl_router_prefill_leg_seconds", "instance", set(prefills)),
+    ):
+        assert {lab[label] for lab, _ in got[name + "_count"]} == want, name
+        assert all(v == 0 for _, v in got[name + "_count"] + got[name + "_bucket"]), name
+    pairs = {
+        (lab["prefill"], lab["decode"]) for lab, _ in got["pdctl_router_pair_handoff_seconds_count"]
+    }
+    assert pairs == {(p, d) for p in prefills for d in decodes}
+    shipped = [
+        n for n in shipped_names() if n.startswith("pdctl_router_") and n.endswith("_bucket")
+    ]
+    assert shipped  # the dashboards read router histograms
+    empty = sorted(n for n in shipped if not got.get(n))
+    assert empty == [], f"read by a shipped query, no series before the first request: {empty}"

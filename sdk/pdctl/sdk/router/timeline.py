@@ -264,20 +264,30 @@ class RouterMetrics:
         *,
         max_pairs: int = MAX_PRIMED_PAIRS,
     ) -> None:
-        """Export every counter at 0 for the label values this router can produce, from
-        start-up: dashboards and alerts see 0 retries rather than no series. The P->D pair
-        counter is primed only up to ``max_pairs`` pairs (it grows as prefills x decodes);
-        beyond that a pair appears with its first request."""
+        """Export every counter at 0, and every histogram empty, for the label values
+        this router can produce, from start-up: dashboards and alerts see 0 retries
+        rather than no series, and a histogram's first observations count in
+        Prometheus' ``rate()``: a series first scraped after its first requests has no
+        earlier sample, so those requests never show as an increase (on a short burst,
+        a latency panel without data). The P->D pair series are primed only up to
+        ``max_pairs`` pairs (they grow as prefills x decodes); beyond that a pair
+        appears with its first request."""
         ups = self._upstreams
+        modes = tuple(modes)
         prefills = [u.name for u in ups if u.role == "prefill"]
         decodes = [u.name for u in ups if u.role == "decode"]
-        self.requests.prime(tuple(modes), OUTCOMES)
+        self.requests.prime(modes, OUTCOMES)
         self.retries.prime(("prefill", "decode"))
         self.identity.prime(prefills)
         self.decisions.prime(tuple(decisions), tuple(routes))
         self.migrations.prime(decodes)
+        for h in (self.ttft, self.e2e, self.after_prefill, self.overlap):
+            h.prime(modes)
+        self.prefill_leg.prime(prefills)
+        self.render.prime([u.name for u in ups if u.role == "render"])
         if len(prefills) * len(decodes) <= max_pairs:
             self.pair_requests.prime(prefills, decodes, OUTCOMES)
+            self.pair_handoff.prime(prefills, decodes)
 
     def finished(self, tl: Timeline, mode: str, outcome: str) -> None:
         """Count a settled request and observe its latencies."""
