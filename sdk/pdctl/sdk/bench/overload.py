@@ -131,12 +131,14 @@ def prompt(plan: OverloadPlan, i: int) -> str:
     return " ".join(w[(i * 7 + j) % len(w)] for j in range(plan.prompt_words)) + f" {i}"
 
 
-async def one(pool: Pool, i: int, klass: str, slo_ms: int, plan: OverloadPlan) -> Outcome:
+async def one(
+    pool: Pool, i: int, klass: str, slo_ms: int, plan: OverloadPlan, sent_s: float = 0.0
+) -> Outcome:
     """One streamed request with its class and SLO headers, as the client saw it. The
     client is the router's own lean one (:class:`~pdctl.sdk.router.httpclient.Pool`): at
     tens of requests per second per process, a general-purpose client's CPU made the
     clients' own event loops late, and their lateness counted in the answers they timed."""
-    out = Outcome(klass, slo_ms / 1000)
+    out = Outcome(klass, slo_ms / 1000, sent_s=sent_s)
     headers = [
         ("content-type", "application/json"),
         ("pdctl-priority", klass),
@@ -201,7 +203,6 @@ async def arm(
     try:
         async with LoopLag(lag.lags.append):
             tasks: list[asyncio.Task[Outcome]] = []
-            sent: list[float] = []
             t0 = time.perf_counter()
             at, i = 0.0, 0
             while at < plan.duration_s:
@@ -209,12 +210,9 @@ async def arm(
                 await asyncio.sleep(max(0.0, t0 + at - time.perf_counter()))
                 klass, slo, _ = rng.choices(MIX, weights=[m[2] for m in MIX])[0]
                 n = seed * 1000000 + i
-                tasks.append(asyncio.create_task(one(pool, n, klass, slo, plan)))
-                sent.append(at)
+                tasks.append(asyncio.create_task(one(pool, n, klass, slo, plan, sent_s=at)))
                 i += 1
             outs = await asyncio.gather(*tasks)
-            for o, at in zip(outs, sent, strict=True):
-                o.sent_s = at
     finally:
         pool.close()
     busy = (time.process_time() - cpu0) / max(1e-9, time.perf_counter() - t0)
